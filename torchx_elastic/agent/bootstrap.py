@@ -1,0 +1,101 @@
+"""First code of every worker process: ``python -m torchx_elastic.agent.bootstrap SCRIPT|-m MODULE ARGS``.
+
+Runs the user's script or module exactly as ``python SCRIPT ARGS`` / ``python -m MODULE ARGS``
+would (``__main__``, ``sys.argv``, ``__file__``, ``sys.path[0]``), and in addition:
+
+- dies with the agent: the Linux parent-death signal is set, so a SIGKILLed agent leaves no
+  orphaned workers behind;
+- records an uncaught exception in ``TORCHELASTIC_ERROR_FILE`` (torch.distributed.elastic's
+  error-file format) without the user decorating anything with ``@record``.
+
+Standard library only: it runs before the user's first import.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import runpy
+import signal
+import sys
+import time
+import traceback
+from types import TracebackType
+
+AGENT_PID_ENV = "TORCHX_ELASTIC_AGENT_PID"
+ERROR_FILE_ENV = "TORCHELASTIC_ERROR_FILE"
+_PR_SET_PDEATHSIG = 1
+_OWN_FILES = frozenset({os.path.abspath(__file__), os.path.abspath(runpy.__file__)})
+
+
+def die_with_agent() -> None:
+    """Ask the kernel to SIGKILL this process when the agent that started it dies."""
+    agent_pid = os.environ.get(AGENT_PID_ENV)
+    if not agent_pid or not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != int(agent_pid):  # the agent died before prctl took effect
+        os._exit(1)
+
+
+def record_error(exc: BaseException, tb: TracebackType | None) -> None:
+    """Write the exception to the error file unless the script (e.g. ``@record``) did."""
+    path = os.environ.get(ERROR_FILE_ENV)
+    if not path or os.path.exists(path):
+        return
+    data = {
+        "message": {
+            "message": f"{type(exc).__name__}: {exc}",
+            "extraInfo": {
+                "py_callstack": "".join(traceback.format_exception(type(exc), exc, tb)),
+                "timestamp": str(int(time.time())),
+            },
+        }
+    }
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w") as file:
+            json.dump(data, file)
+    except OSError:
+        pass  # the traceback still goes to stderr
+
+
+def _user_frames(tb: TracebackType | None) -> TracebackType | None:
+    """Drop the bootstrap's and runpy's frames, as ``python script.py`` shows none."""
+    while tb is not None and os.path.abspath(tb.tb_frame.f_code.co_filename) in _OWN_FILES:
+        tb = tb.tb_next
+    return tb
+
+
+def run(argv: list[str]) -> None:
+    if argv[:1] == ["-m"] and len(argv) >= 2:
+        module, args = argv[1], argv[2:]
+        sys.argv = [module, *args]
+        runpy.run_module(module, run_name="__main__", alter_sys=True)
+    elif argv:
+        script, args = argv[0], argv[1:]
+        sys.argv = [script, *args]
+        sys.path[0] = os.path.dirname(os.path.abspath(script))
+        runpy.run_path(script, run_name="__main__")
+    else:
+        raise SystemExit("usage: python -m torchx_elastic.agent.bootstrap (SCRIPT | -m MODULE) [ARGS...]")
+
+
+def main() -> None:
+    die_with_agent()
+    try:
+        run(sys.argv[1:])
+    except (SystemExit, KeyboardInterrupt):
+        raise
+    except BaseException as exc:  # noqa: BLE001 - report, then exit as Python would
+        tb = _user_frames(exc.__traceback__)
+        record_error(exc, tb)
+        traceback.print_exception(type(exc), exc, tb)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,180 @@
+"""Worker processes of one attempt, started with their output on pipes to the agent.
+
+A ``PContext`` of torch.distributed.elastic (what ``LocalElasticAgent`` supervises), so
+the agent's monitor / restart / shutdown logic is torch's own; what differs from torch's
+``SubprocessContext`` is that output comes back through pipes (whole lines, see
+``output.py``) and every worker runs in its own session, dies with the agent, and is
+stopped together with its children (the whole process group).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import selectors
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from torch.distributed.elastic.multiprocessing.api import (
+    LogsSpecs,
+    PContext,
+    RunProcsResult,
+)
+from torch.distributed.elastic.multiprocessing.errors import ProcessFailure
+
+from torchx_elastic.agent.output import OutputSink, Stream
+
+log = logging.getLogger(__name__)
+
+_DRAIN_TIMEOUT_S = 2.0
+
+
+class PipePump(threading.Thread):
+    """Reads every worker pipe with one selector and feeds the bytes to the sink."""
+
+    def __init__(self, sink: OutputSink) -> None:
+        super().__init__(name="torchx-elastic-output", daemon=True)
+        self._sink = sink
+        self._selector = selectors.DefaultSelector()
+        self._open = 0
+        self._lock = threading.Lock()
+        self._all_closed = threading.Event()
+
+    def add(self, fd: int, local_rank: int, stream: Stream) -> None:
+        os.set_blocking(fd, False)
+        with self._lock:
+            self._selector.register(fd, selectors.EVENT_READ, (local_rank, stream))
+            self._open += 1
+            self._all_closed.clear()
+
+    def run(self) -> None:
+        while True:
+            with self._lock:
+                if self._open == 0:
+                    self._all_closed.set()
+                    return
+            for key, _ in self._selector.select(timeout=0.2):
+                local_rank, stream = key.data
+                fd = key.fd
+                try:
+                    data = os.read(fd, 65536)
+                except BlockingIOError:
+                    continue
+                if data:
+                    self._sink.feed(local_rank, stream, data)
+                    continue
+                with self._lock:
+                    self._selector.unregister(fd)
+                    self._open -= 1
+                os.close(fd)
+                self._sink.end(local_rank, stream)
+
+    def wait_drained(self, timeout_s: float) -> bool:
+        """Wait until every pipe reached end of file (workers and their children exited)."""
+        return self._all_closed.wait(timeout_s)
+
+
+class WorkerProcesses(PContext):
+    """The workers of one attempt, as ``subprocess.Popen`` children with piped output."""
+
+    def __init__(
+        self,
+        name: str,
+        entrypoint: str,
+        args: dict[int, tuple[Any, ...]],
+        envs: dict[int, dict[str, str]],
+        logs_specs: LogsSpecs,
+        make_sink: Callable[[dict[int, str], dict[int, str]], OutputSink],
+    ) -> None:
+        super().__init__(name, entrypoint, args, envs, logs_specs)
+        self._sink = make_sink(self.stdouts, self.stderrs)
+        self._pump = PipePump(self._sink)
+        self._procs: dict[int, subprocess.Popen[bytes]] = {}
+        self._failures: dict[int, ProcessFailure] = {}
+        self._closed = False
+
+    def _start(self) -> None:
+        for local_rank in range(self.nprocs):
+            env = {**os.environ, **self.envs[local_rank]}
+            proc = subprocess.Popen(
+                [self.entrypoint, *map(str, self.args[local_rank])],
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                start_new_session=True,
+            )
+            self._procs[local_rank] = proc
+            assert proc.stdout is not None and proc.stderr is not None
+            # the pump owns the descriptors from now on
+            self._pump.add(os.dup(proc.stdout.fileno()), local_rank, "stdout")
+            self._pump.add(os.dup(proc.stderr.fileno()), local_rank, "stderr")
+            proc.stdout.close()
+            proc.stderr.close()
+        self._pump.start()
+
+    def _record_exits(self) -> set[int]:
+        done = set()
+        for local_rank, proc in self._procs.items():
+            code = proc.poll()
+            if code is None:
+                continue
+            done.add(local_rank)
+            if code != 0 and local_rank not in self._failures:
+                self._failures[local_rank] = ProcessFailure(
+                    local_rank=local_rank,
+                    pid=proc.pid,
+                    exitcode=code,
+                    error_file=self.error_files[local_rank],
+                )
+        return done
+
+    def _poll(self) -> RunProcsResult | None:
+        done = self._record_exits()
+        if len(done) < self.nprocs and not self._failures:
+            return None
+        self.close()
+        self._record_exits()
+        result = RunProcsResult(
+            failures=dict(self._failures), stdouts=self.stdouts, stderrs=self.stderrs
+        )
+        if not result.is_failed():
+            result.return_values = dict.fromkeys(range(self.nprocs))
+        return result
+
+    def pids(self) -> dict[int, int]:
+        return {local_rank: proc.pid for local_rank, proc in self._procs.items()}
+
+    def _signal_groups(self, sig: signal.Signals) -> None:
+        for proc in self._procs.values():
+            try:
+                os.killpg(proc.pid, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+    def _close(self, death_sig: signal.Signals, timeout: int = 30) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if any(proc.poll() is None for proc in self._procs.values()):
+            self._signal_groups(death_sig)
+            deadline = time.monotonic() + timeout
+            for proc in self._procs.values():
+                try:
+                    proc.wait(max(0.0, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    pass
+        # the rest of each group (a worker's own children) goes too
+        self._signal_groups(signal.SIGKILL)
+        for proc in self._procs.values():
+            try:
+                proc.wait(_DRAIN_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                log.error("worker pid %d did not exit after SIGKILL (uninterruptible sleep?)", proc.pid)
+        if self._procs and not self._pump.wait_drained(_DRAIN_TIMEOUT_S):
+            log.warning("worker output pipes still open %.0fs after exit", _DRAIN_TIMEOUT_S)
+        self._sink.close()

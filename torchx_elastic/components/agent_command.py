@@ -1,0 +1,77 @@
+"""The command line of the bundled agent, as a role's entrypoint and args."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from torchx.specs import macros
+
+from torchx_elastic.components.job_size import JobSize
+
+AGENT_MODULE = "torchx_elastic.agent"
+PYTHON = "python3"
+
+
+def _literal(arg: str) -> str:
+    """Escape ``$`` so torchx's macro substitution leaves a user argument as it is."""
+    return arg.replace("$", "$$")
+
+
+@dataclass(frozen=True)
+class AgentCommand:
+    """``python3 -m torchx_elastic.agent [agent flags] (SCRIPT | -m MODULE) [ARGS...]``."""
+
+    size: JobSize
+    script: str | None
+    module: str | None
+    script_args: tuple[str, ...] = ()
+    rdzv_port: int = 29500
+    rdzv_backend: str = "c10d"
+    max_restarts: int = 0
+    tee: int = 3
+    extra_flags: tuple[str, ...] = field(default=())
+
+    def __post_init__(self) -> None:
+        if (self.script is None) == (self.module is None):
+            raise ValueError(
+                "exactly one of --script and -m must be given"
+                " (e.g. --script train.py or -m my_pkg.train)"
+            )
+
+    @property
+    def rdzv_endpoint(self) -> str:
+        if self.size.max_nodes == 1:
+            # one agent: port 0 lets it pick a free port, so jobs never collide
+            return "localhost:0"
+        # "$$" survives torchx's macro substitution as "$": the agent expands
+        # ${<rank0 env var>:-localhost} itself, no shell involved
+        return f"$${{{macros.rank0_env}:-localhost}}:{self.rdzv_port}"
+
+    def entrypoint(self) -> str:
+        return PYTHON
+
+    def args(self) -> list[str]:
+        args = [
+            "-m",
+            AGENT_MODULE,
+            "--nnodes",
+            self.size.nnodes,
+            "--nproc-per-node",
+            str(self.size.nproc_per_node),
+            "--rdzv-backend",
+            self.rdzv_backend,
+            "--rdzv-endpoint",
+            self.rdzv_endpoint,
+            "--rdzv-id",
+            macros.app_id,
+            "--max-restarts",
+            str(self.max_restarts),
+            "--tee",
+            str(self.tee),
+            *self.extra_flags,
+        ]
+        if self.module is not None:
+            args += ["-m", _literal(self.module)]
+        else:
+            args.append(_literal(str(self.script)))
+        return args + [_literal(a) for a in self.script_args]

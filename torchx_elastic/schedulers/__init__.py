@@ -1,0 +1,1 @@
+"""Scheduler adapters: local_cwd, docker, kubernetes."""

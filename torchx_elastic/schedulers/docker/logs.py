@@ -1,0 +1,54 @@
+"""Log lines of one replica's container: whole lines, followed or not, since/until, a stream."""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from typing import TYPE_CHECKING, Iterable, Iterator, Optional, Union
+
+from torchx.schedulers.api import Stream
+
+if TYPE_CHECKING:
+    from docker.models.containers import Container
+
+
+def whole_lines(chunks: Iterable[Union[bytes, str]]) -> Iterator[str]:
+    """Re-cut arbitrary chunks into lines that each end with ``\\n`` (the last may not).
+
+    Docker's log stream hands out chunks as they were written; a line can be split over
+    several chunks and a chunk can hold several lines. Undecodable bytes are replaced.
+    """
+    pending = b""
+    for chunk in chunks:
+        pending += chunk.encode() if isinstance(chunk, str) else chunk
+        *lines, pending = pending.split(b"\n")
+        for line in lines:
+            yield line.decode("utf-8", errors="replace") + "\n"
+    if pending:
+        yield pending.decode("utf-8", errors="replace")
+
+
+def container_log_lines(
+    container: Container,
+    regex: Optional[str] = None,
+    since: Optional[datetime] = None,
+    until: Optional[datetime] = None,
+    follow: bool = False,
+    streams: Optional[Stream] = None,
+) -> Iterator[str]:
+    """The container's log as whole lines; ``follow`` keeps reading until it stops."""
+    if streams not in (None, Stream.COMBINED, Stream.STDOUT, Stream.STDERR):
+        raise ValueError(f"unknown log stream {streams!r}: use stdout, stderr or combined")
+    chunks = container.logs(
+        stdout=streams != Stream.STDERR,
+        stderr=streams != Stream.STDOUT,
+        stream=True,
+        follow=follow,
+        since=since,
+        until=until,
+    )
+    lines = whole_lines(chunks)
+    if regex:
+        pattern = re.compile(regex)
+        return (line for line in lines if pattern.search(line))
+    return lines

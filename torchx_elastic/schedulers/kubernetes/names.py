@@ -1,0 +1,78 @@
+"""Names of a job's Kubernetes objects: DNS labels, deterministic, unique per run."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from torchx.schedulers.ids import get_len_random_id
+from torchx.util.strings import normalize_str
+
+DNS_LABEL_MAX = 63
+SUFFIX_LENGTH = 8
+RANK0_ENV = "TORCHX_RANK0_HOST"
+
+_DNS_LABEL = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
+
+
+def new_suffix() -> str:
+    """A random suffix that starts with a letter (torchx's id alphabet)."""
+    return get_len_random_id(SUFFIX_LENGTH)
+
+
+def dns_label(text: str, max_length: int = DNS_LABEL_MAX, fallback: str = "app") -> str:
+    """``text`` as an RFC 1035 label: lowercase alphanumerics and '-', starting with a letter."""
+    label = normalize_str(text).strip("-")
+    label = re.sub(r"-+", "-", label)
+    if not label or not label[0].isalpha():
+        label = f"{fallback}-{label}" if label else fallback
+    return label[:max_length].rstrip("-")
+
+
+def is_dns_label(text: str) -> bool:
+    return len(text) <= DNS_LABEL_MAX and _DNS_LABEL.fullmatch(text) is not None
+
+
+@dataclass(frozen=True)
+class JobNames:
+    """The names of one run: ``<app name>-<suffix>``, short enough for every derived name.
+
+    ``longest_child`` is the longest name part the backend appends to the job name for a
+    pod hostname (``-<index>`` for an Indexed Job, ``-<task>-0`` for Volcano).
+    """
+
+    job: str
+    namespace: str
+
+    @classmethod
+    def create(cls, app_name: str, namespace: str, suffix: str, longest_child: int) -> JobNames:
+        budget = DNS_LABEL_MAX - longest_child - len(suffix) - 1
+        return cls(job=f"{dns_label(app_name, budget)}-{suffix}", namespace=namespace)
+
+    @property
+    def service(self) -> str:
+        """The headless Service: the same name as the job (names are unique per kind)."""
+        return self.job
+
+    @property
+    def app_id(self) -> str:
+        return f"{self.namespace}:{self.job}"
+
+    def pod_host(self, hostname: str) -> str:
+        """The DNS name of a pod with this hostname whose subdomain is the Service.
+
+        Without the cluster domain (``cluster.local`` by default) so that it works on
+        every cluster: the pods' DNS search path completes it.
+        """
+        return f"{hostname}.{self.service}.{self.namespace}.svc"
+
+
+def parse_app_id(app_id: str) -> tuple[str, str]:
+    """``namespace:job`` as (namespace, job)."""
+    namespace, sep, job = app_id.partition(":")
+    if not sep or not namespace or not job:
+        raise ValueError(
+            f"invalid kubernetes app id {app_id!r}: expected NAMESPACE:JOB"
+            " (e.g. default:train-bcdfghjk), as printed by torchx run"
+        )
+    return namespace, job
