@@ -44,8 +44,13 @@ context="$repo/build/docker-context"
 rm -rf "$context"
 mkdir -p "$context/wheelhouse"
 echo "build-image: wheelhouse in $context/wheelhouse" >&2
-"$PYTHON" -m pip wheel --quiet --disable-pip-version-check \
-    --wheel-dir "$context/wheelhouse" -c constraints.txt "$repo"
+pip_log="$repo/build/pip-wheel.log"
+if ! "$PYTHON" -m pip wheel --disable-pip-version-check \
+    --wheel-dir "$context/wheelhouse" -c constraints.txt "$repo" >"$pip_log" 2>&1; then
+    tail -n 30 "$pip_log" >&2
+    echo "build-image: pip wheel failed (full log: $pip_log)" >&2
+    exit 1
+fi
 cp docker/Dockerfile "$context/Dockerfile"
 mkdir -p "$context/examples"
 if [ -d examples ]; then cp -r examples/. "$context/examples/"; fi
@@ -57,4 +62,6 @@ docker build --quiet \
     --build-arg INPUTS_SHA256="$inputs_hash" \
     --tag "$IMAGE" "$context" >/dev/null
 rm -rf "$context"
+# the install stage's image (it holds the wheelhouse) is of no further use
+docker image prune --force --filter label=org.torchx-elastic.stage=install >/dev/null
 echo "build-image: $IMAGE built in $((SECONDS - start_s))s" >&2

@@ -1,20 +1,27 @@
 """Where worker output goes: whole lines, prefixed per rank, on the console and in files.
 
 The agent reads every worker's stdout and stderr through pipes (see ``processes.py``) and
-feeds the bytes here, per local rank and stream. Lines are assembled before they are shown,
-so partial writes of one rank never tear another rank's line.
+feeds the bytes to an :class:`OutputSink`, per local rank and stream. :class:`RankSink` (one
+per attempt) writes the raw bytes to the rank's files, assembles whole lines and hands them
+to the console (see ``console.py``), which lives for the whole run. Lines are assembled
+before they are shown, so partial writes of one rank never tear another rank's line, and a
+``\\r``-rewritten line (a worker's own progress bar) is shown as what a terminal would show.
 """
 
 from __future__ import annotations
 
 import os
-import sys
 import threading
+import time
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import BinaryIO, Literal, Protocol
 
 Stream = Literal["stdout", "stderr"]
 DEFAULT_PREFIX = "[n{node} r{rank}] "
+PREFIX_FIELDS = ("node", "rank", "local_rank", "role")
+# a "line" longer than this without a newline is shown in pieces (memory stays bounded)
+MAX_LINE_BYTES = 64 * 1024
 
 
 @dataclass(frozen=True)
@@ -36,63 +43,138 @@ class OutputSink(Protocol):
     def close(self) -> None: ...
 
 
-class PrefixedConsole:
-    """Writes each complete line once, prefixed, to the console; raw bytes to per-rank files."""
+class Console(Protocol):
+    """What a sink shows lines on (see ``console.py``); one per agent run."""
+
+    def start_attempt(self, node_rank: int, global_ranks: dict[int, int]) -> None: ...
+
+    def lines(self, stream: Stream, rank: int, prefix: bytes, lines: list[bytes]) -> None: ...
+
+    def transient(self, rank: int, prefix: bytes, text: bytes | None) -> None: ...
+
+    def close(self) -> None: ...
+
+
+def format_prefix(template: str, node: int, rank: int, local_rank: int, role: str = "") -> str:
+    """The template with its fields filled in; a bad template is a ``ValueError`` that says why."""
+    try:
+        return template.format(node=node, rank=rank, local_rank=local_rank, role=role)
+    except (KeyError, IndexError, ValueError) as err:
+        fields = ", ".join("{" + f + "}" for f in PREFIX_FIELDS)
+        raise ValueError(
+            f"--log-line-prefix-template {template!r} is not valid ({type(err).__name__}: {err});"
+            f" use the fields {fields}, e.g. {DEFAULT_PREFIX!r}"
+        ) from None
+
+
+def visible(line: bytes) -> bytes:
+    """What a terminal shows of a line rewritten with ``\\r``: the text after the last one."""
+    if line.endswith(b"\r"):
+        line = line[:-1]
+    return line[line.rfind(b"\r") + 1 :]
+
+
+class LineAssembler:
+    """Bytes of one stream in, whole lines out; the partial tail is held back."""
+
+    def __init__(self) -> None:
+        self._pending = b""
+
+    def feed(self, data: bytes) -> tuple[list[bytes], bytes | None]:
+        """Complete lines (visible text, no newline) and the pending ``\\r`` segment, if any."""
+        complete, newline, rest = (self._pending + data).rpartition(b"\n")
+        lines = [visible(line) for line in complete.split(b"\n")] if newline else []
+        if b"\r" in rest:
+            # keep only the segment a terminal would still show (and a trailing "\r"'s text)
+            rest = rest[rest.rfind(b"\r", 0, len(rest) - 1) + 1 :]
+        if len(rest) > MAX_LINE_BYTES:
+            lines.append(rest)
+            rest = b""
+        self._pending = rest
+        transient = visible(rest) if b"\r" in rest else None
+        return lines, transient
+
+    def flush(self) -> bytes | None:
+        """The unterminated last line at end of stream, if any."""
+        rest, self._pending = self._pending, b""
+        return visible(rest) if rest else None
+
+
+class RankSink:
+    """One attempt's output: raw bytes to per-rank files, whole lines to the console.
+
+    ``show_ranks`` (global ranks; None: all) and ``tee`` (1 stdout, 2 stderr, 3 both) filter
+    the console only; the files always get everything.
+    """
 
     def __init__(
         self,
         ranks: list[RankOutput],
+        console: Console,
         prefix_template: str = DEFAULT_PREFIX,
         tee: int = 3,
-        console_out: BinaryIO | None = None,
-        console_err: BinaryIO | None = None,
+        show_ranks: Collection[int] | None = None,
+        role: str = "",
     ) -> None:
-        self._ranks = {r.local_rank: r for r in ranks}
+        self._console = console
+        self._global = {r.local_rank: r.global_rank for r in ranks}
         self._prefixes = {
-            r.local_rank: prefix_template.format(
-                node=r.node_rank, rank=r.global_rank, local_rank=r.local_rank
+            r.local_rank: format_prefix(
+                prefix_template, r.node_rank, r.global_rank, r.local_rank, role
             ).encode()
             for r in ranks
         }
-        self._show = {"stdout": bool(tee & 1), "stderr": bool(tee & 2)}
-        self._console = {
-            "stdout": console_out or sys.stdout.buffer,
-            "stderr": console_err or sys.stderr.buffer,
+        self._shown = {
+            (r.local_rank, stream)
+            for r in ranks
+            for stream, bit in (("stdout", 1), ("stderr", 2))
+            if tee & bit and (show_ranks is None or r.global_rank in show_ranks)
         }
-        self._partial: dict[tuple[int, str], bytes] = {}
+        self._assemblers = {(r.local_rank, s): LineAssembler() for r in ranks for s in ("stdout", "stderr")}
         self._files: dict[tuple[int, str], BinaryIO] = {}
+        self._open_streams = {r.local_rank: 2 for r in ranks}
+        self.ended_at: dict[int, float] = {}
+        """Wall time each rank's output ended (both pipes closed): about when it exited."""
         self._lock = threading.Lock()
         for r in ranks:
             for stream, path in (("stdout", r.stdout_path), ("stderr", r.stderr_path)):
                 os.makedirs(os.path.dirname(path), exist_ok=True)
                 self._files[(r.local_rank, stream)] = open(path, "ab", buffering=0)  # noqa: SIM115
+        node = ranks[0].node_rank if ranks else 0
+        console.start_attempt(node, dict(self._global))
 
     def feed(self, local_rank: int, stream: Stream, data: bytes) -> None:
         key = (local_rank, stream)
         self._files[key].write(data)
-        pending = self._partial.get(key, b"") + data
-        complete, _, rest = pending.rpartition(b"\n")
-        self._partial[key] = rest
-        if complete:
-            self._show_lines(local_rank, stream, complete.split(b"\n"))
+        if key not in self._shown:
+            return
+        lines, transient = self._assemblers[key].feed(data)
+        rank, prefix = self._global[local_rank], self._prefixes[local_rank]
+        if lines:
+            self._console.lines(stream, rank, prefix, lines)
+            if transient is None:
+                self._console.transient(rank, prefix, None)
+        if transient is not None:
+            self._console.transient(rank, prefix, transient)
 
     def end(self, local_rank: int, stream: Stream) -> None:
-        rest = self._partial.pop((local_rank, stream), b"")
-        if rest:
-            self._show_lines(local_rank, stream, [rest])
-
-    def _show_lines(self, local_rank: int, stream: Stream, lines: list[bytes]) -> None:
-        if not self._show[stream]:
-            return
-        prefix = self._prefixes[local_rank]
-        text = b"".join(prefix + line + b"\n" for line in lines)
+        key = (local_rank, stream)
+        rest = self._assemblers[key].flush()
+        if key in self._shown:
+            rank, prefix = self._global[local_rank], self._prefixes[local_rank]
+            self._console.transient(rank, prefix, None)
+            if rest is not None:
+                self._console.lines(stream, rank, prefix, [rest])
         with self._lock:
-            out = self._console[stream]
-            out.write(text)
-            out.flush()
+            self._open_streams[local_rank] -= 1
+            if self._open_streams[local_rank] == 0:
+                self.ended_at[local_rank] = time.time()
 
     def close(self) -> None:
-        for local_rank, stream in list(self._partial):
-            self.end(local_rank, stream)  # type: ignore[arg-type]
+        for (local_rank, stream), assembler in self._assemblers.items():
+            rest = assembler.flush()
+            if rest is not None and (local_rank, stream) in self._shown:
+                rank, prefix = self._global[local_rank], self._prefixes[local_rank]
+                self._console.lines(stream, rank, prefix, [rest])  # type: ignore[arg-type]
         for file in self._files.values():
             file.close()

@@ -80,6 +80,7 @@ class ContainerRequest:
     mem_limit_mb: int = 0  # 0: no limit
     shm_size_mb: int = 0  # 0: Docker's default (64 MB)
     restart_max_retries: int = 0  # on-failure restarts of the container; 0: never
+    stop_timeout_s: int = 10  # docker stop / torchx cancel: SIGTERM, then SIGKILL after this
     privileged: bool = False
 
     def create_kwargs(self, network: str) -> Dict[str, Any]:
@@ -100,6 +101,7 @@ class ContainerRequest:
             ],
             "devices": self.devices,
             "privileged": self.privileged,
+            "stop_timeout": self.stop_timeout_s,
             "detach": True,
         }
         if self.gpus > 0:
@@ -128,6 +130,7 @@ class DockerJob:
     network: str
     network_labels: Dict[str, str]
     images: Tuple[str, ...]
+    image_pull: str  # missing | always | never
     containers: List[ContainerRequest]
 
     def __str__(self) -> str:
@@ -205,6 +208,7 @@ def build_job(
                     mem_limit_mb=mem_limit_mb,
                     shm_size_mb=options.shm_size_mb or mem_limit_mb,
                     restart_max_retries=role.max_retries if options.restart_containers else 0,
+                    stop_timeout_s=options.stop_timeout_s,
                     privileged=options.privileged,
                 )
             )
@@ -214,5 +218,6 @@ def build_job(
         network=network_name(app_id),
         network_labels={LABEL_APP_ID: app_id, LABEL_SCHEDULER: SCHEDULER_NAME},
         images=images,
+        image_pull=options.image_pull,
         containers=containers,
     )

@@ -17,7 +17,7 @@ _DNS_LABEL = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
 
 def new_suffix() -> str:
     """A random suffix that starts with a letter (torchx's id alphabet)."""
-    return get_len_random_id(SUFFIX_LENGTH)
+    return str(get_len_random_id(SUFFIX_LENGTH))
 
 
 def dns_label(text: str, max_length: int = DNS_LABEL_MAX, fallback: str = "app") -> str:

@@ -118,7 +118,9 @@ class KubernetesOptions:
                 default = f.default
             elif f.default_factory is not dataclasses.MISSING:
                 default = f.default_factory()
-            opts.add(f.name, type_=f.metadata["torchx_type"], help=f.metadata["help"], default=default)
+            opts.add(
+                f.name, type_=f.metadata["torchx_type"], help=f.metadata["help"], default=default
+            )
         return opts
 
     @classmethod
@@ -126,7 +128,7 @@ class KubernetesOptions:
         """The options of a cfg resolved by torchx (unknown keys are ignored, like torchx)."""
         names = {f.name for f in dataclasses.fields(cls)}
         values = {k: v for k, v in cfg.items() if k in names and v is not None}
-        return cls(**values)  # type: ignore[arg-type]
+        return cls(**values)
 
 
 def parse_toleration(text: str) -> Dict[str, str]:

@@ -1,0 +1,57 @@
+"""Shared helpers: run the real torchx CLI and the real agent as subprocesses."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+
+
+def _env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    env = dict(os.environ)
+    env.pop("PYTHONPATH", None)
+    env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
+    env.update(extra or {})
+    return env
+
+
+def run_torchx(
+    *args: str, cwd: Path, env: dict[str, str] | None = None, timeout_s: float = 240
+) -> subprocess.CompletedProcess[str]:
+    """``torchx ARGS`` in ``cwd``, output captured as text."""
+    return subprocess.run(
+        [str(BIN / "torchx"), *args],
+        cwd=cwd,
+        env=_env(env),
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+    )
+
+
+def run_agent(
+    *args: str, cwd: Path, env: dict[str, str] | None = None, timeout_s: float = 240
+) -> subprocess.CompletedProcess[str]:
+    """``python -m torchx_elastic.agent ARGS`` in ``cwd``."""
+    return subprocess.run(
+        [sys.executable, "-m", "torchx_elastic.agent", *args],
+        cwd=cwd,
+        env=_env(env),
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+    )
+
+
+@pytest.fixture
+def workdir(tmp_path: Path) -> Path:
+    """An empty working directory with the example scripts copied in."""
+    for script in (REPO / "examples").glob("*.py"):
+        (tmp_path / script.name).write_text(script.read_text())
+    return tmp_path

@@ -1,0 +1,67 @@
+"""Fixtures of the docker scheduler's tests: a fake engine, and the real one when there is one.
+
+Tests marked ``docker`` need a real engine and the image ``torchx-elastic:latest``. Without
+them they skip locally, with the command that gets them; in CI (``CI=true``) they fail.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Iterator
+
+import pytest
+from docker_fake_engine import FakeClient, FakeEngine, FakeImage
+
+from torchx_elastic.schedulers.docker import DockerScheduler, create_scheduler
+
+IMAGE = "torchx-elastic:latest"
+GET_ENGINE = "as root: ci/docker-engine.sh (installs Debian's docker.io, starts dockerd)"
+GET_IMAGE = "docker/build-image.sh (builds torchx-elastic:latest with no registry)"
+
+
+def in_ci() -> bool:
+    return os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+def skip_or_fail(reason: str) -> None:
+    if in_ci():
+        pytest.fail(f"CI=true and {reason}", pytrace=False)
+    pytest.skip(reason)
+
+
+@pytest.fixture
+def engine() -> FakeEngine:
+    fake = FakeEngine()
+    fake.local_images[IMAGE] = FakeImage(IMAGE)
+    return fake
+
+
+@pytest.fixture
+def scheduler(engine: FakeEngine) -> DockerScheduler:
+    return create_scheduler("test", client=FakeClient(engine))
+
+
+@pytest.fixture(scope="session")
+def docker_client() -> Iterator[Any]:
+    """A client of the real engine; skips (fails in CI) when none answers."""
+    import docker
+
+    try:
+        client = docker.from_env()
+        client.ping()
+    except docker.errors.DockerException as e:
+        skip_or_fail(f"no Docker engine reachable ({e}); to get one, {GET_ENGINE}")
+    yield client
+    client.close()
+
+
+@pytest.fixture(scope="session")
+def docker_image(docker_client: Any) -> str:
+    """The project image on the real engine; skips (fails in CI) when it is not built."""
+    import docker
+
+    try:
+        docker_client.images.get(IMAGE)
+    except docker.errors.ImageNotFound:
+        skip_or_fail(f"image {IMAGE} is missing; build it with {GET_IMAGE}")
+    return IMAGE

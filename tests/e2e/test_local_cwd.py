@@ -1,0 +1,134 @@
+"""Real jobs through the real torchx CLI on our local_cwd scheduler."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import BIN, _env, run_torchx
+
+pytestmark = pytest.mark.slow
+
+ARGV_SCRIPT = """
+import json, os, sys
+with open(os.path.join(os.environ["OUT_DIR"], "argv." + os.environ["RANK"]), "w") as f:
+    json.dump({"argv": sys.argv, "file": __file__, "name": __name__,
+               "path0": sys.path[0], "world": os.environ["WORLD_SIZE"],
+               "local_world": os.environ["LOCAL_WORLD_SIZE"],
+               "restart": os.environ["TORCHELASTIC_RESTART_COUNT"]}, f)
+"""
+
+HOSTILE_ARGS = [
+    "a b",
+    "$(touch pwned)",
+    "`touch pwned2`",
+    "; touch pwned3",
+    "new\nline",
+    "ünïcødé ✓",
+    "'single' \"double\"",
+    "${app_id}",
+    "$$",
+    "$HOME",
+    "--nnodes=9",
+    "-m",
+    "",
+]
+
+
+def _world_size_lines(output: str) -> list[str]:
+    return re.findall(r"rank \d+ of world size \d+", output)
+
+
+def test_two_nodes_two_workers_each(workdir: Path) -> None:
+    result = run_torchx(
+        "run", "-s", "local_cwd", "dist.ddp", "-j", "2x2", "--script", "main.py", cwd=workdir
+    )
+    assert result.returncode == 0, result.stderr
+    assert sorted(_world_size_lines(result.stderr)) == [
+        f"rank {r} of world size 4" for r in range(4)
+    ]
+    log_dir = re.search(r"torchx-elastic: logs of \S+ are kept in (\S+)", result.stderr)
+    assert log_dir, result.stderr
+    rank_logs = sorted(Path(log_dir[1]).glob("torchelastic/main/attempt_0/rank_*/stdout.log"))
+    assert len(rank_logs) == 4
+    assert "world size 4" in rank_logs[3].read_text()
+
+
+@pytest.mark.parametrize(("j", "world"), [("1x2", 2), ("2", 2)])
+def test_single_node_sizes(workdir: Path, j: str, world: int) -> None:
+    result = run_torchx(
+        "run", "-s", "local_cwd", "dist.ddp", "-j", j, "--script", "main.py", "--", "--steps", "2",
+        cwd=workdir,
+    )
+    assert result.returncode == 0, result.stderr
+    assert len(_world_size_lines(result.stderr)) == world
+
+
+def test_module_form_runs_as_python_dash_m(workdir: Path) -> None:
+    package = workdir / "pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "train.py").write_text(ARGV_SCRIPT)
+    result = run_torchx(
+        "run", "-s", "local_cwd", "dist.ddp", "-j", "1x2", "-m", "pkg.train", "--", "--lr", "0.1",
+        cwd=workdir, env={"OUT_DIR": str(workdir)},
+    )
+    assert result.returncode == 0, result.stderr
+    seen = json.loads((workdir / "argv.1").read_text())
+    assert seen["argv"] == [str(package / "train.py"), "--lr", "0.1"]
+    assert seen["name"] == "__main__"
+    assert (seen["world"], seen["local_world"]) == ("2", "2")
+
+
+def test_user_arguments_reach_the_worker_byte_for_byte(workdir: Path) -> None:
+    (workdir / "argv.py").write_text(ARGV_SCRIPT)
+    result = run_torchx(
+        "run", "-s", "local_cwd", "dist.ddp", "-j", "1", "--script", "argv.py", "--", *HOSTILE_ARGS,
+        cwd=workdir, env={"OUT_DIR": str(workdir)},
+    )
+    assert result.returncode == 0, result.stderr
+    seen = json.loads((workdir / "argv.0").read_text())
+    assert seen["argv"] == ["argv.py", *HOSTILE_ARGS]
+    assert (seen["file"], seen["name"], seen["path0"]) == ("argv.py", "__main__", str(workdir))
+    assert not list(workdir.glob("pwned*"))
+
+
+def test_failing_worker_fails_the_run_and_names_the_rank(workdir: Path) -> None:
+    (workdir / "fail.py").write_text(
+        "import os, sys\nif os.environ['RANK'] == '1':\n    sys.exit(3)\n"
+    )
+    result = run_torchx(
+        "run", "-s", "local_cwd", "dist.ddp", "-j", "1x2", "--script", "fail.py", cwd=workdir
+    )
+    assert result.returncode != 0
+    assert "rank 1" in result.stderr
+    assert "exit code 3" in result.stderr
+    assert "Job finished: FAILED" in result.stderr
+
+
+def test_single_node_jobs_run_side_by_side(workdir: Path) -> None:
+    command = [str(BIN / "torchx"), "run", "-s", "local_cwd", "dist.ddp", "-j", "1x2",
+               "--script", "main.py", "--", "--steps", "2"]
+    jobs = [
+        subprocess.Popen(command, cwd=workdir, env=_env(), stderr=subprocess.PIPE, text=True)
+        for _ in range(2)
+    ]
+    outputs = [job.communicate(timeout=240)[1] for job in jobs]
+    assert [job.returncode for job in jobs] == [0, 0], outputs
+    for output in outputs:
+        assert len(_world_size_lines(output)) == 2
+
+
+def test_agent_help_uses_torchrun_flag_names() -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "torchx_elastic.agent", "--help"],
+        capture_output=True, text=True, check=True,
+    ).stdout
+    for flag in ("--nnodes", "--nproc-per-node", "--rdzv-backend", "--rdzv-endpoint",
+                 "--rdzv-id", "--max-restarts", "--no-python", "--standalone", "-m"):
+        assert flag in out

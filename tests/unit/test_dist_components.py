@@ -1,0 +1,112 @@
+import pytest
+from torchx.specs import AppDef, macros
+
+from torchx_elastic.components.dist import ddp, spmd
+from torchx_elastic.components.job_size import JobSizeError
+
+HOSTILE_ARGS = (
+    "a b",
+    "$(touch /tmp/pwned)",
+    "`id`",
+    "; rm -rf /",
+    "new\nline",
+    "ünïcødé ✓",
+    "'single' \"double\"",
+    "${app_id}",
+    "$$",
+    "$HOME",
+    "--nnodes=9",
+    "",
+)
+
+
+def _apply(app: AppDef, replica_id: int = 0) -> list[str]:
+    values = macros.Values(
+        img_root="", app_id="app-123", replica_id=str(replica_id), rank0_env="RANK0_HOST"
+    )
+    return values.apply(app.roles[0]).args
+
+
+def test_ddp_elastic_size_maps_to_replicas_and_agent_flags() -> None:
+    app = ddp(script="main.py", j="2:4x8")
+    role = app.roles[0]
+    assert isinstance(app, AppDef)
+    assert (role.min_replicas, role.num_replicas) == (2, 4)
+    assert role.entrypoint == "python3"
+    assert role.args[:2] == ["-m", "torchx_elastic.agent"]
+    args = _apply(app)
+    assert args[args.index("--nnodes") + 1] == "2:4"
+    assert args[args.index("--nproc-per-node") + 1] == "8"
+    assert args[args.index("--rdzv-endpoint") + 1] == "${RANK0_HOST:-localhost}:29500"
+    assert args[args.index("--rdzv-id") + 1] == "app-123"
+    assert role.port_map == {"c10d": 29500}
+    assert role.name == "main"
+
+
+def test_single_node_uses_a_free_port() -> None:
+    args = _apply(ddp(script="main.py", j="1x2"))
+    assert args[args.index("--rdzv-endpoint") + 1] == "localhost:0"
+
+
+def test_user_arguments_survive_macro_substitution_byte_for_byte() -> None:
+    args = _apply(ddp(*HOSTILE_ARGS, script="my script$.py", j="2x2"))
+    assert args[-len(HOSTILE_ARGS) - 1 :] == ["my script$.py", *HOSTILE_ARGS]
+
+
+def test_module_form() -> None:
+    app = ddp("--lr", "0.1", m="pkg.train", j="2")
+    args = _apply(app)
+    assert args[-4:] == ["-m", "pkg.train", "--lr", "0.1"]
+    assert app.roles[0].name == "train"
+    assert app.name == "train"
+
+
+def test_max_retries_become_agent_restarts() -> None:
+    app = ddp(script="main.py", max_retries=3)
+    args = app.roles[0].args
+    assert args[args.index("--max-restarts") + 1] == "3"
+    assert app.roles[0].max_retries == 3
+
+
+def test_env_debug_mounts_and_resources() -> None:
+    app = ddp(
+        script="main.py",
+        env={"FOO": "bar"},
+        debug=True,
+        cpu=4,
+        memMB=2048,
+        mounts=["type=bind", "src=/data", "dst=/data", "readonly"],
+    )
+    role = app.roles[0]
+    assert role.env["FOO"] == "bar"
+    assert role.env["TORCH_DISTRIBUTED_DEBUG"] == "DETAIL"
+    assert (role.resource.cpu, role.resource.memMB) == (4, 2048)
+    assert role.mounts[0].src_path == "/data"  # type: ignore[union-attr]
+
+
+def test_exactly_one_of_script_and_module() -> None:
+    message = "exactly one of --script and -m must be given (e.g. --script train.py or -m my_pkg.train)"
+    with pytest.raises(ValueError) as err:
+        ddp(j="1x1")
+    assert str(err.value) == message
+    with pytest.raises(ValueError) as err:
+        ddp(script="a.py", m="b", j="1x1")
+    assert str(err.value) == message
+
+
+def test_bad_j_is_rejected_by_the_component() -> None:
+    with pytest.raises(JobSizeError, match=r"^invalid -j '2x': not of the form"):
+        ddp(script="main.py", j="2x")
+
+
+def test_spmd_infers_procs_from_named_resource_gpus() -> None:
+    app = spmd(script="train.py", j="2", h="aws_p4d.24xlarge")
+    role = app.roles[0]
+    assert role.num_replicas == 2
+    assert role.args[role.args.index("--nproc-per-node") + 1] == "8"
+    assert role.resource.gpu == 8
+
+
+def test_spmd_elastic_nodes_on_gpu_host() -> None:
+    role = spmd(script="train.py", j="1:3", h="aws_p4d.24xlarge").roles[0]
+    assert (role.min_replicas, role.num_replicas) == (1, 3)

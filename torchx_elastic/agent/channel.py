@@ -1,0 +1,157 @@
+"""The agent's end of the worker -> agent channel: a Unix datagram socket.
+
+Workers send tiny text datagrams (see :mod:`torchx_elastic.worker`):
+``p STEP TOTAL LOCAL_RANK ATTEMPT`` (progress, TOTAL -1 when unknown) and
+``h LOCAL_RANK ATTEMPT`` (heartbeat). :class:`RankActivity` keeps, per local rank, the latest
+step/total and the monotonic time of the last message; the progress bar and the hang
+watchdog both read it.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import os
+import shutil
+import socket
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from torchx_elastic.worker import CHANNEL_ENV
+
+log = logging.getLogger(__name__)
+
+RATE_WINDOW_S = 30.0
+_MAX_DATAGRAM_BYTES = 512
+
+
+@dataclass(frozen=True)
+class RankProgress:
+    """What one rank last reported."""
+
+    local_rank: int
+    step: int | None
+    total: int | None
+    last_seen_s: float
+    rate_per_s: float | None
+
+
+class _RankRecord:
+    def __init__(self, now_s: float) -> None:
+        self.step: int | None = None
+        self.total: int | None = None
+        self.last_seen_s = now_s
+        self.samples: collections.deque[tuple[float, int]] = collections.deque()
+
+    def rate_per_s(self) -> float | None:
+        if len(self.samples) < 2:
+            return None
+        (t0, s0), (t1, s1) = self.samples[0], self.samples[-1]
+        return (s1 - s0) / (t1 - t0) if t1 > t0 else None
+
+
+class RankActivity:
+    """Latest progress and last-seen time per local rank, for the current attempt (thread-safe)."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._attempt = 0
+        self._ranks: dict[int, _RankRecord] = {}
+
+    def new_attempt(self, attempt: int) -> None:
+        """Forget what the workers of earlier attempts said."""
+        with self._lock:
+            self._attempt = attempt
+            self._ranks.clear()
+
+    def heartbeat(self, local_rank: int, attempt: int) -> None:
+        with self._lock:
+            if attempt == self._attempt:
+                self._record(local_rank)
+
+    def progress(self, local_rank: int, attempt: int, step: int, total: int | None) -> None:
+        with self._lock:
+            if attempt != self._attempt:
+                return
+            record = self._record(local_rank)
+            if record.step is not None and step < record.step:
+                record.samples.clear()  # the rank went back (a new epoch, a reload)
+            record.step, record.total = step, total
+            record.samples.append((record.last_seen_s, step))
+            while record.samples and record.samples[0][0] < record.last_seen_s - RATE_WINDOW_S:
+                record.samples.popleft()
+
+    def _record(self, local_rank: int) -> _RankRecord:
+        now_s = self._clock()
+        record = self._ranks.get(local_rank)
+        if record is None:
+            record = self._ranks[local_rank] = _RankRecord(now_s)
+        record.last_seen_s = now_s
+        return record
+
+    def last_seen_s(self, local_rank: int) -> float | None:
+        """Monotonic time of the rank's last message in this attempt, None if it sent none."""
+        with self._lock:
+            record = self._ranks.get(local_rank)
+            return None if record is None else record.last_seen_s
+
+    def snapshot(self) -> dict[int, RankProgress]:
+        with self._lock:
+            return {
+                local_rank: RankProgress(
+                    local_rank, r.step, r.total, r.last_seen_s, r.rate_per_s()
+                )
+                for local_rank, r in self._ranks.items()
+            }
+
+    def handle(self, datagram: bytes) -> None:
+        """Apply one datagram from a worker; malformed ones are ignored."""
+        parts = datagram.split()
+        try:
+            if parts[:1] == [b"p"] and len(parts) == 5:
+                total = int(parts[2])
+                self.progress(int(parts[3]), int(parts[4]), int(parts[1]), None if total < 0 else total)
+            elif parts[:1] == [b"h"] and len(parts) == 3:
+                self.heartbeat(int(parts[1]), int(parts[2]))
+        except ValueError:
+            pass
+
+
+class ActivityChannel:
+    """Owns the socket the workers write to and a thread that feeds :class:`RankActivity`."""
+
+    def __init__(self, activity: RankActivity) -> None:
+        self.activity = activity
+        # a short private directory: socket paths are limited to ~100 bytes
+        self._dir = tempfile.mkdtemp(prefix="txe-")
+        self.path = os.path.join(self._dir, "channel")
+        self._socket = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self._socket.bind(self.path)
+        self._socket.settimeout(0.5)
+        self._closed = threading.Event()
+        self._thread = threading.Thread(target=self._serve, name="torchx-elastic-channel", daemon=True)
+        self._thread.start()
+
+    def env(self) -> dict[str, str]:
+        """What each worker's environment needs to reach this channel."""
+        return {CHANNEL_ENV: self.path}
+
+    def _serve(self) -> None:
+        while not self._closed.is_set():
+            try:
+                datagram = self._socket.recv(_MAX_DATAGRAM_BYTES)
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            self.activity.handle(datagram)
+
+    def close(self) -> None:
+        self._closed.set()
+        self._thread.join(timeout=2.0)
+        self._socket.close()
+        shutil.rmtree(self._dir, ignore_errors=True)

@@ -1,0 +1,279 @@
+"""``DockerScheduler``: submit, describe, list, log and cancel jobs on a Docker engine.
+
+One network per job (``torchx-<app_id>``), one container per replica on it, named and
+hostnamed ``<app_id>-<role>-<replica>``; every replica's ``TORCHX_RANK0_HOST`` names the
+replica-0 container, which the others reach by name over the job's network. ``cancel``
+stops and removes the job's containers and network: nothing is left behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Iterable, List, Mapping, Optional
+
+from torchx.schedulers.api import DescribeAppResponse, ListAppResponse, Scheduler, Stream
+from torchx.schedulers.ids import make_unique
+from torchx.specs import AppDef, AppDryRunInfo, AppState, CfgVal, runopts
+
+from torchx_elastic.schedulers.docker.errors import (
+    ContainerStartError,
+    EngineUnreachableError,
+    ImageMissingError,
+    NameClashError,
+)
+from torchx_elastic.schedulers.docker.logs import container_log_lines
+from torchx_elastic.schedulers.docker.options import DockerOptions
+from torchx_elastic.schedulers.docker.request import (
+    LABEL_APP_ID,
+    LABEL_REPLICA_ID,
+    LABEL_ROLE_NAME,
+    LABEL_SCHEDULER,
+    SCHEDULER_NAME,
+    DockerJob,
+    build_job,
+)
+from torchx_elastic.schedulers.docker.status import (
+    ContainerSnapshot,
+    app_message,
+    app_state,
+    roles_and_statuses,
+)
+
+if TYPE_CHECKING:
+    from docker.models.containers import Container
+
+    from docker import DockerClient
+
+logger = logging.getLogger(__name__)
+
+LOG_TAIL_LINES = 10  # of a failed replica, in torchx status
+
+
+def connect() -> DockerClient:
+    """A client of the engine the environment points at (DOCKER_HOST or the local socket)."""
+    import docker
+
+    try:
+        client = docker.from_env()
+        client.ping()
+    except docker.errors.DockerException as e:
+        raise EngineUnreachableError(str(e)) from e
+    return client
+
+
+class DockerScheduler(Scheduler[Mapping[str, CfgVal]]):  # type: ignore[misc]
+    """torchx scheduler ``docker``: the job's replicas as containers on one Docker engine."""
+
+    def __init__(self, session_name: str, client: Optional[DockerClient] = None) -> None:
+        super().__init__(SCHEDULER_NAME, session_name)
+        self._docker: Optional[DockerClient] = client
+
+    @property
+    def client(self) -> DockerClient:
+        if self._docker is None:
+            self._docker = connect()
+        return self._docker
+
+    def _run_opts(self) -> runopts:
+        return DockerOptions.run_opts()
+
+    def _validate(self, app: AppDef, scheduler: str) -> None:
+        """Any resource is fine: a role without one runs without limits."""
+
+    def _submit_dryrun(self, app: AppDef, cfg: Mapping[str, CfgVal]) -> AppDryRunInfo[DockerJob]:
+        job = build_job(app, DockerOptions.from_cfg(cfg), make_unique(app.name), os.environ)
+        return AppDryRunInfo(job, str)
+
+    # -- submit -------------------------------------------------------------------------
+
+    def schedule(self, dryrun_info: AppDryRunInfo[DockerJob]) -> str:
+        job: DockerJob = dryrun_info.request
+        client = self.client
+        for image in job.images:
+            self._ensure_image(client, image, job.image_pull)
+        self._check_names_free(client, job)
+        client.networks.create(job.network, driver="bridge", labels=job.network_labels)
+        try:
+            containers = [self._create(client, job, i) for i in range(len(job.containers))]
+            for index, container in enumerate(containers):
+                self._start(job, index, container)
+        except BaseException:
+            self._remove_job(job.app_id)
+            raise
+        return job.app_id
+
+    def _ensure_image(self, client: DockerClient, image: str, policy: str) -> None:
+        """Use the local image; pull only when it is missing (or always, by option)."""
+        from docker.errors import APIError, ImageNotFound
+
+        local = True
+        try:
+            client.images.get(image)
+        except ImageNotFound:
+            local = False
+        if local and policy != "always":
+            return
+        if policy == "never":
+            raise ImageMissingError(image, "image_pull=never forbids pulling it")
+        logger.info("pulling image %s", image)
+        try:
+            client.images.pull(image)
+        except APIError as e:
+            if local:
+                logger.warning("pulling %s failed, using the local image: %s", image, e)
+                return
+            raise ImageMissingError(image, f"pulling it failed: {e.explanation or e}") from e
+
+    def _check_names_free(self, client: DockerClient, job: DockerJob) -> None:
+        from docker.errors import NotFound
+
+        taken: List[str] = []
+        for request in job.containers:
+            try:
+                client.containers.get(request.name)
+                taken.append(request.name)
+            except NotFound:
+                pass
+        if taken:
+            raise NameClashError("container", taken)
+        try:
+            client.networks.get(job.network)
+        except NotFound:
+            return
+        raise NameClashError("network", [job.network])
+
+    def _create(self, client: DockerClient, job: DockerJob, index: int) -> Container:
+        from docker.errors import APIError
+
+        request = job.containers[index]
+        try:
+            return client.containers.create(**request.create_kwargs(job.network))
+        except APIError as e:
+            if e.status_code == 409:
+                raise NameClashError("container", [request.name]) from e
+            raise self._start_error(job, index, e) from e
+
+    def _start(self, job: DockerJob, index: int, container: Container) -> None:
+        from docker.errors import APIError
+
+        try:
+            container.start()
+        except APIError as e:
+            raise self._start_error(job, index, e) from e
+
+    @staticmethod
+    def _start_error(job: DockerJob, index: int, error: Any) -> ContainerStartError:
+        request = job.containers[index]
+        replica = f"{request.labels[LABEL_ROLE_NAME]}[{request.labels[LABEL_REPLICA_ID]}]"
+        detail = str(getattr(error, "explanation", None) or error)
+        return ContainerStartError(request.name, replica, request.image, request.command[0], detail)
+
+    # -- query ----------------------------------------------------------------------------
+
+    def _containers(self, app_id: Optional[str] = None) -> List[Container]:
+        labels = [f"{LABEL_SCHEDULER}={SCHEDULER_NAME}"]
+        if app_id is not None:
+            labels.append(f"{LABEL_APP_ID}={app_id}")
+        containers: List[Container] = self.client.containers.list(
+            all=True, filters={"label": labels}
+        )
+        return containers
+
+    @staticmethod
+    def _snapshot(container: Container) -> ContainerSnapshot:
+        snapshot = ContainerSnapshot.from_attrs(container.attrs)
+        if snapshot.state == AppState.FAILED and not snapshot.error:
+            tail = container.logs(tail=LOG_TAIL_LINES)
+            text = tail.decode("utf-8", errors="replace") if isinstance(tail, bytes) else tail
+            snapshot = ContainerSnapshot.from_attrs(container.attrs, log_tail=text)
+        return snapshot
+
+    def describe(self, app_id: str) -> Optional[DescribeAppResponse]:
+        snapshots = [self._snapshot(c) for c in self._containers(app_id)]
+        if not snapshots:
+            return None
+        roles, statuses = roles_and_statuses(snapshots)
+        return DescribeAppResponse(
+            app_id=app_id,
+            state=app_state(snapshots),
+            num_restarts=max(s.restart_count for s in snapshots),
+            msg=app_message(snapshots, self.session_name),
+            roles=roles,
+            roles_statuses=statuses,
+        )
+
+    def list(self) -> List[ListAppResponse]:
+        by_app: dict[str, List[ContainerSnapshot]] = {}
+        for container in self._containers():
+            snapshot = ContainerSnapshot.from_attrs(container.attrs)
+            by_app.setdefault(snapshot.app_id, []).append(snapshot)
+        return [
+            ListAppResponse(app_id=app_id, state=app_state(snapshots))
+            for app_id, snapshots in sorted(by_app.items())
+        ]
+
+    def log_iter(
+        self,
+        app_id: str,
+        role_name: str,
+        k: int = 0,
+        regex: Optional[str] = None,
+        since: Optional[datetime] = None,
+        until: Optional[datetime] = None,
+        should_tail: bool = False,
+        streams: Optional[Stream] = None,
+    ) -> Iterable[str]:
+        containers = self._containers(app_id)
+        for container in containers:
+            labels = container.labels
+            if labels[LABEL_ROLE_NAME] == role_name and labels[LABEL_REPLICA_ID] == str(k):
+                return container_log_lines(container, regex, since, until, should_tail, streams)
+        replicas = sorted(
+            f"{c.labels[LABEL_ROLE_NAME]}/{c.labels[LABEL_REPLICA_ID]}" for c in containers
+        )
+        raise ValueError(
+            f"job {app_id} has no replica {role_name}/{k}; its replicas:"
+            f" {', '.join(replicas) or 'none (cancelled or never submitted)'}"
+        )
+
+    # -- cancel ---------------------------------------------------------------------------
+
+    def cancel(self, app_id: str) -> None:
+        """Stop and remove the job's containers and network; idempotent."""
+        self._remove_job(app_id)
+
+    def _cancel_existing(self, app_id: str) -> None:
+        self._remove_job(app_id)
+
+    def _remove_job(self, app_id: str) -> None:
+        from docker.errors import NotFound
+
+        containers = self._containers(app_id)
+
+        def stop_and_remove(container: Container) -> None:
+            with contextlib.suppress(NotFound):
+                # docker stop: SIGTERM, SIGKILL after the container's stop timeout; a
+                # stopped container is never restarted by its restart policy
+                container.stop()
+                container.remove(force=True)
+
+        if containers:
+            with ThreadPoolExecutor(max_workers=min(len(containers), 16)) as pool:
+                list(pool.map(stop_and_remove, containers))
+        networks = self.client.networks.list(
+            filters={"label": [f"{LABEL_SCHEDULER}={SCHEDULER_NAME}", f"{LABEL_APP_ID}={app_id}"]}
+        )
+        for network in networks:
+            with contextlib.suppress(NotFound):
+                network.remove()
+
+
+def create_scheduler(
+    session_name: str, client: Optional[DockerClient] = None, **kwargs: Any
+) -> DockerScheduler:
+    """torchx's ``torchx.schedulers`` entry point; ``client`` lets tests pass a fake engine."""
+    return DockerScheduler(session_name, client=client)

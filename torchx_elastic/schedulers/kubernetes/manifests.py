@@ -1,0 +1,203 @@
+"""Request building: the Kubernetes objects of one app, as plain dicts.
+
+- ``job`` backend: a ``batch/v1`` Job in Indexed completion mode plus a headless Service.
+  Each pod's hostname is ``<job>-<index>`` (set by the Job controller) and its subdomain
+  the Service, so pod 0 answers at ``<job>-0.<service>.<namespace>.svc`` from the moment
+  it has an address (the Service publishes not-ready addresses).
+- ``volcano`` backend: a ``batch.volcano.sh/v1alpha1`` Job laid out like torchx's own
+  (one task per replica), gang-scheduled on the first ``min_replicas`` tasks.
+"""
+
+from __future__ import annotations
+
+from typing import Dict, List
+
+import torchx
+from torchx.schedulers.kubernetes_scheduler import (
+    LABEL_APP_NAME,
+    LABEL_KUBE_APP_NAME,
+    LABEL_ORGANIZATION,
+    LABEL_REPLICA_ID,
+    LABEL_ROLE_INDEX,
+    LABEL_ROLE_NAME,
+    LABEL_UNIQUE_NAME,
+    LABEL_VERSION,
+    RETRY_POLICIES,
+)
+from torchx.specs import AppDef, Role, macros
+
+from torchx_elastic.schedulers.kubernetes.names import RANK0_ENV, JobNames, dns_label
+from torchx_elastic.schedulers.kubernetes.options import KubernetesOptions
+from torchx_elastic.schedulers.kubernetes.pods import Manifest, pod_template
+
+MANAGED_BY = "torchx-elastic"
+MANAGED_BY_SELECTOR = f"{LABEL_ORGANIZATION}={MANAGED_BY}"
+LABEL_KUEUE_QUEUE = "kueue.x-k8s.io/queue-name"
+# Kueue's partial admission: admit the Job with fewer pods, down to this many
+ANNOTATION_KUEUE_MIN_PARALLELISM = "kueue.x-k8s.io/job-min-parallelism"
+ANNOTATION_COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
+REPLICA_ID_ENV = "TORCHX_REPLICA_ID"
+DEFAULT_VOLCANO_QUEUE = "default"
+VOLCANO_TASK_MAX = 20
+
+# left by the macro step where each pod's own index goes; replaced after escaping
+_REPLICA_MARKER = "\x00replica_id\x00"
+
+
+def labels(app: AppDef, role: Role, role_index: int, names: JobNames) -> Dict[str, str]:
+    """torchx's labels (so torchx's tools recognise the pods), with valid label values."""
+    app_label = dns_label(app.name)
+    return {
+        LABEL_VERSION: torchx.__version__,
+        LABEL_APP_NAME: app_label,
+        LABEL_ROLE_INDEX: str(role_index),
+        LABEL_ROLE_NAME: dns_label(role.name, fallback="worker"),
+        LABEL_KUBE_APP_NAME: app_label,
+        LABEL_ORGANIZATION: MANAGED_BY,
+        LABEL_UNIQUE_NAME: names.job,
+    }
+
+
+def selector(names: JobNames) -> str:
+    """The label selector of every object of one job."""
+    return f"{LABEL_UNIQUE_NAME}={names.job}"
+
+
+def _only_role(app: AppDef) -> Role:
+    if len(app.roles) != 1:
+        role_names = ", ".join(role.name for role in app.roles)
+        raise ValueError(
+            f"the kubernetes job backend runs apps of one role; {app.name!r} has"
+            f" {len(app.roles)} ({role_names}): use -cfg backend=volcano"
+        )
+    return app.roles[0]
+
+
+def indexed_job(app: AppDef, options: KubernetesOptions, names: JobNames) -> List[Manifest]:
+    """The Indexed Job and its headless Service."""
+    role = _only_role(app)
+    rank0_host = names.pod_host(f"{names.job}-0")
+    values = macros.Values(
+        img_root="", app_id=names.app_id, replica_id=_REPLICA_MARKER, rank0_env=RANK0_ENV
+    )
+    job_labels = labels(app, role, 0, names)
+    if options.queue:
+        job_labels[LABEL_KUEUE_QUEUE] = options.queue
+    template = pod_template(
+        values.apply(role),
+        options,
+        labels(app, role, 0, names),
+        first_env=[
+            {
+                "name": REPLICA_ID_ENV,
+                "valueFrom": {
+                    "fieldRef": {
+                        "fieldPath": f"metadata.annotations['{ANNOTATION_COMPLETION_INDEX}']"
+                    }
+                },
+            },
+            {"name": RANK0_ENV, "value": rank0_host},
+        ],
+        placeholders={_REPLICA_MARKER: f"$({REPLICA_ID_ENV})"},
+    )
+    template["spec"]["subdomain"] = names.service
+    metadata: Manifest = {"name": names.job, "namespace": names.namespace, "labels": job_labels}
+    min_replicas = role.min_replicas or role.num_replicas
+    if options.queue and min_replicas < role.num_replicas:
+        metadata["annotations"] = {ANNOTATION_KUEUE_MIN_PARALLELISM: str(min_replicas)}
+    job: Manifest = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": metadata,
+        "spec": {
+            "completionMode": "Indexed",
+            "completions": role.num_replicas,
+            "parallelism": role.num_replicas,
+            # a failed pod is replaced (same index, same hostname) this many times in all
+            "backoffLimit": role.max_retries,
+            "template": template,
+        },
+    }
+    service: Manifest = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {
+            "name": names.service,
+            "namespace": names.namespace,
+            "labels": labels(app, role, 0, names),
+        },
+        "spec": {
+            "clusterIP": "None",
+            # pod 0's name resolves as soon as it has an address, before it is ready
+            "publishNotReadyAddresses": True,
+            "selector": {LABEL_UNIQUE_NAME: names.job},
+            "ports": [
+                {"name": dns_label(name, 15, fallback="port"), "port": port, "targetPort": port}
+                for name, port in role.port_map.items()
+            ],
+        },
+    }
+    return [job, service]
+
+
+def volcano_task_name(role: Role, replica_id: int) -> str:
+    return f"{dns_label(role.name, VOLCANO_TASK_MAX, fallback='worker')}-{replica_id}"
+
+
+def volcano_job(app: AppDef, options: KubernetesOptions, names: JobNames) -> Manifest:
+    """A Volcano Job with one task per replica (macros differ per replica).
+
+    Volcano's svc plugin names each pod ``<job>-<task>-0`` with the job as subdomain;
+    replica 0 of role 0 reaches its own store as ``localhost``, the others by DNS.
+    """
+    tasks: List[Manifest] = []
+    rank0_host = names.pod_host(f"{names.job}-{volcano_task_name(app.roles[0], 0)}-0")
+    for role_index, role in enumerate(app.roles):
+        for replica_id in range(role.num_replicas):
+            is_rank0 = role_index == 0 and replica_id == 0
+            values = macros.Values(
+                img_root="", app_id=names.app_id, replica_id=str(replica_id), rank0_env=RANK0_ENV
+            )
+            pod_labels = labels(app, role, role_index, names)
+            pod_labels[LABEL_REPLICA_ID] = str(replica_id)
+            template = pod_template(
+                values.apply(role),
+                options,
+                pod_labels,
+                first_env=[
+                    {"name": REPLICA_ID_ENV, "value": str(replica_id)},
+                    {"name": RANK0_ENV, "value": "localhost" if is_rank0 else rank0_host},
+                ],
+            )
+            task: Manifest = {
+                "name": volcano_task_name(role, replica_id),
+                "replicas": 1,
+                "template": template,
+            }
+            if role.max_retries > 0:
+                task["maxRetry"] = role.max_retries
+                task["policies"] = [dict(p) for p in RETRY_POLICIES[role.retry_policy]]
+            if role.min_replicas is not None:
+                # the first min_replicas tasks form the gang, the rest are optional
+                task["minAvailable"] = 1 if replica_id < role.min_replicas else 0
+            tasks.append(task)
+    spec: Manifest = {
+        "schedulerName": "volcano",
+        "queue": options.queue or DEFAULT_VOLCANO_QUEUE,
+        "minAvailable": sum(role.min_replicas or role.num_replicas for role in app.roles),
+        "maxRetry": min(role.max_retries for role in app.roles),
+        "plugins": {"svc": ["--publish-not-ready-addresses"], "env": []},
+        "tasks": tasks,
+    }
+    if options.priority_class:
+        spec["priorityClassName"] = options.priority_class
+    return {
+        "apiVersion": "batch.volcano.sh/v1alpha1",
+        "kind": "Job",
+        "metadata": {
+            "name": names.job,
+            "namespace": names.namespace,
+            "labels": labels(app, app.roles[0], 0, names),
+        },
+        "spec": spec,
+    }

@@ -1,0 +1,203 @@
+"""The pod template of one role: container, resources, volumes, env, placement.
+
+Plain dicts in the Kubernetes API's own (camelCase) form: they print as the YAML that
+``kubectl apply -f`` takes and are sent to the API server as they are.
+
+Kubernetes expands ``$(VAR)`` in a container's command, args and env values and turns
+``$$`` into ``$``; every ``$`` that reaches this module is meant literally (torchx's
+macros are already applied), so it is escaped as ``$$``.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Dict, List, Optional
+
+from torchx.specs import BindMount, DeviceMount, Resource, Role, VolumeMount
+
+from torchx_elastic.schedulers.kubernetes.names import dns_label
+from torchx_elastic.schedulers.kubernetes.options import (
+    KubernetesOptions,
+    parse_secret_ref,
+    parse_toleration,
+)
+
+logger = logging.getLogger(__name__)
+
+Manifest = Dict[str, Any]
+
+GPU_RESOURCE = "nvidia.com/gpu"
+SHM_VOLUME = "dshm"
+ANNOTATION_ISTIO_SIDECAR = "sidecar.istio.io/inject"
+# torchx's capability for an instance type, honoured as a node selector
+LABEL_INSTANCE_TYPE = "node.kubernetes.io/instance-type"
+# capabilities of a named resource that place its pods
+CAPABILITY_NODE_SELECTOR = "torchx-elastic/node-selector"
+CAPABILITY_TOLERATIONS = "torchx-elastic/tolerations"
+_PORT_NAME_MAX = 15
+
+
+def k8s_literal(text: str) -> str:
+    """``text`` as a command, arg or env value that Kubernetes passes on unchanged."""
+    return text.replace("$", "$$")
+
+
+def _cpu_quantity(cpu: float) -> str:
+    return str(int(cpu)) if float(cpu).is_integer() else f"{round(cpu * 1000)}m"
+
+
+def resources(resource: Resource) -> Manifest:
+    """Requests equal to limits (Guaranteed QoS): a training pod gets the host it asked for."""
+    amounts: Dict[str, str] = {}
+    if resource.cpu > 0:
+        amounts["cpu"] = _cpu_quantity(resource.cpu)
+    if resource.memMB > 0:
+        amounts["memory"] = f"{int(resource.memMB)}Mi"
+    if resource.gpu > 0:
+        amounts[GPU_RESOURCE] = str(resource.gpu)
+    for device, count in resource.devices.items():
+        amounts[device] = str(count)
+    return {"limits": dict(amounts), "requests": dict(amounts)}
+
+
+def _placement(resource: Resource, options: KubernetesOptions) -> Manifest:
+    node_selector: Dict[str, str] = {}
+    if LABEL_INSTANCE_TYPE in resource.capabilities:
+        node_selector[LABEL_INSTANCE_TYPE] = str(resource.capabilities[LABEL_INSTANCE_TYPE])
+    node_selector.update(resource.capabilities.get(CAPABILITY_NODE_SELECTOR, {}))
+    node_selector.update(options.node_selector)
+    toleration_texts = [
+        *resource.capabilities.get(CAPABILITY_TOLERATIONS, []),
+        *options.tolerations,
+    ]
+    placement: Manifest = {}
+    if node_selector:
+        placement["nodeSelector"] = node_selector
+    if toleration_texts:
+        placement["tolerations"] = [parse_toleration(t) for t in toleration_texts]
+    return placement
+
+
+class _Volumes:
+    """Volumes and the container's mounts of them, named in order."""
+
+    def __init__(self) -> None:
+        self.volumes: List[Manifest] = [{"name": SHM_VOLUME, "emptyDir": {"medium": "Memory"}}]
+        self.mounts: List[Manifest] = [{"name": SHM_VOLUME, "mountPath": "/dev/shm"}]
+        self.privileged = False
+
+    def add(self, name: str, source: Manifest, mount_path: str, read_only: bool) -> None:
+        self.volumes.append({"name": name, **source})
+        mount: Manifest = {"name": name, "mountPath": mount_path}
+        if read_only:
+            mount["readOnly"] = True
+        self.mounts.append(mount)
+
+    def add_role_mounts(self, role: Role) -> None:
+        for i, mount in enumerate(role.mounts):
+            name = f"mount-{i}"
+            if isinstance(mount, BindMount):
+                self.add(
+                    name, {"hostPath": {"path": mount.src_path}}, mount.dst_path, mount.read_only
+                )
+            elif isinstance(mount, VolumeMount):
+                claim: Manifest = {"claimName": mount.src}
+                if mount.read_only:
+                    claim["readOnly"] = True
+                self.add(name, {"persistentVolumeClaim": claim}, mount.dst_path, mount.read_only)
+            elif isinstance(mount, DeviceMount):
+                # Kubernetes has no --device: a host device needs a privileged container
+                logger.warning(
+                    "device mount %s makes the pods privileged; prefer a device plugin",
+                    mount.src_path,
+                )
+                read_only = "w" not in mount.permissions and "m" not in mount.permissions
+                self.add(name, {"hostPath": {"path": mount.src_path}}, mount.dst_path, read_only)
+                self.privileged = True
+            else:
+                raise TypeError(f"unsupported mount type for kubernetes: {mount!r}")
+
+    def add_option_mounts(self, options: KubernetesOptions) -> None:
+        for i, (secret, path) in enumerate(options.secret_mounts.items()):
+            self.add(f"secret-{i}", {"secret": {"secretName": secret}}, path, read_only=True)
+        for i, (config_map, path) in enumerate(options.configmap_mounts.items()):
+            source = {"configMap": {"name": config_map}}
+            self.add(f"configmap-{i}", source, path, read_only=True)
+
+
+def _env(role: Role, options: KubernetesOptions, first: List[Manifest]) -> List[Manifest]:
+    env = list(first)
+    env += [{"name": name, "value": value} for name, value in role.env.items()]
+    for name, ref in options.secret_env.items():
+        secret, key = parse_secret_ref(name, ref)
+        env.append({"name": name, "valueFrom": {"secretKeyRef": {"name": secret, "key": key}}})
+    return env
+
+
+def pod_template(
+    role: Role,
+    options: KubernetesOptions,
+    labels: Dict[str, str],
+    first_env: Optional[List[Manifest]] = None,
+    placeholders: Optional[Dict[str, str]] = None,
+) -> Manifest:
+    """The pod template of ``role``, whose macros are applied.
+
+    ``first_env`` comes before the role's env so that its variables can be referenced as
+    ``$(NAME)``; ``placeholders`` maps markers left by the macro step to such references
+    (inserted after escaping, so they stay live).
+    """
+    volumes = _Volumes()
+    volumes.add_role_mounts(role)
+    volumes.add_option_mounts(options)
+
+    def literal(text: str) -> str:
+        text = k8s_literal(text)
+        for marker, reference in (placeholders or {}).items():
+            text = text.replace(marker, reference)
+        return text
+
+    env = _env(role, options, first_env or [])
+    for var in env:
+        if "value" in var:
+            var["value"] = literal(var["value"])
+    container: Manifest = {
+        "name": dns_label(role.name, fallback="worker"),
+        "image": role.image,
+        "command": [k8s_literal(role.entrypoint)],
+        "args": [literal(arg) for arg in role.args],
+        "env": env,
+        "ports": [
+            {"name": dns_label(name, _PORT_NAME_MAX, fallback="port"), "containerPort": port}
+            for name, port in role.port_map.items()
+        ],
+        "resources": resources(role.resource),
+        "volumeMounts": volumes.mounts,
+        "securityContext": (
+            {"privileged": True} if volumes.privileged else {"allowPrivilegeEscalation": False}
+        ),
+    }
+    spec: Manifest = {
+        "restartPolicy": "Never",
+        "enableServiceLinks": False,
+        "containers": [container],
+        "volumes": volumes.volumes,
+        **_placement(role.resource, options),
+    }
+    if options.service_account:
+        spec["serviceAccountName"] = options.service_account
+    else:
+        # a training pod needs no API credentials unless it is given an account
+        spec["automountServiceAccountToken"] = False
+    if options.priority_class:
+        spec["priorityClassName"] = options.priority_class
+    if options.image_pull_secrets:
+        spec["imagePullSecrets"] = [{"name": name} for name in options.image_pull_secrets]
+    return {
+        "metadata": {
+            "labels": labels,
+            # the istio sidecar would keep a finished pod running
+            "annotations": {ANNOTATION_ISTIO_SIDECAR: "false"},
+        },
+        "spec": spec,
+    }

@@ -1,0 +1,237 @@
+"""The kubernetes scheduler: submit, status, logs, cancel and list on top of the modules
+that build requests (``manifests``), map states (``status``) and read logs (``logs``)."""
+
+from __future__ import annotations
+
+import logging
+import time
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Mapping, Optional
+
+from torchx.schedulers.api import (
+    AppDryRunInfo,
+    DescribeAppResponse,
+    ListAppResponse,
+    Scheduler,
+    Stream,
+    filter_regex,
+)
+from torchx.specs import AppDef, CfgVal, ReplicaState, runopts
+
+from torchx_elastic.schedulers.kubernetes import manifests, status
+from torchx_elastic.schedulers.kubernetes.client import (
+    KubeApi,
+    KubernetesError,
+    current_namespace,
+    load_api_client,
+)
+from torchx_elastic.schedulers.kubernetes.logs import since_seconds, whole_lines
+from torchx_elastic.schedulers.kubernetes.names import JobNames, new_suffix, parse_app_id
+from torchx_elastic.schedulers.kubernetes.options import BACKEND_VOLCANO, KubernetesOptions
+from torchx_elastic.schedulers.kubernetes.request import KubernetesRequest
+
+if TYPE_CHECKING:
+    from kubernetes.client import ApiClient
+
+logger = logging.getLogger(__name__)
+
+Cfg = Mapping[str, CfgVal]
+Obj = Dict[str, Any]
+LOG_POLL_INTERVAL_S = 1.0
+
+
+def build_request(app: AppDef, options: KubernetesOptions, suffix: str) -> KubernetesRequest:
+    """The request of ``app``: pure, so that a fixed suffix gives the same YAML every time."""
+    if options.backend == BACKEND_VOLCANO:
+        tasks = [manifests.volcano_task_name(r, r.num_replicas - 1) for r in app.roles]
+        names = JobNames.create(app.name, options.namespace, suffix, 3 + max(map(len, tasks)))
+        return KubernetesRequest(
+            options.backend, names, [manifests.volcano_job(app, options, names)]
+        )
+    longest_index = len(str(max(role.num_replicas for role in app.roles) - 1))
+    names = JobNames.create(app.name, options.namespace, suffix, 1 + longest_index)
+    return KubernetesRequest(options.backend, names, manifests.indexed_job(app, options, names))
+
+
+class KubernetesScheduler(Scheduler[Cfg]):  # type: ignore[misc]
+    """Runs torchx apps as Indexed Jobs (default) or Volcano Jobs.
+
+    ``client`` is a ``kubernetes.client.ApiClient`` (default: from the current kubeconfig
+    context, or in-cluster); ``namespace`` is where ``list`` looks (default: the
+    context's namespace).
+    """
+
+    def __init__(
+        self,
+        session_name: str,
+        client: Optional[ApiClient] = None,
+        namespace: Optional[str] = None,
+        suffix: Callable[[], str] = new_suffix,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        super().__init__("kubernetes", session_name)
+        self._client = client
+        self._namespace = namespace
+        self._suffix = suffix
+        self._sleep = sleep
+
+    def _api(self) -> KubeApi:
+        if self._client is None:
+            self._client = load_api_client()
+        return KubeApi(self._client)
+
+    def _run_opts(self) -> runopts:
+        return KubernetesOptions.runopts()
+
+    def _validate(self, app: AppDef, scheduler: str) -> None:
+        # a role without resources runs with none requested, as kubectl would
+        pass
+
+    def _submit_dryrun(self, app: AppDef, cfg: Cfg) -> AppDryRunInfo[KubernetesRequest]:
+        request = build_request(app, KubernetesOptions.from_cfg(cfg), self._suffix())
+        return AppDryRunInfo(request, str)
+
+    def schedule(self, dryrun_info: AppDryRunInfo[KubernetesRequest]) -> str:
+        request: KubernetesRequest = dryrun_info.request
+        api = self._api()
+        names = request.names
+        try:
+            owner = api.create(request.manifests[0])
+        except KubernetesError as e:
+            raise self._clash(e, names, "Job") from e
+        for manifest in request.manifests[1:]:
+            # the Service goes when its Job goes, however the Job is deleted
+            manifest["metadata"]["ownerReferences"] = [
+                {
+                    "apiVersion": owner["apiVersion"],
+                    "kind": owner["kind"],
+                    "name": owner["metadata"]["name"],
+                    "uid": owner["metadata"]["uid"],
+                }
+            ]
+            try:
+                api.create(manifest)
+            except KubernetesError as e:
+                api.delete_job(names.namespace, names.job)
+                raise self._clash(e, names, manifest["kind"]) from e
+        return names.app_id
+
+    def _clash(self, error: KubernetesError, names: JobNames, kind: str) -> KubernetesError:
+        if error.status != 409:
+            return error
+        return KubernetesError(
+            f"a {kind} named {names.job} already exists in namespace {names.namespace};"
+            " names are unique per run, so this request was submitted before."
+            f" See it with `torchx status kubernetes://{self.session_name}/{names.app_id}`"
+            " or submit the app again for a new name",
+            409,
+        )
+
+    def _read(self, app_id: str) -> Optional[tuple[str, Obj]]:
+        """(backend, object) of a job, or None if there is none (any more)."""
+        namespace, name = parse_app_id(app_id)
+        api = self._api()
+        try:
+            return "job", api.read_job(namespace, name)
+        except KubernetesError as e:
+            if e.status != 404:
+                raise
+        try:
+            return BACKEND_VOLCANO, api.read_volcano_job(namespace, name)
+        except KubernetesError as e:
+            if e.status != 404:
+                raise
+        return None
+
+    def _pods(self, app_id: str) -> List[Obj]:
+        namespace, name = parse_app_id(app_id)
+        return self._api().list_pods(namespace, manifests.selector(JobNames(name, namespace)))
+
+    def describe(self, app_id: str) -> Optional[DescribeAppResponse]:
+        found = self._read(app_id)
+        if found is None:
+            return None
+        backend, job = found
+        if backend == BACKEND_VOLCANO:
+            return status.describe_volcano_job(app_id, job, self._pods(app_id))
+        return status.describe_job(app_id, job, self._pods(app_id))
+
+    def list(self) -> List[ListAppResponse]:
+        namespace = self._namespace or current_namespace()
+        selector = manifests.MANAGED_BY_SELECTOR
+        apps = []
+        for job in self._api().list_jobs(namespace, selector):
+            state, _ = status.job_state(job, any_running=bool(job.get("status", {}).get("active")))
+            apps.append(
+                ListAppResponse(app_id=f"{namespace}:{job['metadata']['name']}", state=state)
+            )
+        return apps
+
+    def _cancel_existing(self, app_id: str) -> None:
+        namespace, name = parse_app_id(app_id)
+        found = self._read(app_id)
+        api = self._api()
+        if found is not None and found[0] == BACKEND_VOLCANO:
+            api.delete_volcano_job(namespace, name)
+            return
+        api.delete_job(namespace, name)
+        try:
+            api.delete_service(namespace, name)
+        except KubernetesError as e:
+            if e.status != 404:  # already collected with its Job
+                raise
+
+    def _replica_pod(self, app_id: str, role_name: str, k: int, wait: bool) -> Obj:
+        while True:
+            pods = status.latest_pods(self._pods(app_id))
+            pod = pods.get((role_name, k))
+            started = pod is not None and (pod.get("status") or {}).get("phase") != "Pending"
+            if started or (pod is not None and not wait):
+                return pod  # type: ignore[return-value]
+            if not wait:
+                replicas = ", ".join(f"{r}/{i}" for r, i in sorted(pods)) or "none yet"
+                raise KubernetesError(
+                    f"no pod of replica {role_name}/{k} in {app_id} (pods: {replicas})", 404
+                )
+            if pod is not None and status.pod_problems(pod):
+                raise KubernetesError(
+                    f"replica {role_name}/{k} of {app_id} has not started: "
+                    + "; ".join(status.pod_problems(pod))
+                )
+            self._sleep(LOG_POLL_INTERVAL_S)
+
+    def log_iter(
+        self,
+        app_id: str,
+        role_name: str,
+        k: int = 0,
+        regex: Optional[str] = None,
+        since: Optional[datetime] = None,
+        until: Optional[datetime] = None,
+        should_tail: bool = False,
+        streams: Optional[Stream] = None,
+    ) -> Iterable[str]:
+        if until is not None:
+            raise ValueError("the kubernetes scheduler cannot stop logs at a time (until)")
+        if streams not in (None, Stream.COMBINED):
+            raise ValueError(f"the kubernetes scheduler has one combined log stream, not {streams}")
+        namespace, _ = parse_app_id(app_id)
+        pod = self._replica_pod(app_id, role_name, k, wait=should_tail)
+        if pod["status"].get("phase") == "Pending" and not should_tail:
+            return iter(())
+        response = self._api().pod_log(
+            namespace,
+            pod["metadata"]["name"],
+            follow=should_tail,
+            since_seconds=since_seconds(since),
+        )
+        lines = whole_lines(response.stream(decode_content=True))
+        return filter_regex(regex, lines) if regex else lines
+
+
+def pending_replicas(desc: DescribeAppResponse) -> int:
+    return sum(
+        replica.state == ReplicaState.PENDING
+        for role in desc.roles_statuses
+        for replica in role.replicas
+    )

@@ -1,0 +1,201 @@
+"""State mapping: a Job (or Volcano Job) and its pods as torchx's describe response.
+
+Pod-level reasons (an image that cannot be pulled, a pod no node can take, a container
+killed for memory) are surfaced in the response's ``msg``: a job whose pods cannot start
+says why on the first status call instead of staying silently PENDING.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional, Tuple
+
+from torchx.schedulers.api import DescribeAppResponse
+from torchx.schedulers.kubernetes_scheduler import (
+    JOB_STATE,
+    LABEL_REPLICA_ID,
+    LABEL_ROLE_INDEX,
+    LABEL_ROLE_NAME,
+)
+from torchx.specs import AppState, ReplicaState, ReplicaStatus, Role, RoleStatus
+
+from torchx_elastic.schedulers.kubernetes.manifests import ANNOTATION_COMPLETION_INDEX
+
+Obj = Dict[str, Any]
+
+POD_PHASE: Dict[str, ReplicaState] = {
+    "Pending": ReplicaState.PENDING,
+    "Running": ReplicaState.RUNNING,
+    "Succeeded": ReplicaState.SUCCEEDED,
+    "Failed": ReplicaState.FAILED,
+    "Unknown": ReplicaState.UNKNOWN,
+}
+# waiting reasons that mean the container will not start by itself
+WAITING_PROBLEMS = frozenset(
+    {
+        "ErrImagePull",
+        "ImagePullBackOff",
+        "InvalidImageName",
+        "ErrImageNeverPull",
+        "CrashLoopBackOff",
+        "CreateContainerConfigError",
+        "CreateContainerError",
+        "RunContainerError",
+    }
+)
+VOLCANO_STATE: Dict[str, AppState] = {
+    **{phase: state for phase, state in JOB_STATE.items() if isinstance(state, AppState)},
+    # torchx 0.7 maps "Failed" to a ReplicaState by mistake
+    "Failed": AppState.FAILED,
+}
+
+
+def _get(obj: Any, *path: str) -> Any:
+    for key in path:
+        if not isinstance(obj, dict):
+            return None
+        obj = obj.get(key)
+    return obj
+
+
+def _condition(obj: Obj, kind: str) -> Optional[Obj]:
+    for condition in _get(obj, "status", "conditions") or []:
+        if condition.get("type") == kind and condition.get("status") == "True":
+            return dict(condition)
+    return None
+
+
+def pod_problems(pod: Obj) -> List[str]:
+    """Why a pod is not running (or why it stopped), in the API's own reason words."""
+    problems: List[str] = []
+    for condition in _get(pod, "status", "conditions") or []:
+        if (
+            condition.get("type") == "PodScheduled"
+            and condition.get("status") == "False"
+            and condition.get("reason") == "Unschedulable"
+        ):
+            problems.append(f"Unschedulable: {condition.get('message', '')}".rstrip(": "))
+    statuses = (_get(pod, "status", "initContainerStatuses") or []) + (
+        _get(pod, "status", "containerStatuses") or []
+    )
+    for status in statuses:
+        waiting = _get(status, "state", "waiting") or {}
+        if waiting.get("reason") in WAITING_PROBLEMS:
+            problems.append(f"{waiting['reason']}: {waiting.get('message', '')}".rstrip(": "))
+        terminated = _get(status, "state", "terminated") or {}
+        if terminated and terminated.get("exitCode", 0) != 0:
+            reason = terminated.get("reason") or "Error"
+            text = f"{reason} (container {status.get('name')}, exit code {terminated['exitCode']})"
+            if terminated.get("message"):
+                text += f": {terminated['message'].strip()}"
+            problems.append(text)
+    reason = _get(pod, "status", "reason")
+    if reason:  # Evicted, DeadlineExceeded, UnexpectedAdmissionError, ...
+        problems.append(f"{reason}: {_get(pod, 'status', 'message') or ''}".rstrip(": "))
+    return problems
+
+
+def replica_id(pod: Obj) -> Optional[int]:
+    """The replica of a pod: Volcano's replica label or the Indexed Job's completion index."""
+    labels = _get(pod, "metadata", "labels") or {}
+    annotations = _get(pod, "metadata", "annotations") or {}
+    text = labels.get(LABEL_REPLICA_ID, annotations.get(ANNOTATION_COMPLETION_INDEX))
+    return int(text) if text is not None and str(text).isdigit() else None
+
+
+def latest_pods(pods: List[Obj]) -> Dict[Tuple[str, int], Obj]:
+    """The newest pod of each (role, replica): a retried replica has older, failed pods."""
+    latest: Dict[Tuple[str, int], Obj] = {}
+    for pod in sorted(pods, key=lambda p: str(_get(p, "metadata", "creationTimestamp") or "")):
+        index = replica_id(pod)
+        role = (_get(pod, "metadata", "labels") or {}).get(LABEL_ROLE_NAME, "")
+        if index is not None:
+            latest[(role, index)] = pod
+    return latest
+
+
+def _roles_and_problems(
+    roles: List[Role], pods: List[Obj]
+) -> Tuple[List[RoleStatus], List[str], bool]:
+    newest = latest_pods(pods)
+    statuses: List[RoleStatus] = []
+    problems: List[str] = []
+    any_running = False
+    for role in roles:
+        replicas: List[ReplicaStatus] = []
+        for index in range(role.num_replicas):
+            pod = newest.get((role.name, index))
+            state = ReplicaState.PENDING
+            node = ""
+            if pod is not None:
+                state = POD_PHASE.get(_get(pod, "status", "phase") or "", ReplicaState.UNKNOWN)
+                node = _get(pod, "spec", "nodeName") or ""
+                pod_name = _get(pod, "metadata", "name")
+                problems += [f"{role.name}[{index}] pod {pod_name}: {p}" for p in pod_problems(pod)]
+            any_running = any_running or state == ReplicaState.RUNNING
+            replicas.append(ReplicaStatus(id=index, state=state, role=role.name, hostname=node))
+        statuses.append(RoleStatus(role=role.name, replicas=replicas))
+    return statuses, problems, any_running
+
+
+def _role_of(obj: Obj, template: Obj, num_replicas: int) -> Role:
+    labels = _get(template, "metadata", "labels") or _get(obj, "metadata", "labels") or {}
+    containers = _get(template, "spec", "containers") or [{}]
+    return Role(
+        name=labels.get(LABEL_ROLE_NAME, "worker"),
+        image=containers[0].get("image", ""),
+        num_replicas=num_replicas,
+    )
+
+
+def job_state(job: Obj, any_running: bool) -> Tuple[AppState, str]:
+    """The app state of a batch/v1 Job, and what its conditions say."""
+    for kind, state in (("Complete", AppState.SUCCEEDED), ("Failed", AppState.FAILED)):
+        condition = _condition(job, kind)
+        if condition is not None:
+            detail = ": ".join(x for x in (condition.get("reason"), condition.get("message")) if x)
+            return state, detail
+    if _get(job, "spec", "suspend") or _condition(job, "Suspended"):
+        queue = (_get(job, "metadata", "labels") or {}).get("kueue.x-k8s.io/queue-name")
+        waiting_for = f"admission by queue {queue}" if queue else "the Job to be resumed"
+        return AppState.PENDING, f"suspended, waiting for {waiting_for}"
+    return (AppState.RUNNING if any_running else AppState.PENDING), ""
+
+
+def describe_job(app_id: str, job: Obj, pods: List[Obj]) -> DescribeAppResponse:
+    template = _get(job, "spec", "template") or {}
+    role = _role_of(job, template, int(_get(job, "spec", "completions") or 1))
+    statuses, problems, any_running = _roles_and_problems([role], pods)
+    state, detail = job_state(job, any_running)
+    return DescribeAppResponse(
+        app_id=app_id,
+        state=state,
+        num_restarts=int(_get(job, "status", "failed") or 0),
+        msg=_message(detail, problems),
+        roles_statuses=statuses,
+        roles=[role],
+    )
+
+
+def describe_volcano_job(app_id: str, job: Obj, pods: List[Obj]) -> DescribeAppResponse:
+    roles: Dict[str, Role] = {}
+    for task in _get(job, "spec", "tasks") or []:
+        template = task.get("template") or {}
+        labels = _get(template, "metadata", "labels") or {}
+        role = _role_of(job, template, 0)
+        role = roles.setdefault(labels.get(LABEL_ROLE_INDEX, role.name), role)
+        role.num_replicas += int(task.get("replicas", 1))
+    statuses, problems, any_running = _roles_and_problems(list(roles.values()), pods)
+    phase = _get(job, "status", "state", "phase")
+    state = VOLCANO_STATE.get(phase or "", AppState.UNKNOWN if phase else AppState.PENDING)
+    return DescribeAppResponse(
+        app_id=app_id,
+        state=state,
+        num_restarts=int(_get(job, "status", "retryCount") or 0),
+        msg=_message(_get(job, "status", "state", "message") or "", problems),
+        roles_statuses=statuses,
+        roles=list(roles.values()),
+    )
+
+
+def _message(detail: str, problems: List[str]) -> str:
+    return "\n".join(x for x in [detail, *problems] if x)
