@@ -29,7 +29,7 @@ def ours_torchx(
     log_dir: Path,
     component_args: Sequence[str] = (),
 ) -> list[str]:
-    """``torchx run -s local_cwd -cfg log_dir=DIR dist.ddp -j JOB [ARGS] --script SCRIPT -- ARGS``."""
+    """``torchx run -s local_cwd -cfg log_dir=DIR dist.ddp -j JOB ... --script SCRIPT -- ARGS``."""
     command = [
         torchx_executable(),
         "run",

@@ -28,7 +28,8 @@ def main() -> None:
         loss.backward()
         optimizer.step()
     if dist.get_rank() == 0:
-        print(f"bench ddp: {args.steps} steps, world size {dist.get_world_size()}, loss {loss.item():.4f}")
+        world_size = dist.get_world_size()
+        print(f"bench ddp: {args.steps} steps, world size {world_size}, loss {loss.item():.4f}")
     dist.destroy_process_group()
 
 

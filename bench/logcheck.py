@@ -46,9 +46,7 @@ class LogCheck:
         return (
             self.malformed == 0
             and sorted(self.ranks) == list(range(world_size))
-            and all(
-                r.received == r.in_order == self.expected_per_rank for r in self.ranks.values()
-            )
+            and all(r.received == r.in_order == self.expected_per_rank for r in self.ranks.values())
         )
 
     def summary(self, world_size: int) -> str:

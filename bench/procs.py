@@ -8,6 +8,7 @@ SIGKILL to everything that is left.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -76,18 +77,18 @@ class PeakRssSampler(threading.Thread):
         self.pid = pid
         self.peak_kb = 0
         self._interval_s = interval_s
-        self._stop = threading.Event()
+        self._done = threading.Event()
 
     def run(self) -> None:
-        while not self._stop.is_set():
+        while not self._done.is_set():
             value = peak_rss_kb(self.pid)
             if value is None:
                 return
             self.peak_kb = max(self.peak_kb, value)
-            self._stop.wait(self._interval_s)
+            self._done.wait(self._interval_s)
 
     def stop(self) -> None:
-        self._stop.set()
+        self._done.set()
         self.join()
 
 
@@ -124,10 +125,8 @@ def stop_tree(procs: Sequence[subprocess.Popen[bytes]]) -> None:
         time.sleep(_POLL_S)
     tree += [pid for proc in procs for pid in descendants(proc.pid)]
     for pid in tree:
-        try:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
     for proc in procs:
         proc.wait()
 
@@ -149,7 +148,7 @@ def run_together(
     samplers: list[PeakRssSampler] = []
     with open(output_path, "ab") as output:
         start = time.monotonic()
-        for command, env in zip(commands, envs):
+        for command, env in zip(commands, envs, strict=True):
             procs.append(
                 subprocess.Popen(
                     list(command),

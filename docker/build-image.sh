@@ -56,6 +56,7 @@ mkdir -p "$context/examples"
 if [ -d examples ]; then cp -r examples/. "$context/examples/"; fi
 find "$context/examples" -name __pycache__ -prune -exec rm -rf {} +
 
+old_id="$(docker image inspect --format '{{.Id}}' "$IMAGE" 2>/dev/null || true)"
 echo "build-image: docker build $IMAGE" >&2
 docker build --quiet \
     --build-arg BASE_IMAGE="$BASE_IMAGE" \
@@ -64,4 +65,9 @@ docker build --quiet \
 rm -rf "$context"
 # the install stage's image (it holds the wheelhouse) is of no further use
 docker image prune --force --filter label=org.torchx-elastic.stage=install >/dev/null
+# the previous build, now untagged, unless a container still uses it
+new_id="$(docker image inspect --format '{{.Id}}' "$IMAGE")"
+if [ -n "$old_id" ] && [ "$old_id" != "$new_id" ]; then
+    docker image rm "$old_id" >/dev/null 2>&1 || true
+fi
 echo "build-image: $IMAGE built in $((SECONDS - start_s))s" >&2

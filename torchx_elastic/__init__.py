@@ -6,3 +6,7 @@ costs nothing.
 """
 
 __version__ = "0.1.0"
+
+from torchx_elastic.worker import heartbeat, progress
+
+__all__ = ["__version__", "heartbeat", "progress"]

@@ -42,9 +42,7 @@ class _Sender:
             if self._socket is None:
                 self._socket = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
                 self._socket.setblocking(False)
-            self._socket.sendto(
-                f"{message} {self.local_rank} {self.attempt}".encode(), self.path
-            )
+            self._socket.sendto(f"{message} {self.local_rank} {self.attempt}".encode(), self.path)
         except OSError:
             pass  # the agent is gone or busy: progress is best effort
 

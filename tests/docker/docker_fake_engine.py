@@ -14,6 +14,7 @@ from datetime import datetime, timezone
 from typing import Any, Dict, Iterator, List, Optional, Union
 
 from docker.errors import APIError, ImageNotFound, NotFound
+from docker.models.containers import RUN_CREATE_KWARGS, RUN_HOST_CONFIG_KWARGS
 
 
 @dataclass
@@ -147,7 +148,7 @@ class FakeContainer:
 
     def stop(self, timeout: Optional[int] = None) -> None:
         self._check_exists()
-        self.engine.calls.append(f"stop {self.name}")
+        self.engine.calls.append(f"stop {self.name} timeout={timeout}")
         if self.status in ("running", "restarting"):
             self._exit(143)
 
@@ -210,6 +211,9 @@ class FakeContainers:
         self._engine = engine
 
     def create(self, image: str, command: List[str], name: str, **kwargs: Any) -> FakeContainer:
+        unknown = set(kwargs) - {*RUN_CREATE_KWARGS, *RUN_HOST_CONFIG_KWARGS, "network"}
+        if unknown:  # as docker-py itself refuses them
+            raise TypeError(f"run() got unexpected keyword arguments {sorted(unknown)}")
         if name in self._engine.containers:
             raise api_error(409, f'Conflict. The container name "/{name}" is already in use')
         if image not in self._engine.local_images:
@@ -221,7 +225,7 @@ class FakeContainers:
             if mount["Type"] == "bind" and mount["Source"] not in self._engine.host_paths:
                 raise api_error(
                     400,
-                    f"invalid mount config for type \"bind\": bind source path does not exist:"
+                    f'invalid mount config for type "bind": bind source path does not exist:'
                     f" {mount['Source']}",
                 )
         container = FakeContainer(self._engine, name, image, list(command), dict(kwargs))

@@ -41,17 +41,32 @@ def trainer_app() -> specs.AppDef:
                 name="trainer",
                 image="my/image:1",
                 entrypoint="python3",
-                args=["-m", "train", "--host", f"${{{specs.macros.rank0_env}}}", "--rid", "${replica_id}"],
+                args=[
+                    "-m",
+                    "train",
+                    "--host",
+                    f"${{{specs.macros.rank0_env}}}",
+                    "--rid",
+                    "${replica_id}",
+                ],
                 min_replicas=2,
                 num_replicas=3,
                 max_retries=2,
-                resource=specs.Resource(cpu=4, gpu=2, memMB=2048, devices={"vpc.amazonaws.com/efa": 1}),
+                resource=specs.Resource(
+                    cpu=4, gpu=2, memMB=2048, devices={"vpc.amazonaws.com/efa": 1}
+                ),
                 env={"FROM_ROLE": "role", "SHARED": "role wins"},
                 mounts=specs.parse_mounts(
                     [
-                        "type=bind,src=/data,dst=/data,readonly",
-                        "type=volume,src=ckpt,dst=/ckpt",
-                        "type=device,src=/dev/fuse",
+                        "type=bind",
+                        "src=/data",
+                        "dst=/data",
+                        "readonly",
+                        "type=volume",
+                        "src=ckpt",
+                        "dst=/ckpt",
+                        "type=device",
+                        "src=/dev/fuse",
                     ]
                 ),
             )
@@ -130,7 +145,7 @@ def test_create_kwargs_are_docker_py_types() -> None:
     assert kwargs["nano_cpus"] == 4_000_000_000
     assert kwargs["mem_limit"] == "2048m"
     assert kwargs["shm_size"] == "512m"
-    assert kwargs["stop_timeout"] == 10
+    assert kwargs["labels"]["torchx-elastic/stop-timeout-s"] == "10"
 
 
 def test_shm_size_defaults_to_memMB() -> None:

@@ -1,18 +1,21 @@
-"""First code of every worker process: ``python -m torchx_elastic.agent.bootstrap SCRIPT|-m MODULE ARGS``.
+"""First code of every worker: ``python -m torchx_elastic.agent.bootstrap SCRIPT ARGS``.
 
 Runs the user's script or module exactly as ``python SCRIPT ARGS`` / ``python -m MODULE ARGS``
-would (``__main__``, ``sys.argv``, ``__file__``, ``sys.path[0]``), and in addition:
+would (``__main__``, ``sys.argv``, ``__file__``, ``sys.path[0]``), or executes a program
+(``--exec PROGRAM ARGS``, the agent's ``--no-python``), and in addition:
 
 - dies with the agent: the Linux parent-death signal is set, so a SIGKILLed agent leaves no
   orphaned workers behind;
 - records an uncaught exception in ``TORCHELASTIC_ERROR_FILE`` (torch.distributed.elastic's
-  error-file format) without the user decorating anything with ``@record``.
+  error-file format) without the user decorating anything with ``@record``;
+- dumps every thread's Python stack to stderr on ``DUMP_STACKS_SIGNAL`` (the hang watchdog).
 
 Standard library only: it runs before the user's first import.
 """
 
 from __future__ import annotations
 
+import faulthandler
 import json
 import os
 import runpy
@@ -24,6 +27,7 @@ from types import TracebackType
 
 AGENT_PID_ENV = "TORCHX_ELASTIC_AGENT_PID"
 ERROR_FILE_ENV = "TORCHELASTIC_ERROR_FILE"
+DUMP_STACKS_SIGNAL = signal.SIGRTMIN + 4
 _PR_SET_PDEATHSIG = 1
 _OWN_FILES = frozenset({os.path.abspath(__file__), os.path.abspath(runpy.__file__)})
 
@@ -70,7 +74,18 @@ def _user_frames(tb: TracebackType | None) -> TracebackType | None:
     return tb
 
 
+def dump_stacks_on_signal() -> None:
+    """The hang watchdog's request: every thread's Python stack goes to stderr.
+
+    A real-time signal, so a script's own SIGUSR1/SIGUSR2 handlers (checkpoint on
+    preemption, ...) are never triggered by the watchdog.
+    """
+    faulthandler.register(DUMP_STACKS_SIGNAL, all_threads=True, chain=False)
+
+
 def run(argv: list[str]) -> None:
+    if argv[:1] == ["--exec"] and len(argv) >= 2:
+        os.execvp(argv[1], argv[1:])  # --no-python: the parent-death signal survives exec
     if argv[:1] == ["-m"] and len(argv) >= 2:
         module, args = argv[1], argv[2:]
         sys.argv = [module, *args]
@@ -81,11 +96,15 @@ def run(argv: list[str]) -> None:
         sys.path[0] = os.path.dirname(os.path.abspath(script))
         runpy.run_path(script, run_name="__main__")
     else:
-        raise SystemExit("usage: python -m torchx_elastic.agent.bootstrap (SCRIPT | -m MODULE) [ARGS...]")
+        raise SystemExit(
+            "usage: python -m torchx_elastic.agent.bootstrap"
+            " (SCRIPT | -m MODULE | --exec PROGRAM) [ARGS...]"
+        )
 
 
 def main() -> None:
     die_with_agent()
+    dump_stacks_on_signal()
     try:
         run(sys.argv[1:])
     except (SystemExit, KeyboardInterrupt):

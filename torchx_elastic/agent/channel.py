@@ -68,14 +68,21 @@ class RankActivity:
             self._attempt = attempt
             self._ranks.clear()
 
+    def _current(self, attempt: int) -> bool:
+        """Whether a message of ``attempt`` counts; a later attempt's first message starts it."""
+        if attempt > self._attempt:
+            self._attempt = attempt
+            self._ranks.clear()
+        return attempt == self._attempt
+
     def heartbeat(self, local_rank: int, attempt: int) -> None:
         with self._lock:
-            if attempt == self._attempt:
+            if self._current(attempt):
                 self._record(local_rank)
 
     def progress(self, local_rank: int, attempt: int, step: int, total: int | None) -> None:
         with self._lock:
-            if attempt != self._attempt:
+            if not self._current(attempt):
                 return
             record = self._record(local_rank)
             if record.step is not None and step < record.step:
@@ -102,9 +109,7 @@ class RankActivity:
     def snapshot(self) -> dict[int, RankProgress]:
         with self._lock:
             return {
-                local_rank: RankProgress(
-                    local_rank, r.step, r.total, r.last_seen_s, r.rate_per_s()
-                )
+                local_rank: RankProgress(local_rank, r.step, r.total, r.last_seen_s, r.rate_per_s())
                 for local_rank, r in self._ranks.items()
             }
 
@@ -114,7 +119,9 @@ class RankActivity:
         try:
             if parts[:1] == [b"p"] and len(parts) == 5:
                 total = int(parts[2])
-                self.progress(int(parts[3]), int(parts[4]), int(parts[1]), None if total < 0 else total)
+                self.progress(
+                    int(parts[3]), int(parts[4]), int(parts[1]), None if total < 0 else total
+                )
             elif parts[:1] == [b"h"] and len(parts) == 3:
                 self.heartbeat(int(parts[1]), int(parts[2]))
         except ValueError:
@@ -133,7 +140,9 @@ class ActivityChannel:
         self._socket.bind(self.path)
         self._socket.settimeout(0.5)
         self._closed = threading.Event()
-        self._thread = threading.Thread(target=self._serve, name="torchx-elastic-channel", daemon=True)
+        self._thread = threading.Thread(
+            target=self._serve, name="torchx-elastic-channel", daemon=True
+        )
         self._thread.start()
 
     def env(self) -> dict[str, str]:

@@ -10,6 +10,7 @@ import argparse
 import os
 from dataclasses import dataclass
 
+from torchx_elastic.agent.console import CONSOLE_MODES, DEFAULT_STATUS_INTERVAL_S
 from torchx_elastic.agent.output import DEFAULT_PREFIX
 
 
@@ -25,9 +26,7 @@ class NodeRange:
             min_nodes = int(low)
             max_nodes = int(high) if high else min_nodes
         except ValueError:
-            raise ValueError(
-                f"--nnodes {text!r} is not N or MIN:MAX (e.g. 2 or 1:4)"
-            ) from None
+            raise ValueError(f"--nnodes {text!r} is not N or MIN:MAX (e.g. 2 or 1:4)") from None
         if not 1 <= min_nodes <= max_nodes:
             raise ValueError(f"--nnodes {text!r}: need 1 <= MIN <= MAX (e.g. 2 or 1:4)")
         return cls(min_nodes, max_nodes)
@@ -37,7 +36,9 @@ def _env_default(name: str, default: str | None) -> str | None:
     return os.environ.get("PET_" + name.upper().replace("-", "_"), default)
 
 
-def _add(parser: argparse.ArgumentParser, name: str, default: str | None, help: str, **kw: object) -> None:
+def _add(
+    parser: argparse.ArgumentParser, name: str, default: str | None, help: str, **kw: object
+) -> None:
     """Add ``--a-b`` with its torchrun alias ``--a_b`` and the ``PET_A_B`` default."""
     flags = [f"--{name}"]
     if "-" in name:
@@ -66,16 +67,26 @@ def build_parser() -> argparse.ArgumentParser:
         " (port 0 picks a free port: single node only)",
     )
     _add(parser, "rdzv-id", "none", "job id shared by all nodes of the job")
-    _add(parser, "rdzv-conf", "", "extra rendezvous settings, KEY=VALUE,... (e.g. join_timeout=600)")
+    _add(
+        parser, "rdzv-conf", "", "extra rendezvous settings, KEY=VALUE,... (e.g. join_timeout=600)"
+    )
     parser.add_argument(
         "--standalone",
         action="store_true",
         help="single node: rendezvous on a free local port (ignores --rdzv-* flags)",
     )
-    _add(parser, "max-restarts", "0", "in-place restarts of the worker group before failing", type=int)
+    _add(
+        parser,
+        "max-restarts",
+        "0",
+        "in-place restarts of the worker group before failing",
+        type=int,
+    )
     _add(parser, "monitor-interval", "0.1", "seconds between checks of the workers", type=float)
     _add(parser, "role", "default", "role name of the workers")
-    _add(parser, "log-dir", None, "directory for per-rank logs (default: a new temporary directory)")
+    _add(
+        parser, "log-dir", None, "directory for per-rank logs (default: a new temporary directory)"
+    )
     _add(
         parser,
         "tee",
@@ -88,13 +99,50 @@ def build_parser() -> argparse.ArgumentParser:
         parser,
         "log-line-prefix-template",
         DEFAULT_PREFIX,
-        "prefix of each worker line; fields {node}, {rank}, {local_rank}",
+        "prefix of each worker line; fields {node}, {rank}, {local_rank}, {role}",
+    )
+    # -- console (issue 3) --
+    _add(
+        parser,
+        "console-ranks",
+        "all",
+        "global ranks whose lines the console shows, e.g. 0 or 0,2-3 (the log files keep all)",
     )
     _add(
         parser,
+        "console",
+        "auto",
+        "auto: a live progress bar when stdout is a terminal, plain lines otherwise",
+        choices=CONSOLE_MODES,
+    )
+    _add(
+        parser,
+        "status-interval-s",
+        str(DEFAULT_STATUS_INTERVAL_S),
+        "seconds between plain progress lines when the console is not a terminal (0: none)",
+        type=float,
+    )
+    # -- end console --
+    _add(
+        parser,
         "exit-barrier-timeout",
-        "300",
+        "30",
         "seconds a finished node waits for the other nodes to finish",
+        type=float,
+    )
+    _add(
+        parser,
+        "term-timeout-s",
+        "30",
+        "seconds workers get to exit after SIGTERM (agent stopped, restart) before SIGKILL",
+        type=float,
+    )
+    _add(
+        parser,
+        "hang-timeout-s",
+        "0",
+        "restart (or fail) when a rank sends no progress()/heartbeat() for this many seconds;"
+        " every rank's Python stack is dumped to its log first (0: off)",
         type=float,
     )
     parser.add_argument(
@@ -109,7 +157,9 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="run SCRIPT as an executable, not through the Python interpreter",
     )
-    parser.add_argument("training_script", metavar="SCRIPT", help="script (or module with -m) to run")
+    parser.add_argument(
+        "training_script", metavar="SCRIPT", help="script (or module with -m) to run"
+    )
     parser.add_argument(
         "training_script_args", metavar="ARGS", nargs=argparse.REMAINDER, help="its arguments"
     )

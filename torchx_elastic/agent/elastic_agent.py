@@ -3,18 +3,40 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+import signal
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
-from torch.distributed.elastic.agent.server.api import WorkerGroup, WorkerSpec
+from torch.distributed.elastic.agent.server.api import (
+    RunResult,
+    WorkerGroup,
+    WorkerSpec,
+    WorkerState,
+)
 from torch.distributed.elastic.agent.server.local_elastic_agent import LocalElasticAgent
+from torch.distributed.elastic.multiprocessing.errors import ProcessFailure
 
-from torchx_elastic.agent.bootstrap import AGENT_PID_ENV
+from torchx_elastic.agent.bootstrap import AGENT_PID_ENV, DUMP_STACKS_SIGNAL
+from torchx_elastic.agent.events import EventLog
+from torchx_elastic.agent.janitor import Janitor
 from torchx_elastic.agent.logs import RankLogsSpecs
 from torchx_elastic.agent.output import OutputSink, RankOutput
 from torchx_elastic.agent.processes import WorkerProcesses
+from torchx_elastic.agent.watchdog import HangWatchdog, write_hang_error
 
 SinkFactory = Callable[[list[RankOutput]], OutputSink]
+STACK_DUMP_WAIT_S = 1.0
+
+
+@dataclass
+class Supervision:
+    """How the agent watches its workers beyond torch's exit-code monitoring."""
+
+    term_timeout_s: float = 30.0
+    janitor: Janitor | None = None
+    watchdog: HangWatchdog | None = None
 
 
 def worker_env(worker_group: WorkerGroup, restart_count: int) -> dict[int, dict[str, str]]:
@@ -59,6 +81,9 @@ class ElasticAgent(LocalElasticAgent):
         make_sink: SinkFactory,
         exit_barrier_timeout: float = 300,
         shutdown_timeout: int = 30,
+        events: EventLog | None = None,
+        worker_extra_env: Mapping[str, str] | None = None,
+        supervision: Supervision | None = None,
     ) -> None:
         super().__init__(
             spec,
@@ -67,11 +92,82 @@ class ElasticAgent(LocalElasticAgent):
             shutdown_timeout=shutdown_timeout,
         )
         self._make_sink = make_sink
+        self._events = events or EventLog(None)  # console (issue 3): event log
+        self._worker_extra_env = dict(worker_extra_env or {})  # e.g. the progress channel
+        self._supervision = supervision or Supervision()
+
+    def _shutdown(self, death_sig: signal.Signals = signal.SIGTERM, timeout: int = 30) -> None:
+        """Stop the workers: ``death_sig``, ``term_timeout_s`` of grace, then SIGKILL."""
+        super()._shutdown(death_sig, int(self._supervision.term_timeout_s))
+
+    def _check_hang(self, worker_group: WorkerGroup) -> RunResult | None:
+        """A FAILED result naming the stalled ranks, after every rank dumped its stack."""
+        watchdog = self._supervision.watchdog
+        workers = assert_worker_processes(self._pcontext)
+        if watchdog is None:
+            return None
+        stalled = watchdog.stalled(w.local_rank for w in worker_group.workers)
+        if not stalled:
+            return None
+        workers.signal_workers(DUMP_STACKS_SIGNAL)
+        time.sleep(STACK_DUMP_WAIT_S)  # let faulthandler's output reach the logs
+        pids = workers.pids()
+        failures = {}
+        for local_rank in stalled:
+            global_rank = worker_group.workers[local_rank].global_rank
+            error_file = workers.error_files[local_rank]
+            write_hang_error(error_file, watchdog.hang_message(global_rank))
+            failures[global_rank] = ProcessFailure(
+                local_rank=local_rank,
+                pid=pids[local_rank],
+                exitcode=-int(signal.SIGKILL),
+                error_file=error_file,
+            )
+        return RunResult(state=WorkerState.FAILED, failures=failures)
+
+    # -- console (issue 3): event log hooks --
+    def _rendezvous(self, worker_group: WorkerGroup) -> None:
+        super()._rendezvous(worker_group)
+        self._events.node = worker_group.group_rank
+        self._events.emit(
+            "rendezvous",
+            attempt=worker_group.spec.max_restarts - self._remaining_restarts,
+            group_world_size=worker_group.group_world_size,
+            ranks=[w.global_rank for w in worker_group.workers],
+            master=f"{worker_group.master_addr}:{worker_group.master_port}",
+        )
+
+    def _monitor_workers(self, worker_group: WorkerGroup) -> RunResult:
+        result: RunResult = super()._monitor_workers(worker_group)
+        if result.state == WorkerState.HEALTHY:
+            result = self._check_hang(worker_group) or result
+        if result.is_failed():
+            self._events.emit(
+                "failure",
+                attempt=worker_group.spec.max_restarts - self._remaining_restarts,
+                failures={
+                    rank: {"local_rank": f.local_rank, "pid": f.pid, "exitcode": f.exitcode}
+                    for rank, f in result.failures.items()
+                },
+            )
+        return result
+
+    def _restart_workers(self, worker_group: WorkerGroup) -> None:
+        self._events.emit(
+            "restart",
+            attempt=worker_group.spec.max_restarts - self._remaining_restarts,
+            reason="membership change" if worker_group.state.name == "HEALTHY" else "failure",
+        )
+        super()._restart_workers(worker_group)
+
+    # -- end console --
 
     def _start_workers(self, worker_group: WorkerGroup) -> dict[int, Any]:
         spec = worker_group.spec
         restart_count = spec.max_restarts - self._remaining_restarts
         envs = worker_env(worker_group, restart_count)
+        for env in envs.values():
+            env.update(self._worker_extra_env)  # console (issue 3)
         args = {w.local_rank: tuple(spec.args) for w in worker_group.workers}
         workers = {w.local_rank: w for w in worker_group.workers}
 
@@ -81,7 +177,7 @@ class ElasticAgent(LocalElasticAgent):
                     RankOutput(
                         local_rank=local_rank,
                         global_rank=workers[local_rank].global_rank,
-                        node_rank=worker_group.group_rank,
+                        node_rank=worker_group.group_rank or 0,
                         stdout_path=stdouts[local_rank],
                         stderr_path=stderrs[local_rank],
                     )
@@ -97,6 +193,20 @@ class ElasticAgent(LocalElasticAgent):
             envs=envs,
             logs_specs=self._logs_specs,
             make_sink=make_sink,
+            janitor=self._supervision.janitor,
         )
+        if self._supervision.watchdog is not None:
+            self._supervision.watchdog.attempt_started(restart_count)
         self._pcontext.start()
-        return self._pcontext.pids()
+        pids = self._pcontext.pids()
+        self._events.emit(  # console (issue 3)
+            "start",
+            attempt=restart_count,
+            pids={workers[local_rank].global_rank: pid for local_rank, pid in pids.items()},
+        )
+        return pids
+
+
+def assert_worker_processes(pcontext: object) -> WorkerProcesses:
+    assert isinstance(pcontext, WorkerProcesses)
+    return pcontext

@@ -84,14 +84,15 @@ class LineAssembler:
         """Complete lines (visible text, no newline) and the pending ``\\r`` segment, if any."""
         complete, newline, rest = (self._pending + data).rpartition(b"\n")
         lines = [visible(line) for line in complete.split(b"\n")] if newline else []
+        transient = None
         if b"\r" in rest:
+            transient = visible(rest)
             # keep only the segment a terminal would still show (and a trailing "\r"'s text)
             rest = rest[rest.rfind(b"\r", 0, len(rest) - 1) + 1 :]
         if len(rest) > MAX_LINE_BYTES:
-            lines.append(rest)
-            rest = b""
+            lines.append(visible(rest))
+            rest, transient = b"", None
         self._pending = rest
-        transient = visible(rest) if b"\r" in rest else None
         return lines, transient
 
     def flush(self) -> bytes | None:
@@ -117,6 +118,7 @@ class RankSink:
         role: str = "",
     ) -> None:
         self._console = console
+        self.outputs = list(ranks)
         self._global = {r.local_rank: r.global_rank for r in ranks}
         self._prefixes = {
             r.local_rank: format_prefix(
@@ -130,7 +132,9 @@ class RankSink:
             for stream, bit in (("stdout", 1), ("stderr", 2))
             if tee & bit and (show_ranks is None or r.global_rank in show_ranks)
         }
-        self._assemblers = {(r.local_rank, s): LineAssembler() for r in ranks for s in ("stdout", "stderr")}
+        self._assemblers = {
+            (r.local_rank, s): LineAssembler() for r in ranks for s in ("stdout", "stderr")
+        }
         self._files: dict[tuple[int, str], BinaryIO] = {}
         self._open_streams = {r.local_rank: 2 for r in ranks}
         self.ended_at: dict[int, float] = {}

@@ -26,6 +26,7 @@ from torch.distributed.elastic.multiprocessing.api import (
 )
 from torch.distributed.elastic.multiprocessing.errors import ProcessFailure
 
+from torchx_elastic.agent.janitor import Janitor
 from torchx_elastic.agent.output import OutputSink, Stream
 
 log = logging.getLogger(__name__)
@@ -89,8 +90,10 @@ class WorkerProcesses(PContext):
         envs: dict[int, dict[str, str]],
         logs_specs: LogsSpecs,
         make_sink: Callable[[dict[int, str], dict[int, str]], OutputSink],
+        janitor: Janitor | None = None,
     ) -> None:
         super().__init__(name, entrypoint, args, envs, logs_specs)
+        self._janitor = janitor
         self._sink = make_sink(self.stdouts, self.stderrs)
         self._pump = PipePump(self._sink)
         self._procs: dict[int, subprocess.Popen[bytes]] = {}
@@ -101,7 +104,7 @@ class WorkerProcesses(PContext):
         for local_rank in range(self.nprocs):
             env = {**os.environ, **self.envs[local_rank]}
             proc = subprocess.Popen(
-                [self.entrypoint, *map(str, self.args[local_rank])],
+                [str(self.entrypoint), *map(str, self.args[local_rank])],
                 env=env,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
@@ -109,6 +112,8 @@ class WorkerProcesses(PContext):
                 start_new_session=True,
             )
             self._procs[local_rank] = proc
+            if self._janitor is not None:
+                self._janitor.watch(proc.pid)  # its session's process group id
             assert proc.stdout is not None and proc.stderr is not None
             # the pump owns the descriptors from now on
             self._pump.add(os.dup(proc.stdout.fileno()), local_rank, "stdout")
@@ -149,6 +154,15 @@ class WorkerProcesses(PContext):
     def pids(self) -> dict[int, int]:
         return {local_rank: proc.pid for local_rank, proc in self._procs.items()}
 
+    def signal_workers(self, sig: int) -> None:
+        """Send ``sig`` to every live worker (not to their children)."""
+        for proc in self._procs.values():
+            if proc.poll() is None:
+                try:
+                    os.kill(proc.pid, sig)
+                except ProcessLookupError:
+                    pass
+
     def _signal_groups(self, sig: signal.Signals) -> None:
         for proc in self._procs.values():
             try:
@@ -174,7 +188,12 @@ class WorkerProcesses(PContext):
             try:
                 proc.wait(_DRAIN_TIMEOUT_S)
             except subprocess.TimeoutExpired:
-                log.error("worker pid %d did not exit after SIGKILL (uninterruptible sleep?)", proc.pid)
+                log.error(
+                    "worker pid %d did not exit after SIGKILL (uninterruptible sleep?)", proc.pid
+                )
+        if self._janitor is not None:
+            for proc in self._procs.values():
+                self._janitor.forget(proc.pid)
         if self._procs and not self._pump.wait_drained(_DRAIN_TIMEOUT_S):
             log.warning("worker output pipes still open %.0fs after exit", _DRAIN_TIMEOUT_S)
         self._sink.close()

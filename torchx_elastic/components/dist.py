@@ -27,6 +27,7 @@ _TORCH_DEBUG_FLAGS: Dict[str, str] = {
     "TORCH_SHOW_CPP_STACKTRACES": "1",
 }
 
+
 def ddp(
     *script_args: str,
     script: Optional[str] = None,
@@ -112,6 +113,7 @@ def ddp(
             )
         ],
     )
+
 
 def spmd(
     *args: str,

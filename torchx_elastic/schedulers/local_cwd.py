@@ -59,7 +59,10 @@ class LocalCwdScheduler(LocalScheduler):
 
     def schedule(self, dryrun_info: AppDryRunInfo[PopenRequest]) -> str:
         app_id = super().schedule(dryrun_info)
-        print(f"torchx-elastic: logs of {app_id} are kept in {dryrun_info.request.log_dir}", file=sys.stderr)
+        print(
+            f"torchx-elastic: logs of {app_id} are kept in {dryrun_info.request.log_dir}",
+            file=sys.stderr,
+        )
         return app_id
 
 

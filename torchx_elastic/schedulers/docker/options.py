@@ -51,10 +51,12 @@ class DockerOptions:
         " 0: the role's memMB",
     )
     restart_containers: bool = _option(
-        True,
+        False,
         bool,
-        "restart a container whose agent exited non-zero (killed, OOM, crash) up to the"
-        " job's max_retries times, so it rejoins the rendezvous; max_retries=0 never restarts",
+        "let Docker restart a container whose agent exited non-zero (killed, OOM, crash) up"
+        " to the job's max_retries times (restart policy on-failure); off: such a replica"
+        " FAILS, and the job with it when fewer than min_replicas are left. torch 2.13's c10d"
+        " rendezvous does not reliably take a restarted node back (see docs/docker.md)",
     )
     stop_timeout_s: int = _option(
         10,

@@ -29,6 +29,7 @@ LABEL_REPLICA_ID = "torchx.pytorch.org/replica-id"
 LABEL_SCHEDULER = "torchx-elastic/scheduler"
 LABEL_MIN_REPLICAS = "torchx-elastic/min-replicas"
 LABEL_NUM_REPLICAS = "torchx-elastic/num-replicas"
+LABEL_STOP_TIMEOUT_S = "torchx-elastic/stop-timeout-s"  # docker-py cannot set StopTimeout
 SCHEDULER_NAME = "docker"
 
 RANK0_ENV = "TORCHX_RANK0_HOST"
@@ -101,7 +102,6 @@ class ContainerRequest:
             ],
             "devices": self.devices,
             "privileged": self.privileged,
-            "stop_timeout": self.stop_timeout_s,
             "detach": True,
         }
         if self.gpus > 0:
@@ -200,6 +200,7 @@ def build_job(
                         LABEL_SCHEDULER: SCHEDULER_NAME,
                         LABEL_MIN_REPLICAS: str(role.min_replicas or role.num_replicas),
                         LABEL_NUM_REPLICAS: str(role.num_replicas),
+                        LABEL_STOP_TIMEOUT_S: str(options.stop_timeout_s),
                     },
                     mounts=mounts,
                     devices=devices,

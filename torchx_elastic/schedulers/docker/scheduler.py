@@ -13,11 +13,11 @@ import logging
 import os
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Iterable, List, Mapping, Optional
+from typing import TYPE_CHECKING, Any, Callable, Iterable, List, Mapping, Optional
 
 from torchx.schedulers.api import DescribeAppResponse, ListAppResponse, Scheduler, Stream
 from torchx.schedulers.ids import make_unique
-from torchx.specs import AppDef, AppDryRunInfo, AppState, CfgVal, runopts
+from torchx.specs import AppDef, AppDryRunInfo, AppState, CfgVal, is_terminal, runopts
 
 from torchx_elastic.schedulers.docker.errors import (
     ContainerStartError,
@@ -32,6 +32,7 @@ from torchx_elastic.schedulers.docker.request import (
     LABEL_REPLICA_ID,
     LABEL_ROLE_NAME,
     LABEL_SCHEDULER,
+    LABEL_STOP_TIMEOUT_S,
     SCHEDULER_NAME,
     DockerJob,
     build_job,
@@ -193,15 +194,30 @@ class DockerScheduler(Scheduler[Mapping[str, CfgVal]]):  # type: ignore[misc]
         return snapshot
 
     def describe(self, app_id: str) -> Optional[DescribeAppResponse]:
-        snapshots = [self._snapshot(c) for c in self._containers(app_id)]
+        """The job's state; a FAILED job's containers that still run are stopped.
+
+        Docker has no gang semantics: when too few replicas are left to meet
+        ``min_replicas`` the others would wait in the rendezvous until it times out, and
+        torchx's ``cancel`` does nothing for a job it sees as FAILED. So the first status
+        call that finds the job FAILED stops what is left of it (its logs stay).
+        """
+        containers = self._containers(app_id)
+        snapshots = [self._snapshot(c) for c in containers]
         if not snapshots:
             return None
+        state = app_state(snapshots)
+        msg = app_message(snapshots, self.session_name)
+        live = [c for c, s in zip(containers, snapshots) if not is_terminal(s.state)]
+        if state == AppState.FAILED and live:
+            logger.info("job %s failed: stopping its %d live containers", app_id, len(live))
+            self._for_each(live, self._stop)
+            msg += f"; stopped the {len(live)} replica(s) still running"
         roles, statuses = roles_and_statuses(snapshots)
         return DescribeAppResponse(
             app_id=app_id,
-            state=app_state(snapshots),
+            state=state,
             num_restarts=max(s.restart_count for s in snapshots),
-            msg=app_message(snapshots, self.session_name),
+            msg=msg,
             roles=roles,
             roles_statuses=statuses,
         )
@@ -249,21 +265,35 @@ class DockerScheduler(Scheduler[Mapping[str, CfgVal]]):  # type: ignore[misc]
     def _cancel_existing(self, app_id: str) -> None:
         self._remove_job(app_id)
 
+    @staticmethod
+    def _for_each(containers: List[Container], action: Callable[[Container], None]) -> None:
+        if containers:
+            with ThreadPoolExecutor(max_workers=min(len(containers), 16)) as pool:
+                list(pool.map(action, containers))
+
+    @staticmethod
+    def _stop(container: Container) -> None:
+        """docker stop: SIGTERM, then SIGKILL after the job's stop timeout.
+
+        A stopped container is not restarted by its restart policy.
+        """
+        from docker.errors import NotFound
+
+        with contextlib.suppress(NotFound):
+            container.stop(timeout=int(container.labels.get(LABEL_STOP_TIMEOUT_S, 10)))
+
+    @classmethod
+    def _stop_and_remove(cls, container: Container) -> None:
+        from docker.errors import NotFound
+
+        cls._stop(container)
+        with contextlib.suppress(NotFound):
+            container.remove(force=True)
+
     def _remove_job(self, app_id: str) -> None:
         from docker.errors import NotFound
 
-        containers = self._containers(app_id)
-
-        def stop_and_remove(container: Container) -> None:
-            with contextlib.suppress(NotFound):
-                # docker stop: SIGTERM, SIGKILL after the container's stop timeout; a
-                # stopped container is never restarted by its restart policy
-                container.stop()
-                container.remove(force=True)
-
-        if containers:
-            with ThreadPoolExecutor(max_workers=min(len(containers), 16)) as pool:
-                list(pool.map(stop_and_remove, containers))
+        self._for_each(self._containers(app_id), self._stop_and_remove)
         networks = self.client.networks.list(
             filters={"label": [f"{LABEL_SCHEDULER}={SCHEDULER_NAME}", f"{LABEL_APP_ID}={app_id}"]}
         )

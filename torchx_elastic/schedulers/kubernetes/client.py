@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional
 
@@ -32,18 +33,24 @@ class KubernetesError(RuntimeError):
         self.status = status
 
 
+def _kubeconfig() -> Optional[str]:
+    return os.environ.get("KUBECONFIG") or None
+
+
 def load_api_client() -> ApiClient:
     """An API client for the current kubeconfig context, or the in-cluster account."""
     from kubernetes import client, config
 
     configuration = client.Configuration()
+    in_cluster = bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
     try:
-        if os.environ.get("KUBERNETES_SERVICE_HOST"):
+        if in_cluster:
             config.load_incluster_config(client_configuration=configuration)
         else:
-            config.load_kube_config(client_configuration=configuration)
+            # kubernetes reads $KUBECONFIG once, at import: read it now
+            config.load_kube_config(_kubeconfig(), client_configuration=configuration)
     except config.ConfigException as e:
-        where = os.environ.get("KUBECONFIG") or "~/.kube/config"
+        where = "in-cluster" if in_cluster else _kubeconfig() or "~/.kube/config"
         raise KubernetesError(
             f"no usable Kubernetes configuration ({where}): {e}."
             " Point KUBECONFIG at a kubeconfig file (e.g. one written by your cloud's"
@@ -58,7 +65,7 @@ def current_namespace() -> str:
     from kubernetes import config
 
     try:
-        _, active = config.list_kube_config_contexts()
+        _, active = config.list_kube_config_contexts(_kubeconfig())
     except config.ConfigException:
         return "default"
     return str(active.get("context", {}).get("namespace") or "default")
@@ -82,9 +89,7 @@ def api_errors(action: str, host: str) -> Iterator[None]:
     except ApiException as e:
         status = int(e.status or 0)
         message = _status_message(e.body) or str(e.reason)
-        if status == 0:
-            hint = f"cannot {action}: {e.reason}"
-        elif status == 401:
+        if status == 401:
             hint = (
                 f"cannot {action}: the API server at {host} did not accept your credentials"
                 f" ({message}); refresh them (e.g. your cloud's get-credentials command)"
@@ -98,7 +103,8 @@ def api_errors(action: str, host: str) -> Iterator[None]:
             hint = f"cannot {action}: HTTP {status} {e.reason}: {message}"
         raise KubernetesError(hint, status) from e
     except HTTPError as e:
-        reason = getattr(e, "reason", None) or e
+        # urllib3 prefixes the reason with the repr of its connection object
+        reason = re.sub(r"^<[^>]*>: ", "", str(getattr(e, "reason", None) or e))
         raise KubernetesError(
             f"cannot {action}: the Kubernetes API server at {host} is unreachable ({reason})."
             " Check that the cluster is up and that `kubectl config current-context` names it"

@@ -3,6 +3,7 @@ that build requests (``manifests``), map states (``status``) and read logs (``lo
 
 from __future__ import annotations
 
+import copy
 import logging
 import time
 from datetime import datetime
@@ -16,9 +17,10 @@ from torchx.schedulers.api import (
     Stream,
     filter_regex,
 )
-from torchx.specs import AppDef, CfgVal, ReplicaState, runopts
+from torchx.specs import AppDef, CfgVal, runopts
 
 from torchx_elastic.schedulers.kubernetes import manifests, status
+from torchx_elastic.schedulers.kubernetes import names as job_names
 from torchx_elastic.schedulers.kubernetes.client import (
     KubeApi,
     KubernetesError,
@@ -26,7 +28,7 @@ from torchx_elastic.schedulers.kubernetes.client import (
     load_api_client,
 )
 from torchx_elastic.schedulers.kubernetes.logs import since_seconds, whole_lines
-from torchx_elastic.schedulers.kubernetes.names import JobNames, new_suffix, parse_app_id
+from torchx_elastic.schedulers.kubernetes.names import JobNames, dns_label, parse_app_id
 from torchx_elastic.schedulers.kubernetes.options import BACKEND_VOLCANO, KubernetesOptions
 from torchx_elastic.schedulers.kubernetes.request import KubernetesRequest
 
@@ -58,7 +60,7 @@ class KubernetesScheduler(Scheduler[Cfg]):  # type: ignore[misc]
 
     ``client`` is a ``kubernetes.client.ApiClient`` (default: from the current kubeconfig
     context, or in-cluster); ``namespace`` is where ``list`` looks (default: the
-    context's namespace).
+    context's namespace); ``suffix`` makes the unique part of job names (tests fix it).
     """
 
     def __init__(
@@ -66,7 +68,7 @@ class KubernetesScheduler(Scheduler[Cfg]):  # type: ignore[misc]
         session_name: str,
         client: Optional[ApiClient] = None,
         namespace: Optional[str] = None,
-        suffix: Callable[[], str] = new_suffix,
+        suffix: Optional[Callable[[], str]] = None,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         super().__init__("kubernetes", session_name)
@@ -88,7 +90,8 @@ class KubernetesScheduler(Scheduler[Cfg]):  # type: ignore[misc]
         pass
 
     def _submit_dryrun(self, app: AppDef, cfg: Cfg) -> AppDryRunInfo[KubernetesRequest]:
-        request = build_request(app, KubernetesOptions.from_cfg(cfg), self._suffix())
+        suffix = self._suffix() if self._suffix else job_names.new_suffix()
+        request = build_request(app, KubernetesOptions.from_cfg(cfg), suffix)
         return AppDryRunInfo(request, str)
 
     def schedule(self, dryrun_info: AppDryRunInfo[KubernetesRequest]) -> str:
@@ -99,7 +102,8 @@ class KubernetesScheduler(Scheduler[Cfg]):  # type: ignore[misc]
             owner = api.create(request.manifests[0])
         except KubernetesError as e:
             raise self._clash(e, names, "Job") from e
-        for manifest in request.manifests[1:]:
+        for dependent in request.manifests[1:]:
+            manifest = copy.deepcopy(dependent)
             # the Service goes when its Job goes, however the Job is deleted
             manifest["metadata"]["ownerReferences"] = [
                 {
@@ -184,12 +188,13 @@ class KubernetesScheduler(Scheduler[Cfg]):  # type: ignore[misc]
     def _replica_pod(self, app_id: str, role_name: str, k: int, wait: bool) -> Obj:
         while True:
             pods = status.latest_pods(self._pods(app_id))
-            pod = pods.get((role_name, k))
+            # pods carry the role name as a label value: as the user typed it or normalized
+            pod = pods.get((role_name, k)) or pods.get((dns_label(role_name, fallback="worker"), k))
             started = pod is not None and (pod.get("status") or {}).get("phase") != "Pending"
             if started or (pod is not None and not wait):
                 return pod  # type: ignore[return-value]
-            if not wait:
-                replicas = ", ".join(f"{r}/{i}" for r, i in sorted(pods)) or "none yet"
+            if not wait or self._read(app_id) is None:
+                replicas = ", ".join(f"{r}/{i}" for r, i in sorted(pods)) or "none"
                 raise KubernetesError(
                     f"no pod of replica {role_name}/{k} in {app_id} (pods: {replicas})", 404
                 )
@@ -227,11 +232,3 @@ class KubernetesScheduler(Scheduler[Cfg]):  # type: ignore[misc]
         )
         lines = whole_lines(response.stream(decode_content=True))
         return filter_regex(regex, lines) if regex else lines
-
-
-def pending_replicas(desc: DescribeAppResponse) -> int:
-    return sum(
-        replica.state == ReplicaState.PENDING
-        for role in desc.roles_statuses
-        for replica in role.replicas
-    )

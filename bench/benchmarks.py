@@ -1,0 +1,296 @@
+"""The five benchmarks of issue 5, each a set of variants that run one at a time.
+
+A variant's ``run`` starts one complete job in a fresh directory and returns one
+:class:`Sample`; ``bench/run.py`` interleaves the variants repeat by repeat.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from bench import commands, logcheck, procs, restart
+from bench.report import Ratio
+
+BENCH_DIR = Path(__file__).resolve().parent
+REPO = BENCH_DIR.parent
+DDP_SCRIPT = "bench/ddp_script.py"
+CRASH_SCRIPT = "bench/crash_once.py"
+LOG_SCRIPT = "bench/log_heavy.py"
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Sizes and limits shared by all benchmarks (the smoke test makes them tiny)."""
+
+    env: Mapping[str, str]
+    nproc: int = 4
+    steps: int = 20
+    log_lines: int = 100_000
+    timeout_s: float = 180.0
+    restart_timeout_s: float = 120.0
+    max_restarts: int = 3
+
+
+@dataclass
+class Sample:
+    value: float | None  # None: the run failed; ``note`` says why
+    note: str = ""
+    facts: dict[str, object] = field(default_factory=dict)
+
+
+RunVariant = Callable[[Settings, Path], Sample]
+
+
+@dataclass(frozen=True)
+class Benchmark:
+    name: str
+    title: str
+    unit: str
+    variants: dict[str, tuple[str, RunVariant]]  # key -> (label, run)
+    ratios: tuple[Ratio, ...] = ()
+
+
+def _failure(outcome: procs.Outcome) -> str:
+    how = "timed out" if outcome.timed_out else f"exit codes {list(outcome.exit_codes)}"
+    return f"{how}; output: {outcome.output_path}\n{outcome.output_tail()}"
+
+
+def _wall(outcome: procs.Outcome) -> Sample:
+    if outcome.ok:
+        return Sample(outcome.wall_s)
+    return Sample(None, _failure(outcome))
+
+
+def _run(
+    commands_: list[list[str]],
+    s: Settings,
+    run_dir: Path,
+    *,
+    envs: list[dict[str, str]] | None = None,
+    timeout_s: float | None = None,
+    sample_rss: bool = False,
+) -> procs.Outcome:
+    return procs.run_together(
+        commands_,
+        output_path=run_dir / "output.log",
+        timeout_s=timeout_s or s.timeout_s,
+        cwd=REPO,
+        envs=envs or [dict(s.env)] * len(commands_),
+        sample_rss=sample_rss,
+    )
+
+
+def _steps(s: Settings) -> list[str]:
+    return ["--steps", str(s.steps)]
+
+
+# 1. launch -------------------------------------------------------------------------------
+
+
+def launch_ours(s: Settings, run_dir: Path) -> Sample:
+    command = commands.ours_torchx(
+        f"1x{s.nproc}", DDP_SCRIPT, _steps(s), log_dir=run_dir / "torchx_logs"
+    )
+    return _wall(_run([command], s, run_dir))
+
+
+def launch_torchrun(s: Settings, run_dir: Path) -> Sample:
+    return _wall(_run([commands.torchrun_standalone(s.nproc, DDP_SCRIPT, _steps(s))], s, run_dir))
+
+
+def launch_floor(s: Settings, run_dir: Path) -> Sample:
+    envs = commands.floor_envs(s.env, s.nproc, procs.free_port())
+    return _wall(_run(commands.floor(s.nproc, DDP_SCRIPT, _steps(s)), s, run_dir, envs=envs))
+
+
+# 2. two nodes on one machine ---------------------------------------------------------------
+
+
+def _per_node(s: Settings) -> int:
+    return max(1, s.nproc // 2)
+
+
+def two_nodes_ours(s: Settings, run_dir: Path) -> Sample:
+    command = commands.ours_torchx(
+        f"2x{_per_node(s)}",
+        DDP_SCRIPT,
+        _steps(s),
+        log_dir=run_dir / "torchx_logs",
+        component_args=["--rdzv_port", str(procs.free_port())],
+    )
+    return _wall(_run([command], s, run_dir))
+
+
+def two_nodes_torchrun(s: Settings, run_dir: Path) -> Sample:
+    agents = commands.torchrun_nodes(
+        2, _per_node(s), DDP_SCRIPT, _steps(s), rdzv_port=procs.free_port()
+    )
+    return _wall(_run(agents, s, run_dir))
+
+
+# 3. restart after a crash ------------------------------------------------------------------
+
+
+def _restart_sample(outcome: procs.Outcome, record_file: Path, world_size: int) -> Sample:
+    latency_s = restart.read_latency_s(record_file, world_size)
+    facts: dict[str, object] = {"wall_s": outcome.wall_s, "exit_codes": list(outcome.exit_codes)}
+    if latency_s is not None and outcome.ok:
+        return Sample(latency_s, facts=facts)
+    why = "not every rank came back" if latency_s is None else "ranks came back but the job failed"
+    return Sample(None, f"did not recover: {why}; {_failure(outcome)}", facts)
+
+
+def _crash_args(record_file: Path) -> list[str]:
+    return ["--record-file", str(record_file)]
+
+
+def restart_ours(s: Settings, run_dir: Path) -> Sample:
+    record_file = run_dir / "records.txt"
+    command = commands.ours_agent(
+        s.nproc,
+        CRASH_SCRIPT,
+        _crash_args(record_file),
+        log_dir=run_dir / "logs",
+        max_restarts=s.max_restarts,
+    )
+    outcome = _run([command], s, run_dir, timeout_s=s.restart_timeout_s)
+    return _restart_sample(outcome, record_file, s.nproc)
+
+
+def restart_torchrun(s: Settings, run_dir: Path) -> Sample:
+    record_file = run_dir / "records.txt"
+    command = commands.torchrun_standalone(
+        s.nproc, CRASH_SCRIPT, _crash_args(record_file), max_restarts=s.max_restarts
+    )
+    outcome = _run([command], s, run_dir, timeout_s=s.restart_timeout_s)
+    return _restart_sample(outcome, record_file, s.nproc)
+
+
+# 4. the agent's own memory -----------------------------------------------------------------
+
+
+def _rss_sample(outcome: procs.Outcome) -> Sample:
+    if not outcome.ok:
+        return Sample(None, _failure(outcome))
+    return Sample(outcome.peak_rss_kb[0] / 1024, facts={"wall_s": outcome.wall_s})
+
+
+def rss_ours(s: Settings, run_dir: Path) -> Sample:
+    command = commands.ours_agent(s.nproc, DDP_SCRIPT, _steps(s), log_dir=run_dir / "logs")
+    return _rss_sample(_run([command], s, run_dir, sample_rss=True))
+
+
+def rss_torchrun(s: Settings, run_dir: Path) -> Sample:
+    command = commands.torchrun_standalone(s.nproc, DDP_SCRIPT, _steps(s))
+    return _rss_sample(_run([command], s, run_dir, sample_rss=True))
+
+
+# 5. a log-heavy job ------------------------------------------------------------------------
+
+
+def _log_sample(
+    outcome: procs.Outcome, s: Settings, log_dir: Path, console_expected: int
+) -> Sample:
+    if not outcome.ok:
+        return Sample(None, _failure(outcome))
+    check = logcheck.check_log_dir(log_dir, s.log_lines)
+    console = logcheck.count_console_lines(outcome.output_path)
+    facts: dict[str, object] = {
+        "all_lines_in_files": check.complete(s.nproc),
+        "files": check.summary(s.nproc),
+        "console_lines": console,
+        "console_expected": console_expected,
+    }
+    return Sample(outcome.wall_s, facts=facts)
+
+
+def _log_args(s: Settings) -> list[str]:
+    return ["--lines", str(s.log_lines)]
+
+
+def _log_ours(s: Settings, run_dir: Path, tee: int) -> Sample:
+    log_dir = run_dir / "logs"
+    command = commands.ours_agent(s.nproc, LOG_SCRIPT, _log_args(s), log_dir=log_dir, tee=tee)
+    console_expected = s.nproc * s.log_lines if tee & 1 else 0
+    return _log_sample(_run([command], s, run_dir), s, log_dir, console_expected)
+
+
+def log_ours_console(s: Settings, run_dir: Path) -> Sample:
+    return _log_ours(s, run_dir, tee=3)
+
+
+def log_ours_quiet(s: Settings, run_dir: Path) -> Sample:
+    return _log_ours(s, run_dir, tee=0)
+
+
+def log_torchrun(s: Settings, run_dir: Path) -> Sample:
+    log_dir = run_dir / "logs"
+    command = commands.torchrun_standalone(
+        s.nproc, LOG_SCRIPT, _log_args(s), log_dir=log_dir, tee=3
+    )
+    return _log_sample(_run([command], s, run_dir), s, log_dir, s.nproc * s.log_lines)
+
+
+BENCHMARKS: dict[str, Benchmark] = {
+    b.name: b
+    for b in (
+        Benchmark(
+            "launch",
+            "1. launch",
+            "s",
+            {
+                "ours": ("ours: torchx run -s local_cwd dist.ddp -j 1xN", launch_ours),
+                "torchrun": ("torchrun --standalone --nproc_per_node N", launch_torchrun),
+                "floor": ("floor: N x python script.py", launch_floor),
+            },
+            (
+                Ratio("ours", "torchrun", goal_max=0.5),
+                Ratio("ours", "floor", goal_max=1.0, strict=True),
+                Ratio("torchrun", "floor"),
+            ),
+        ),
+        Benchmark(
+            "two_nodes",
+            "2. two nodes, one machine",
+            "s",
+            {
+                "ours": ("ours: torchx run -s local_cwd dist.ddp -j 2x(N/2)", two_nodes_ours),
+                "torchrun": ("2 torchrun agents, c10d rendezvous", two_nodes_torchrun),
+            },
+            (Ratio("ours", "torchrun"),),
+        ),
+        Benchmark(
+            "restart",
+            "3. restart latency",
+            "s",
+            {
+                "ours": ("ours: agent --max-restarts 3", restart_ours),
+                "torchrun": ("torchrun --max-restarts 3", restart_torchrun),
+            },
+            (Ratio("ours", "torchrun", goal_max=0.5),),
+        ),
+        Benchmark(
+            "agent_rss",
+            "4. agent peak RSS",
+            "MiB",
+            {
+                "ours": ("ours: agent process (VmHWM)", rss_ours),
+                "torchrun": ("torchrun agent process (VmHWM)", rss_torchrun),
+            },
+            (Ratio("ours", "torchrun"),),
+        ),
+        Benchmark(
+            "log_heavy",
+            "5. log-heavy job",
+            "s",
+            {
+                "ours_console": ("ours: agent, console on (--tee 3)", log_ours_console),
+                "ours_quiet": ("ours: agent, console off (--tee 0)", log_ours_quiet),
+                "torchrun": ("torchrun --tee 3 --log-dir", log_torchrun),
+            },
+            (Ratio("ours_console", "ours_quiet"), Ratio("ours_console", "torchrun")),
+        ),
+    )
+}

@@ -1,0 +1,270 @@
+"""``python bench/run.py``: the benchmarks of issue 5, side by side and interleaved.
+
+For each benchmark, repeat by repeat, every variant (ours / torchrun / floor) runs once,
+in an order that rotates with the repeat, so slow drifts of a shared machine hit all
+variants alike. Prints a Markdown table of medians, min/max and ratios against the goals
+and writes the JSON to ``bench/results/latest.json``. See ``docs/bench.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):  # run as a script: make ``bench`` importable from the repo root
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.benchmarks import BENCHMARKS, REPO, Benchmark, Sample, Settings  # noqa: E402
+from bench.report import BenchmarkResult, VariantResult, render_table  # noqa: E402
+
+DEFAULT_REPEATS = {"launch": 5, "two_nodes": 3, "restart": 3, "agent_rss": 3, "log_heavy": 3}
+DEFAULT_OUTPUT = REPO / "bench" / "results" / "latest.json"
+# a launcher's own variables from an enclosing job must not leak into the benchmarked ones
+_INHERITED_PREFIXES = ("PET_", "TORCHELASTIC_", "TORCHX_")
+_INHERITED_NAMES = {
+    "RANK",
+    "LOCAL_RANK",
+    "WORLD_SIZE",
+    "LOCAL_WORLD_SIZE",
+    "GROUP_RANK",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python bench/run.py",
+        description="torchx-elastic vs torchrun vs N plain processes, interleaved in one run.",
+    )
+    parser.add_argument(
+        "--only",
+        default=",".join(BENCHMARKS),
+        help=f"comma-separated benchmarks to run (default: all of {','.join(BENCHMARKS)})",
+    )
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=None,
+        help="runs of every variant of every benchmark (default: "
+        + ", ".join(f"{k} {v}" for k, v in DEFAULT_REPEATS.items())
+        + ")",
+    )
+    parser.add_argument(
+        "--quick", action="store_true", help="one run of everything (same as --repeats 1)"
+    )
+    parser.add_argument(
+        "--nproc", type=int, default=4, help="workers per job (default 4; two nodes: N/2 each)"
+    )
+    parser.add_argument(
+        "--steps", type=int, default=20, help="DDP steps of the launch job (default 20)"
+    )
+    parser.add_argument(
+        "--log-lines",
+        type=int,
+        default=100_000,
+        help="lines per rank of the log-heavy job (default 100000)",
+    )
+    parser.add_argument(
+        "--timeout-s", type=float, default=180.0, help="limit of one run (default 180)"
+    )
+    parser.add_argument(
+        "--restart-timeout-s",
+        type=float,
+        default=120.0,
+        help="a restart run not done by then is killed and counted as not recovered (default 120)",
+    )
+    parser.add_argument(
+        "--output", type=Path, default=DEFAULT_OUTPUT, help=f"JSON path (default {DEFAULT_OUTPUT})"
+    )
+    parser.add_argument(
+        "--work-dir", type=Path, default=None, help="where runs write (default: a new temp dir)"
+    )
+    parser.add_argument("--keep", action="store_true", help="keep the logs of successful runs too")
+    return parser
+
+
+def selected(only: str) -> list[Benchmark]:
+    names = [name.strip() for name in only.split(",") if name.strip()]
+    unknown = [name for name in names if name not in BENCHMARKS]
+    if unknown or not names:
+        raise SystemExit(
+            f"bench: unknown benchmark(s) {', '.join(unknown) or '(none given)'};"
+            f" choose from {', '.join(BENCHMARKS)} (e.g. --only launch,restart)"
+        )
+    return [BENCHMARKS[name] for name in names]
+
+
+def benchmark_env() -> dict[str, str]:
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if key not in _INHERITED_NAMES and not key.startswith(_INHERITED_PREFIXES)
+    }
+    # torchrun sets OMP_NUM_THREADS=1 for several workers on its own; give every variant the same
+    env.setdefault("OMP_NUM_THREADS", "1")
+    return env
+
+
+def rotated(keys: list[str], repeat: int) -> list[str]:
+    shift = repeat % len(keys)
+    return keys[shift:] + keys[:shift]
+
+
+def warm_up(env: dict[str, str]) -> None:
+    """Read torch, torchx and the agent into the page cache once, untimed."""
+    subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import torch.distributed.run, torchx.runner, torchx_elastic.agent",
+        ],
+        cwd=REPO,
+        env=env,
+        check=False,  # a broken launcher shows in the runs, with its output
+    )
+
+
+def run_benchmark(
+    bench: Benchmark, repeats: int, settings: Settings, work_dir: Path, keep: bool
+) -> tuple[BenchmarkResult, dict[str, list[Sample]]]:
+    variants = {key: VariantResult(label) for key, (label, _) in bench.variants.items()}
+    samples: dict[str, list[Sample]] = {key: [] for key in bench.variants}
+    for repeat in range(repeats):
+        for key in rotated(list(bench.variants), repeat):
+            run_dir = work_dir / bench.name / f"{key}-{repeat}"
+            run_dir.mkdir(parents=True)
+            sample = bench.variants[key][1](settings, run_dir)
+            samples[key].append(sample)
+            variants[key].samples.append(sample.value)
+            shown = "FAILED" if sample.value is None else f"{sample.value:.2f} {bench.unit}"
+            print(
+                f"[{bench.name} {repeat + 1}/{repeats}] {key}: {shown}", file=sys.stderr, flush=True
+            )
+            if sample.value is None:
+                variants[key].notes.append(f"run {repeat + 1}: {sample.note}")
+                print(f"  {sample.note}", file=sys.stderr, flush=True)
+            elif not keep:
+                shutil.rmtree(run_dir, ignore_errors=True)
+    result = BenchmarkResult(bench.name, bench.title, bench.unit, variants, bench.ratios)
+    result.notes.extend(summary_notes(bench.name, result, samples))
+    return result, samples
+
+
+def summary_notes(
+    name: str, result: BenchmarkResult, samples: dict[str, list[Sample]]
+) -> list[str]:
+    notes: list[str] = []
+    if name == "restart":
+        for key, variant in result.variants.items():
+            notes.append(
+                f"{key}: {len(variant.values)}/{len(variant.samples)} recovered"
+                " (all ranks back in the loop and the job done before the timeout)"
+            )
+    if name == "log_heavy":
+        for key, runs in samples.items():
+            done = [s for s in runs if s.value is not None]
+            files_ok = sum(1 for s in done if s.facts.get("all_lines_in_files"))
+            console_ok = sum(
+                1 for s in done if s.facts["console_lines"] == s.facts["console_expected"]
+            )
+            last = (
+                f" (last: {done[-1].facts['files']}, console {done[-1].facts['console_lines']})"
+                if done
+                else ""
+            )
+            notes.append(
+                f"{key}: every line whole and in order in the per-rank files in"
+                f" {files_ok}/{len(runs)} runs; console complete in {console_ok}/{len(runs)}{last}"
+            )
+    return notes
+
+
+def environment_facts() -> dict[str, Any]:
+    import torch
+    import torchx
+
+    return {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "torchx": torchx.__version__,
+        "cpus": os.cpu_count(),
+        "platform": platform.platform(),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    benches = selected(args.only)
+    repeats = 1 if args.quick else args.repeats
+    if repeats is not None and repeats < 1:
+        raise SystemExit(f"bench: --repeats {repeats} must be at least 1")
+    env = benchmark_env()
+    settings = Settings(
+        env=env,
+        nproc=args.nproc,
+        steps=args.steps,
+        log_lines=args.log_lines,
+        timeout_s=args.timeout_s,
+        restart_timeout_s=args.restart_timeout_s,
+    )
+    work_dir = args.work_dir or Path(tempfile.mkdtemp(prefix="torchx_elastic_bench_"))
+    work_dir.mkdir(parents=True, exist_ok=True)
+    print(f"bench: runs write under {work_dir}", file=sys.stderr, flush=True)
+
+    started = time.time()
+    load_before = os.getloadavg()
+    warm_up(env)
+    results = []
+    for bench in benches:
+        count = repeats or DEFAULT_REPEATS[bench.name]
+        result, _ = run_benchmark(bench, count, settings, work_dir, args.keep)
+        results.append(result)
+    load_after = os.getloadavg()
+
+    table = render_table(results)
+    document = {
+        "command": " ".join(["python bench/run.py", *(argv if argv is not None else sys.argv[1:])]),
+        "started_unix_s": started,
+        "duration_s": time.time() - started,
+        "settings": {
+            "nproc": settings.nproc,
+            "steps": settings.steps,
+            "log_lines": settings.log_lines,
+            "timeout_s": settings.timeout_s,
+            "restart_timeout_s": settings.restart_timeout_s,
+            "max_restarts": settings.max_restarts,
+            "omp_num_threads": env["OMP_NUM_THREADS"],
+        },
+        "machine": {
+            **environment_facts(),
+            "load_avg_1m_before": load_before[0],
+            "load_avg_1m_after": load_after[0],
+        },
+        "benchmarks": {result.name: result.as_json() for result in results},
+        "table_markdown": table,
+    }
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(json.dumps(document, indent=2) + "\n")
+    print(table)
+    print(
+        f"\n{time.time() - started:.0f} s in all; load average (1 min) {load_before[0]:.2f} before,"
+        f" {load_after[0]:.2f} after; JSON: {args.output}"
+    )
+    failed = sum(v.failed for r in results for v in r.variants.values())
+    if failed and "restart" not in {r.name for r in results}:
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,258 @@
+"""Fast tests of the benchmark harness's parts: records, log checks, ratios, commands, processes."""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from bench import commands, logcheck, procs, restart
+from bench.report import BenchmarkResult, Ratio, VariantResult, render_table
+from bench.run import benchmark_env, main, rotated, selected
+
+# records of a 2-rank run: rank 1 crashes at t=10, rank 0 is back at 12.5, rank 1 at 13
+RECORDS = """\
+loop 0 0 9.0
+loop 0 1 9.1
+crash 0 1 10.0
+loop 1 0 12.5
+loop 1 1 13.0
+"""
+
+
+def test_latency_is_crash_to_the_last_rank_back() -> None:
+    records = restart.parse_records(RECORDS)
+    assert restart.recovery_latency_s(records, world_size=2) == pytest.approx(3.0)
+
+
+def test_no_latency_while_a_rank_is_missing() -> None:
+    records = restart.parse_records(RECORDS.replace("loop 1 1 13.0\n", ""))
+    assert restart.recovery_latency_s(records, world_size=2) is None
+
+
+def test_no_latency_without_a_crash() -> None:
+    records = restart.parse_records("loop 0 0 1.0\nloop 0 1 1.0\n")
+    assert restart.recovery_latency_s(records, world_size=2) is None
+
+
+def test_a_later_complete_attempt_counts_when_the_first_restart_was_partial() -> None:
+    text = RECORDS.replace("loop 1 1 13.0\n", "") + "loop 2 0 20.0\nloop 2 1 21.0\n"
+    latency_s = restart.recovery_latency_s(restart.parse_records(text), world_size=2)
+    assert latency_s == pytest.approx(11.0)
+
+
+def test_a_bad_record_is_named() -> None:
+    with pytest.raises(
+        ValueError, match=r"record 2 is not '<loop\|crash> ATTEMPT RANK TIME': 'oops'"
+    ):
+        restart.parse_records("loop 0 0 1.0\noops\n")
+
+
+def test_missing_record_file_means_not_recovered(tmp_path: Path) -> None:
+    assert restart.read_latency_s(tmp_path / "none.txt", world_size=2) is None
+
+
+def _lines(rank: int, count: int) -> bytes:
+    return b"".join(b"bench-line rank=%d i=%d %s\n" % (rank, i, b"x" * 48) for i in range(count))
+
+
+def test_log_check_accepts_complete_logs(tmp_path: Path) -> None:
+    for rank in range(2):
+        (tmp_path / f"rank_{rank}").mkdir()
+        (tmp_path / f"rank_{rank}" / "stdout.log").write_bytes(b"hello\n" + _lines(rank, 5))
+    check = logcheck.check_log_dir(tmp_path, expected_per_rank=5)
+    assert check.complete(world_size=2)
+    assert check.summary(world_size=2) == "10/10 lines, 0 malformed"
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        lambda data: data.replace(b"i=3 ", b"i=9 "),  # out of order
+        lambda data: data.replace(b"rank=0 i=2 " + b"x" * 48 + b"\n", b""),  # missing
+        lambda data: data.replace(b"i=4 " + b"x" * 48, b"i=4 " + b"x" * 10),  # torn
+        lambda data: data + data.splitlines(keepends=True)[-1],  # a repeated line
+    ],
+)
+def test_log_check_notices_damage(damage: object, tmp_path: Path) -> None:
+    assert callable(damage)
+    check = logcheck.LogCheck(expected_per_rank=5)
+    check.feed(damage(_lines(0, 5)))
+    check.feed(_lines(1, 5))
+    assert not check.complete(world_size=2)
+
+
+def test_log_check_notices_a_missing_rank() -> None:
+    check = logcheck.LogCheck(expected_per_rank=5)
+    check.feed(_lines(0, 5))
+    assert not check.complete(world_size=2)
+
+
+def test_console_lines_are_counted_with_prefixes(tmp_path: Path) -> None:
+    path = tmp_path / "console.txt"
+    path.write_bytes(
+        b"[n0 r0] " + _lines(0, 3).replace(b"\nbench", b"\n[n0 r0] bench") + b"noise\n"
+    )
+    assert logcheck.count_console_lines(path) == 3
+
+
+def _variants(ours: list[float | None], torchrun: list[float | None]) -> dict[str, VariantResult]:
+    return {"ours": VariantResult("o", ours), "torchrun": VariantResult("t", torchrun)}
+
+
+def test_ratio_of_medians_and_goal() -> None:
+    variants = _variants([1.0, 2.0, 9.0], [4.0, 5.0, None])
+    assert variants["torchrun"].failed == 1
+    assert Ratio("ours", "torchrun").value(variants) == pytest.approx(2.0 / 4.5)
+    assert Ratio("ours", "torchrun", goal_max=0.5).status(variants) == "PASS"
+    assert Ratio("ours", "torchrun", goal_max=0.4).status(variants) == "MISS"
+    assert Ratio("ours", "torchrun").status(variants) == ""
+
+
+def test_strict_goal_misses_at_equality() -> None:
+    variants = _variants([2.0], [2.0])
+    assert Ratio("ours", "torchrun", goal_max=1.0).status(variants) == "PASS"
+    assert Ratio("ours", "torchrun", goal_max=1.0, strict=True).status(variants) == "MISS"
+
+
+def test_ratio_without_samples_is_not_applicable() -> None:
+    variants = _variants([None], [3.0])
+    assert Ratio("ours", "torchrun", goal_max=0.5).status(variants) == "n/a"
+
+
+def test_table_shows_medians_spread_ratios_and_notes() -> None:
+    result = BenchmarkResult(
+        "launch",
+        "1. launch",
+        "s",
+        _variants([1.0, 3.0, 2.0], [4.0, 4.0, None]),
+        (Ratio("ours", "torchrun", goal_max=0.5),),
+        notes=["noisy"],
+    )
+    table = render_table([result])
+    assert "| 1. launch | ours | o | 2.00 s | 1.00 | 3.00 | 3/3 |" in table
+    assert "| 1. launch | torchrun | t | 4.00 s | 4.00 | 4.00 | 2/3 |" in table
+    assert "| 1. launch | ours / torchrun | 0.50x | <= 0.5 | PASS |" in table
+    assert "- 1. launch: noisy" in table
+    assert result.as_json()["ratios"][0]["status"] == "PASS"
+
+
+def test_ours_is_the_real_torchx_cli(tmp_path: Path) -> None:
+    command = commands.ours_torchx("1x4", "s.py", ["--steps", "2"], log_dir=tmp_path)
+    assert command[0] == str(Path(sys.executable).parent / "torchx")
+    assert command[1:] == [
+        "run", "-s", "local_cwd", "-cfg", f"log_dir={tmp_path}",
+        "dist.ddp", "-j", "1x4", "--script", "s.py", "--", "--steps", "2",
+    ]  # fmt: skip
+
+
+def test_two_torchrun_agents_share_one_rendezvous() -> None:
+    first, second = commands.torchrun_nodes(2, 2, "s.py", rdzv_port=1234)
+    assert first == second
+    assert first[first.index("--rdzv-endpoint") + 1] == "localhost:1234"
+    assert first[first.index("--nnodes") + 1] == "2"
+
+
+def test_floor_sets_the_distributed_environment_by_hand() -> None:
+    envs = commands.floor_envs({"A": "1"}, nproc=2, master_port=4321)
+    assert [env["RANK"] for env in envs] == ["0", "1"]
+    assert {env["WORLD_SIZE"] for env in envs} == {"2"}
+    assert {env["MASTER_PORT"] for env in envs} == {"4321"}
+    assert all(env["A"] == "1" for env in envs)
+
+
+def test_benchmark_env_drops_an_enclosing_jobs_variables(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RANK", "3")
+    monkeypatch.setenv("PET_NNODES", "2")
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "x")
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    env = benchmark_env()
+    assert "RANK" not in env and "PET_NNODES" not in env and "TORCHELASTIC_RUN_ID" not in env
+    assert env["OMP_NUM_THREADS"] == "1"
+
+
+def test_variant_order_rotates_per_repeat() -> None:
+    assert [rotated(["a", "b", "c"], r) for r in range(4)] == [
+        ["a", "b", "c"], ["b", "c", "a"], ["c", "a", "b"], ["a", "b", "c"],
+    ]  # fmt: skip
+
+
+def test_unknown_benchmark_is_named_with_the_choices() -> None:
+    with pytest.raises(
+        SystemExit, match=r"bench: unknown benchmark\(s\) lunch; choose from launch,"
+    ):
+        selected("lunch")
+
+
+def test_repeats_must_be_positive() -> None:
+    with pytest.raises(SystemExit, match=r"bench: --repeats 0 must be at least 1"):
+        main(["--repeats", "0"])
+
+
+def test_run_together_times_and_reports_exit_codes(tmp_path: Path) -> None:
+    outcome = procs.run_together(
+        [
+            [sys.executable, "-c", "import time; time.sleep(0.3)"],
+            [sys.executable, "-c", "print('bye'); raise SystemExit(3)"],
+        ],
+        output_path=tmp_path / "out.log",
+        timeout_s=30,
+        cwd=tmp_path,
+        envs=[{}, {}],
+    )
+    assert outcome.exit_codes == (0, 3)
+    assert not outcome.ok and not outcome.timed_out
+    assert 0.3 <= outcome.wall_s < 10
+    assert outcome.output_tail() == "bye"
+
+
+def test_run_together_needs_one_env_per_command(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="2 commands but 1 environments"):
+        procs.run_together(
+            [["true"], ["true"]], output_path=tmp_path / "o", timeout_s=1, cwd=tmp_path, envs=[{}]
+        )
+
+
+def test_timeout_stops_the_whole_tree_including_other_sessions(tmp_path: Path) -> None:
+    pid_file = tmp_path / "grandchild.pid"
+    launcher = textwrap.dedent(
+        f"""
+        import signal, subprocess, sys, time
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a launcher that ignores SIGTERM
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
+                                 start_new_session=True)
+        open({str(pid_file)!r}, "w").write(str(child.pid))
+        time.sleep(60)
+        """
+    )
+    start = time.monotonic()
+    outcome = procs.run_together(
+        [[sys.executable, "-c", launcher]],
+        output_path=tmp_path / "out.log",
+        timeout_s=1.5,
+        cwd=tmp_path,
+        envs=[{}],
+    )
+    assert outcome.timed_out and outcome.exit_codes == (None,)
+    assert time.monotonic() - start < 20
+    grandchild = int(pid_file.read_text())
+    time.sleep(0.2)
+    status = Path(f"/proc/{grandchild}/status")
+    assert not status.exists() or "zombie" in status.read_text()
+
+
+def test_peak_rss_is_sampled_from_the_process(tmp_path: Path) -> None:
+    grow = "b = bytearray(64 * 1024 * 1024); import time; time.sleep(0.5)"
+    outcome = procs.run_together(
+        [[sys.executable, "-c", grow]],
+        output_path=tmp_path / "out.log",
+        timeout_s=30,
+        cwd=tmp_path,
+        envs=[{}],
+        sample_rss=True,
+    )
+    assert outcome.ok
+    assert outcome.peak_rss_kb[0] > 64 * 1024

@@ -1,0 +1,249 @@
+"""The scheduler against a stateful fake engine: submit, status, list, logs, cancel, errors."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import pytest
+from docker_fake_engine import FakeEngine, FakeImage
+from torchx.specs import AppState
+
+from torchx_elastic.components.dist import ddp
+from torchx_elastic.schedulers.docker import DockerScheduler, create_scheduler
+from torchx_elastic.schedulers.docker.errors import (
+    ContainerStartError,
+    EngineUnreachableError,
+    ImageMissingError,
+    NameClashError,
+)
+
+
+def submit(scheduler: DockerScheduler, j: str = "2x2", **cfg: object) -> str:
+    app = ddp(script="examples/main.py", j=j, max_retries=int(cfg.pop("max_retries", 0)))  # type: ignore[call-overload]
+    return scheduler.submit(app, cfg)  # type: ignore[arg-type]
+
+
+def test_submit_runs_one_container_per_replica_on_the_job_network(
+    scheduler: DockerScheduler, engine: FakeEngine
+) -> None:
+    app_id = submit(scheduler)
+    assert sorted(engine.containers) == [f"{app_id}-main-0", f"{app_id}-main-1"]
+    assert list(engine.networks) == [f"torchx-{app_id}"]
+    for container in engine.containers.values():
+        assert container.status == "running"
+        assert container.kwargs["network"] == f"torchx-{app_id}"
+        assert container.kwargs["environment"]["TORCHX_RANK0_HOST"] == f"{app_id}-main-0"
+    assert engine.images.pulls == []  # the local image is used as it is
+
+
+def test_status_follows_the_containers(scheduler: DockerScheduler, engine: FakeEngine) -> None:
+    app_id = submit(scheduler)
+    desc = scheduler.describe(app_id)
+    assert desc is not None and desc.state == AppState.RUNNING
+    assert [r.hostname for r in desc.roles_statuses[0].replicas] == [
+        f"{app_id}-main-0",
+        f"{app_id}-main-1",
+    ]
+    for container in engine.containers.values():
+        container.finish(0)
+    desc = scheduler.describe(app_id)
+    assert desc is not None and desc.state == AppState.SUCCEEDED
+    assert desc.roles[0].num_replicas == 2
+    assert scheduler.describe("no-such-job") is None
+
+
+def test_killed_replica_fails_the_job_with_its_root_cause(
+    scheduler: DockerScheduler, engine: FakeEngine
+) -> None:
+    app_id = submit(scheduler)
+    rank1 = engine.containers[f"{app_id}-main-1"]
+    rank1.write("[1:2] step 10\n")
+    rank1.crash(137)
+    desc = scheduler.describe(app_id)
+    assert desc is not None and desc.state == AppState.FAILED
+    assert desc.msg == (
+        f"main[1] (container {app_id}-main-1) failed first: exit code 137 (killed by SIGKILL,"
+        f" e.g. docker kill or docker stop); its log: torchx log docker://test/{app_id}/main/1"
+    )
+    replica1 = desc.roles_statuses[0].replicas[1]
+    assert replica1.state == AppState.FAILED
+    assert "last log lines: [1:2] step 10" in replica1.structured_error_msg
+
+
+def test_with_max_retries_a_killed_replica_is_restarted(
+    scheduler: DockerScheduler, engine: FakeEngine
+) -> None:
+    app_id = submit(scheduler, max_retries=1)
+    rank1 = engine.containers[f"{app_id}-main-1"]
+    assert rank1.kwargs["restart_policy"] == {"Name": "on-failure", "MaximumRetryCount": 1}
+    rank1.crash(137)
+    desc = scheduler.describe(app_id)
+    assert desc is not None and desc.state == AppState.RUNNING
+    assert desc.num_restarts == 1
+    rank1.crash(137)  # restarts used up
+    desc = scheduler.describe(app_id)
+    assert desc is not None and desc.state == AppState.FAILED
+
+
+def test_list_shows_each_job_once(scheduler: DockerScheduler, engine: FakeEngine) -> None:
+    first = submit(scheduler)
+    second = submit(scheduler, j="1x1")
+    engine.containers[f"{second}-main-0"].finish(0)
+    listed = {(r.app_id, r.state) for r in scheduler.list()}
+    assert listed == {(first, AppState.RUNNING), (second, AppState.SUCCEEDED)}
+
+
+def test_logs_per_replica_in_whole_lines(scheduler: DockerScheduler, engine: FakeEngine) -> None:
+    app_id = submit(scheduler)
+    rank1 = engine.containers[f"{app_id}-main-1"]
+    rank1.write("[1:2] world size 4, rank 2\n")
+    rank1.write("[1:3] a warning\n", stream="stderr")
+    rank1.write("[1:2] done\n")
+    engine.containers[f"{app_id}-main-0"].write("[0:0] rank 0\n")
+
+    lines = list(scheduler.log_iter(app_id, "main", k=1))
+    assert lines == ["[1:2] world size 4, rank 2\n", "[1:3] a warning\n", "[1:2] done\n"]
+    assert list(scheduler.log_iter(app_id, "main", k=1, regex="rank")) == [lines[0]]
+    from torchx.schedulers.api import Stream
+
+    assert list(scheduler.log_iter(app_id, "main", k=1, streams=Stream.STDERR)) == [lines[1]]
+    since = datetime(2026, 1, 1)
+    list(scheduler.log_iter(app_id, "main", k=0, since=since, should_tail=True))
+    assert engine.log_calls[-1] == {"since": since, "until": None, "follow": True}
+
+
+def test_logs_of_a_replica_that_does_not_exist(scheduler: DockerScheduler) -> None:
+    app_id = submit(scheduler)
+    with pytest.raises(ValueError) as error:
+        scheduler.log_iter(app_id, "main", k=5)
+    assert str(error.value) == f"job {app_id} has no replica main/5; its replicas: main/0, main/1"
+
+
+def test_cancel_leaves_nothing_behind(scheduler: DockerScheduler, engine: FakeEngine) -> None:
+    app_id = submit(scheduler)
+    other = submit(scheduler, j="1x1")
+    scheduler.cancel(app_id)
+    assert sorted(engine.containers) == [f"{other}-main-0"]
+    assert list(engine.networks) == [f"torchx-{other}"]
+    # stopped (SIGTERM, SIGKILL after stop_timeout_s), then removed
+    for name in (f"{app_id}-main-0", f"{app_id}-main-1"):
+        assert engine.calls.index(f"stop {name} timeout=10") < engine.calls.index(f"remove {name}")
+    assert scheduler.describe(app_id) is None
+    scheduler.cancel(app_id)  # idempotent
+
+
+def test_cancel_cleans_up_a_finished_job(scheduler: DockerScheduler, engine: FakeEngine) -> None:
+    app_id = submit(scheduler)
+    for container in engine.containers.values():
+        container.finish(1)
+    scheduler.cancel(app_id)
+    assert engine.containers == {} and engine.networks == {}
+
+
+# -- errors -------------------------------------------------------------------------------
+
+
+def test_no_engine_reachable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
+    scheduler = create_scheduler("test")
+    with pytest.raises(EngineUnreachableError) as error:
+        scheduler.list()
+    message = str(error.value)
+    assert message.startswith("no Docker engine reachable (Error while fetching server API version")
+    assert message.endswith(
+        "; start one: as root, ci/docker-engine.sh installs Debian's docker.io and starts"
+        " dockerd; or point DOCKER_HOST at a running engine"
+    )
+
+
+def test_image_missing_and_pull_fails(scheduler: DockerScheduler, engine: FakeEngine) -> None:
+    del engine.local_images["torchx-elastic:latest"]
+    with pytest.raises(ImageMissingError) as error:
+        submit(scheduler)
+    assert str(error.value) == (
+        "image 'torchx-elastic:latest' is not in the local Docker engine and pulling it failed:"
+        " pull access denied for torchx-elastic:latest, repository does not exist; build it"
+        " with docker/build-image.sh (torchx-elastic:latest, no registry needed), or docker"
+        " load / docker pull it"
+    )
+    assert engine.images.pulls == ["torchx-elastic:latest"]
+    assert engine.containers == {} and engine.networks == {}
+
+
+def test_image_missing_and_pulling_forbidden(
+    scheduler: DockerScheduler, engine: FakeEngine
+) -> None:
+    del engine.local_images["torchx-elastic:latest"]
+    with pytest.raises(ImageMissingError, match="and image_pull=never forbids pulling it; build"):
+        submit(scheduler, image_pull="never")
+    assert engine.images.pulls == []
+
+
+def test_missing_image_is_pulled_when_a_registry_has_it(
+    scheduler: DockerScheduler, engine: FakeEngine
+) -> None:
+    del engine.local_images["torchx-elastic:latest"]
+    engine.registry_images.add("torchx-elastic:latest")
+    submit(scheduler)
+    assert engine.images.pulls == ["torchx-elastic:latest"]
+
+
+def test_pull_always_falls_back_to_the_local_image(
+    scheduler: DockerScheduler, engine: FakeEngine
+) -> None:
+    app_id = submit(scheduler, image_pull="always")
+    assert engine.images.pulls == ["torchx-elastic:latest"]
+    assert len(scheduler.describe(app_id).roles_statuses[0].replicas) == 2  # type: ignore[union-attr]
+
+
+def test_name_clash_with_an_existing_container(
+    scheduler: DockerScheduler, engine: FakeEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(
+        "torchx_elastic.schedulers.docker.scheduler.make_unique", lambda name: "main-fixed"
+    )
+    submit(scheduler)
+    engine.networks.clear()  # only the containers are left over
+    with pytest.raises(NameClashError) as error:
+        submit(scheduler)
+    assert str(error.value) == (
+        "container name(s) already in use: main-fixed-main-0, main-fixed-main-1 (a job with the"
+        " same id or its leftovers); remove them with `docker rm -f main-fixed-main-0"
+        " main-fixed-main-1` or run again (a new run gets a new app id)"
+    )
+
+
+def test_name_clash_with_an_existing_network(
+    scheduler: DockerScheduler, engine: FakeEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(
+        "torchx_elastic.schedulers.docker.scheduler.make_unique", lambda name: "main-fixed"
+    )
+    engine.networks_api.create("torchx-main-fixed")
+    with pytest.raises(
+        NameClashError, match=r"^network name\(s\) already in use: torchx-main-fixed"
+    ):
+        submit(scheduler)
+    assert engine.containers == {}
+
+
+def test_container_that_fails_to_start(scheduler: DockerScheduler, engine: FakeEngine) -> None:
+    engine.local_images["no-python"] = FakeImage("no-python", executables=("sh",))
+    app = ddp(script="main.py", j="2x1", image="no-python")
+    with pytest.raises(ContainerStartError) as error:
+        scheduler.submit(app, {})
+    name = error.value.args[0].split()[1]
+    assert str(error.value) == (
+        f"container {name} (main[0]) failed to start: failed to create shim task: OCI runtime"
+        ' create failed: exec: "python3": executable file not found in $PATH; check that the'
+        " image 'no-python' has the entrypoint 'python3' and that mount sources exist. The"
+        " job's containers and network were removed"
+    )
+    assert engine.containers == {} and engine.networks == {}
+
+
+def test_container_that_cannot_be_created(scheduler: DockerScheduler, engine: FakeEngine) -> None:
+    app = ddp(script="main.py", j="2x1", mounts=["type=bind", "src=/no/such/dir", "dst=/data"])
+    with pytest.raises(ContainerStartError, match="bind source path does not exist: /no/such/dir"):
+        scheduler.submit(app, {})
+    assert engine.containers == {} and engine.networks == {}

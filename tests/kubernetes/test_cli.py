@@ -1,0 +1,203 @@
+"""The real torchx CLI (``torchx run/status/log/list/cancel -s kubernetes``) against the
+fake cluster, through a generated kubeconfig, as a user would drive it."""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+import yaml
+from torchx.cli.argparse_util import ArgOnceAction, torchxconfig
+from torchx.cli.main import main as torchx_main
+
+from tests.kubernetes.conftest import SUFFIX
+from tests.kubernetes.fake_api import FakeCluster
+from tests.kubernetes.validation import validate_all
+from torchx_elastic.schedulers.kubernetes.client import KubernetesError
+
+JOB = f"main-{SUFFIX}"
+HANDLE = f"kubernetes://torchx/default:{JOB}"
+RUN = ["run", "-s", "kubernetes", "dist.ddp", "-j", "2:4x8", "-h", "gpu.small"]
+
+
+@pytest.fixture(autouse=True)
+def _isolated(fake: FakeCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)  # no .torchxconfig of the checkout
+    monkeypatch.setattr("torchx_elastic.schedulers.kubernetes.names.new_suffix", lambda: SUFFIX)
+    # torchx's CLI remembers flags across calls in one process (class-level sets)
+    for action in (ArgOnceAction, torchxconfig):
+        monkeypatch.setattr(action, "called_args", set())
+
+
+def _torchx(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
+    """``torchx *argv`` in this process, as if in a fresh one; returns its stdout."""
+    ArgOnceAction.called_args.clear()
+    torchxconfig.called_args.clear()
+    capsys.readouterr()
+    torchx_main(list(argv))
+    return capsys.readouterr().out
+
+
+def test_dryrun_prints_yaml_that_kubectl_apply_accepts() -> None:
+    """A real ``torchx`` process; the YAML after the header is the request, as it is."""
+    result = subprocess.run(
+        [
+            Path(sys.executable).parent / "torchx",
+            *RUN[:1],
+            "--dryrun",
+            *RUN[1:],
+            "--script",
+            "main.py",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "TORCHX_CONTEXT_NAME": "test"},
+    )
+    request = result.stdout.split("=== SCHEDULER REQUEST ===\n", 1)[1]
+    job, service = yaml.safe_load_all(request)
+    validate_all([job, service])
+    name = job["metadata"]["name"]
+    env = {
+        e["name"]: e.get("value") for e in job["spec"]["template"]["spec"]["containers"][0]["env"]
+    }
+    assert env["TORCHX_RANK0_HOST"] == f"{name}-0.{name}.default.svc"
+    assert env["TORCHX_JOB_ID"] == f"kubernetes://torchx/default:{name}"
+
+
+def test_a_torchx_process_submits_to_the_fake_cluster(fake: FakeCluster, tmp_path: Path) -> None:
+    """A fresh ``torchx`` process: entry point, kubeconfig, submit and first status."""
+    result = subprocess.run(
+        [Path(sys.executable).parent / "torchx", *RUN, "--script", "main.py"],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=tmp_path,
+    )
+    (handle,) = result.stdout.split()
+    name = handle.rpartition(":")[2]
+    assert handle.startswith("kubernetes://torchx/default:main-")
+    assert len(fake.pods(name)) == 4 and ("default", name) in fake.objects["services"]
+    assert "State: PENDING" in result.stderr
+
+
+def _run(capsys: pytest.CaptureFixture[str], fake: FakeCluster) -> None:
+    assert _torchx(capsys, *RUN, "--script", "main.py").strip() == HANDLE
+    assert len(fake.pods(JOB)) == 4
+
+
+def _start_all(fake: FakeCluster) -> None:
+    for index in range(4):
+        pod = fake.pod(JOB, index)
+        fake.set_phase(pod, "Running")
+        fake.write_log(pod, f"[{index}]: hel".encode())
+        fake.write_log(pod, b"lo\n")
+
+
+def test_run_then_status_shows_why_pods_do_not_start(
+    fake: FakeCluster, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO)
+    _run(capsys, fake)
+    assert "State: PENDING" in caplog.text  # torchx run prints the first status
+
+    # an image that cannot be pulled shows on the next status call
+    fake.wait_image(fake.pod(JOB, 3))
+    status = _torchx(capsys, "status", HANDLE)
+    assert "State: PENDING" in status
+    pod3 = fake.pod(JOB, 3)["metadata"]["name"]
+    assert (
+        f'Msg: main[3] pod {pod3}: ImagePullBackOff: Back-off pulling image "torchx-elastic:latest"'
+    ) in status
+
+    _start_all(fake)
+    status = _torchx(capsys, "status", HANDLE)
+    assert "State: RUNNING" in status and " *main[0]:RUNNING" in status
+
+
+def test_log_per_replica_and_per_role(
+    fake: FakeCluster, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _run(capsys, fake)
+    _start_all(fake)
+    out = _torchx(capsys, "log", f"{HANDLE}/main/2")
+    assert out.splitlines() == ["main/2 [2]: hello"]
+    out = _torchx(capsys, "log", f"{HANDLE}/main")
+    assert sorted(out.splitlines()) == [f"main/{i} [{i}]: hello" for i in range(4)]
+
+
+def test_log_tail_follows_until_the_pod_ends(
+    fake: FakeCluster, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _run(capsys, fake)
+    _start_all(fake)
+    follower = threading.Thread(target=torchx_main, args=(["log", "--tail", f"{HANDLE}/main/0"],))
+    follower.start()
+    fake.write_log(fake.pod(JOB, 0), b"[0]: step 1\n")
+    fake.set_phase(fake.pod(JOB, 0), "Succeeded")
+    follower.join(timeout=10)
+    assert not follower.is_alive()
+    assert capsys.readouterr().out.splitlines() == ["main/0 [0]: hello", "main/0 [0]: step 1"]
+
+
+def test_list_then_cancel_then_status_of_the_deleted_job(
+    fake: FakeCluster, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    _run(capsys, fake)
+    _start_all(fake)
+    listed = _torchx(capsys, "list", "-s", "kubernetes")
+    assert f"default:{JOB}" in listed and "RUNNING" in listed
+
+    _torchx(capsys, "cancel", HANDLE)
+    assert fake.objects["jobs"] == {} and fake.objects["services"] == {} and fake.pods(JOB) == []
+
+    caplog.clear()
+    with pytest.raises(SystemExit) as exit_:
+        _torchx(capsys, "status", HANDLE)
+    assert exit_.value.code == 1
+    assert (
+        f"AppDef: default:{JOB}, does not exist or has been removed from kubernetes's data plane"
+        in caplog.text
+    )
+
+
+def test_run_options_from_the_command_line(
+    fake: FakeCluster, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cfg = "queue=team-q,tolerations=nvidia.com/gpu:NoSchedule,secret_env=HF_TOKEN:hf/token"
+    _torchx(capsys, "run", "-s", "kubernetes", "-cfg", cfg, *RUN[3:], "--script", "main.py")
+    job = fake.objects["jobs"][("default", JOB)]
+    assert job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team-q"
+    spec = job["spec"]["template"]["spec"]
+    assert spec["tolerations"] == [
+        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+    ]
+
+
+def test_run_option_errors_reach_the_user(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(ValueError) as error:
+        _torchx(
+            capsys, "run", "-s", "kubernetes", "-cfg", "backend=kueue", *RUN[3:], "--script", "m.py"
+        )
+    assert str(error.value).startswith("invalid kubernetes run option backend='kueue'")
+
+
+def test_forbidden_through_the_cli(fake: FakeCluster, capsys: pytest.CaptureFixture[str]) -> None:
+    fake.forbid("get", "jobs")
+    with pytest.raises(KubernetesError) as error:
+        _torchx(capsys, "status", HANDLE)
+    assert str(error.value).startswith(
+        f"cannot read Job {JOB} in namespace default: forbidden (jobs.batch is forbidden:"
+        ' User "alice" cannot get resource "jobs"'
+    )
+
+
+def test_runopts_lists_the_options(capsys: pytest.CaptureFixture[str]) -> None:
+    out = _torchx(capsys, "runopts", "kubernetes")
+    for option in ("namespace", "backend", "queue", "tolerations", "secret_env"):
+        assert f"{option}={option.upper()} (" in out

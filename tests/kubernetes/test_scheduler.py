@@ -1,0 +1,395 @@
+"""The scheduler against the fake cluster: submit, status transitions, logs, cancel, list,
+and each error a user can meet, read as the user reads it."""
+
+from __future__ import annotations
+
+import threading
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any, List
+
+import pytest
+from torchx.schedulers.api import Stream
+from torchx.specs import AppState, ReplicaState
+
+from tests.kubernetes.conftest import SUFFIX
+from tests.kubernetes.fake_api import FakeCluster
+from torchx_elastic.components.dist import ddp
+from torchx_elastic.schedulers.kubernetes import create_scheduler
+from torchx_elastic.schedulers.kubernetes.client import KubernetesError
+from torchx_elastic.schedulers.kubernetes.logs import since_seconds, whole_lines
+from torchx_elastic.schedulers.kubernetes.scheduler import KubernetesScheduler
+
+JOB = f"main-{SUFFIX}"
+APP_ID = f"default:{JOB}"
+
+
+def _submit(scheduler: KubernetesScheduler, j: str = "2:4x8", **cfg: Any) -> str:
+    app = ddp(script="main.py", j=j, h="gpu.small", **cfg.pop("app", {}))
+    return str(scheduler.submit(app, cfg))
+
+
+def _states(scheduler: KubernetesScheduler, app_id: str = APP_ID) -> List[ReplicaState]:
+    desc = scheduler.describe(app_id)
+    assert desc is not None
+    return [r.state for r in desc.roles_statuses[0].replicas]
+
+
+def test_submit_creates_an_indexed_job_and_its_service(
+    scheduler: KubernetesScheduler, fake: FakeCluster
+) -> None:
+    assert _submit(scheduler) == APP_ID
+    job = fake.objects["jobs"][("default", JOB)]
+    service = fake.objects["services"][("default", JOB)]
+    # the Service is owned by the Job: it goes when the Job goes, however it is deleted
+    assert service["metadata"]["ownerReferences"] == [
+        {"apiVersion": "batch/v1", "kind": "Job", "name": JOB, "uid": job["metadata"]["uid"]}
+    ]
+    pods = fake.pods(JOB)
+    assert [p["spec"]["hostname"] for p in pods] == [f"{JOB}-{i}" for i in range(4)]
+    assert {p["spec"]["subdomain"] for p in pods} == {JOB}
+
+
+def test_status_follows_the_pods(scheduler: KubernetesScheduler, fake: FakeCluster) -> None:
+    _submit(scheduler, j="2x1")
+    desc = scheduler.describe(APP_ID)
+    assert desc is not None
+    assert (desc.state, desc.msg) == (AppState.PENDING, "")
+    assert [r.name for r in desc.roles] == ["main"] and desc.roles[0].num_replicas == 2
+
+    fake.set_phase(fake.pod(JOB, 0), "Running")
+    assert _states(scheduler) == [ReplicaState.RUNNING, ReplicaState.PENDING]
+    assert scheduler.describe(APP_ID).state == AppState.RUNNING  # type: ignore[union-attr]
+
+    fake.set_phase(fake.pod(JOB, 1), "Running")
+    for index in (0, 1):
+        fake.set_phase(fake.pod(JOB, index), "Succeeded")
+    desc = scheduler.describe(APP_ID)
+    assert desc is not None and desc.state == AppState.SUCCEEDED
+    assert _states(scheduler) == [ReplicaState.SUCCEEDED] * 2
+
+
+def test_image_pull_failure_shows_on_the_first_status_call(
+    scheduler: KubernetesScheduler, fake: FakeCluster
+) -> None:
+    _submit(scheduler)
+    pod = fake.pod(JOB, 0)
+    fake.wait_image(pod)
+    desc = scheduler.describe(APP_ID)
+    assert desc is not None and desc.state == AppState.PENDING
+    assert desc.msg == (
+        f"main[0] pod {pod['metadata']['name']}: ImagePullBackOff:"
+        ' Back-off pulling image "torchx-elastic:latest"'
+    )
+
+
+def test_unschedulable_and_oom_killed_pods_say_so(
+    scheduler: KubernetesScheduler, fake: FakeCluster
+) -> None:
+    _submit(scheduler, j="2x1", app={"max_retries": 1})
+    fake.unschedulable(fake.pod(JOB, 1), "0/3 nodes are available: 3 Insufficient nvidia.com/gpu.")
+    first = fake.pod(JOB, 0)
+    fake.set_phase(first, "Running")
+    fake.set_phase(first, "Failed", exit_code=137, reason="OOMKilled")
+    desc = scheduler.describe(APP_ID)
+    assert desc is not None
+    # one retry left: the Job replaced pod 0 (same index), so the replica is pending again
+    assert desc.state == AppState.PENDING and desc.num_restarts == 1
+    assert fake.pod(JOB, 0)["metadata"]["name"] != first["metadata"]["name"]
+    assert desc.msg == (
+        f"main[1] pod {fake.pod(JOB, 1)['metadata']['name']}: Unschedulable:"
+        " 0/3 nodes are available: 3 Insufficient nvidia.com/gpu."
+    )
+    fake.set_phase(fake.pod(JOB, 0), "Failed", exit_code=137, reason="OOMKilled")
+    desc = scheduler.describe(APP_ID)
+    assert desc is not None and desc.state == AppState.FAILED
+    lines = desc.msg.splitlines()
+    assert lines[0] == "BackoffLimitExceeded: Job has reached the specified backoff limit"
+    assert (
+        f"main[0] pod {fake.pod(JOB, 0)['metadata']['name']}: OOMKilled (container main,"
+        in (lines[1])
+    )
+    assert lines[1].endswith("exit code 137)")
+
+
+def test_a_suspended_job_waits_for_its_queue(
+    scheduler: KubernetesScheduler, fake: FakeCluster
+) -> None:
+    _submit(scheduler, queue="team-q")
+    fake.objects["jobs"][("default", JOB)]["spec"]["suspend"] = True  # as Kueue's webhook does
+    desc = scheduler.describe(APP_ID)
+    assert desc is not None
+    assert (desc.state, desc.msg) == (
+        AppState.PENDING,
+        "suspended, waiting for admission by queue team-q",
+    )
+
+
+def test_log_is_whole_lines_even_when_chunks_split_them(
+    scheduler: KubernetesScheduler, fake: FakeCluster
+) -> None:
+    _submit(scheduler, j="2x1")
+    pod = fake.pod(JOB, 1)
+    fake.set_phase(pod, "Running")
+    for chunk in (b"[0]: step 1\n[0]: st", b"ep 2\n[1]: caf\xc3", b"\xa9\n", b"no newline"):
+        fake.write_log(pod, chunk)
+    lines = list(scheduler.log_iter(APP_ID, "main", 1))
+    assert lines == ["[0]: step 1\n", "[0]: step 2\n", "[1]: café\n", "no newline\n"]
+    assert list(scheduler.log_iter(APP_ID, "main", 1, regex="step")) == lines[:2]
+    assert list(scheduler.log_iter(APP_ID, "Main", 1)) == lines  # the role as typed
+
+
+def test_log_since(scheduler: KubernetesScheduler, fake: FakeCluster) -> None:
+    _submit(scheduler, j="2x1")
+    pod = fake.pod(JOB, 0)
+    fake.set_phase(pod, "Running")
+    fake.write_log(pod, b"old\n", age_s=600)
+    fake.write_log(pod, b"new\n")
+    since = datetime.now() - timedelta(seconds=60)
+    assert list(scheduler.log_iter(APP_ID, "main", 0, since=since)) == ["new\n"]
+    assert list(scheduler.log_iter(APP_ID, "main", 0)) == ["old\n", "new\n"]
+
+
+def test_log_follow_yields_lines_as_they_come_until_the_pod_ends(
+    scheduler: KubernetesScheduler, fake: FakeCluster
+) -> None:
+    _submit(scheduler, j="2x1")
+    pod = fake.pod(JOB, 0)
+    fake.set_phase(pod, "Running")
+    fake.write_log(pod, b"first\n")
+    lines = iter(scheduler.log_iter(APP_ID, "main", 0, should_tail=True))
+    assert next(lines) == "first\n"
+
+    def finish() -> None:
+        fake.write_log(pod, b"sec")
+        fake.write_log(pod, b"ond\n")
+        fake.set_phase(pod, "Succeeded")
+
+    threading.Thread(target=finish).start()
+    assert list(lines) == ["second\n"]
+
+
+def test_log_follow_waits_for_the_pod_to_start(fake: FakeCluster) -> None:
+    naps: List[float] = []
+
+    def start_pod(seconds: float) -> None:  # the scheduler's sleep between polls
+        naps.append(seconds)
+        pod = fake.pod(JOB, 1)
+        fake.write_log(pod, b"up\n")
+        fake.set_phase(pod, "Running")
+        fake.set_phase(pod, "Succeeded")
+
+    scheduler = KubernetesScheduler("test", suffix=lambda: SUFFIX, sleep=start_pod)
+    _submit(scheduler, j="2x1")
+    assert list(scheduler.log_iter(APP_ID, "main", 1, should_tail=True)) == ["up\n"]
+    assert naps == [1.0]
+
+
+def test_log_follow_stops_waiting_when_the_job_is_gone(fake: FakeCluster) -> None:
+    def cancel(seconds: float) -> None:
+        scheduler.cancel(APP_ID)
+
+    scheduler = KubernetesScheduler("test", suffix=lambda: SUFFIX, sleep=cancel)
+    _submit(scheduler, j="2x1")
+    with pytest.raises(KubernetesError) as error:
+        list(scheduler.log_iter(APP_ID, "main", 0, should_tail=True))
+    assert str(error.value) == f"no pod of replica main/0 in {APP_ID} (pods: none)"
+
+
+def test_log_of_a_pending_replica(scheduler: KubernetesScheduler, fake: FakeCluster) -> None:
+    _submit(scheduler, j="2x1")
+    assert list(scheduler.log_iter(APP_ID, "main", 0)) == []
+    fake.wait_image(fake.pod(JOB, 0))
+    with pytest.raises(KubernetesError) as error:
+        list(scheduler.log_iter(APP_ID, "main", 0, should_tail=True))
+    assert str(error.value) == (
+        f"replica main/0 of {APP_ID} has not started: ImagePullBackOff:"
+        ' Back-off pulling image "torchx-elastic:latest"'
+    )
+    with pytest.raises(KubernetesError) as error:
+        list(scheduler.log_iter(APP_ID, "main", 7))
+    assert str(error.value) == f"no pod of replica main/7 in {APP_ID} (pods: main/0, main/1)"
+
+
+def test_log_options_it_cannot_honour(scheduler: KubernetesScheduler) -> None:
+    with pytest.raises(ValueError) as error:
+        scheduler.log_iter(APP_ID, "main", until=datetime.now())
+    assert str(error.value) == "the kubernetes scheduler cannot stop logs at a time (until)"
+    with pytest.raises(ValueError) as error:
+        scheduler.log_iter(APP_ID, "main", streams=Stream.STDERR)
+    assert str(error.value) == (
+        "the kubernetes scheduler has one combined log stream, not Stream.STDERR"
+    )
+
+
+def test_cancel_deletes_the_job_its_pods_and_the_service(
+    scheduler: KubernetesScheduler, fake: FakeCluster
+) -> None:
+    _submit(scheduler)
+    fake.set_phase(fake.pod(JOB, 0), "Running")
+    scheduler.cancel(APP_ID)
+    assert fake.objects["jobs"] == {} and fake.objects["services"] == {}
+    assert fake.pods(JOB) == []  # not orphaned: the delete asked for propagation
+    assert scheduler.describe(APP_ID) is None
+    scheduler.cancel(APP_ID)  # idempotent
+
+
+def test_list_by_label(scheduler: KubernetesScheduler, fake: FakeCluster) -> None:
+    _submit(scheduler)
+    fake.objects["jobs"][("default", "not-ours")] = {"metadata": {"name": "x", "labels": {}}}
+    fake.set_phase(fake.pod(JOB, 0), "Running")
+    apps = scheduler.list()
+    assert [(a.app_id, a.state) for a in apps] == [(APP_ID, AppState.RUNNING)]
+
+
+def test_volcano_backend(scheduler: KubernetesScheduler, fake: FakeCluster) -> None:
+    app_id = _submit(scheduler, backend="volcano")
+    assert app_id == APP_ID and fake.objects["jobs"] == {}
+    job = fake.objects["vcjobs"][("default", JOB)]
+    assert [p["metadata"]["name"] for p in fake.pods(JOB)] == [
+        f"{JOB}-main-{i}-0" for i in range(4)
+    ]
+    desc = scheduler.describe(APP_ID)
+    assert desc is not None and desc.state == AppState.PENDING
+    fake.wait_image(fake.pod(JOB, 2))
+    job["status"] = {"state": {"phase": "Running"}}
+    fake.set_phase(fake.pod(JOB, 0), "Running")
+    desc = scheduler.describe(APP_ID)
+    assert desc is not None and desc.state == AppState.RUNNING
+    assert _states(scheduler)[:3] == [ReplicaState.RUNNING, ReplicaState.PENDING] + [
+        ReplicaState.PENDING
+    ]
+    assert "main[2] pod " in desc.msg and "ImagePullBackOff" in desc.msg
+    job["status"] = {"state": {"phase": "Failed"}}
+    assert scheduler.describe(APP_ID).state == AppState.FAILED  # type: ignore[union-attr]
+    scheduler.cancel(APP_ID)
+    assert fake.objects["vcjobs"] == {} and fake.pods(JOB) == []
+
+
+def test_status_of_an_unknown_job_without_volcano_installed(
+    scheduler: KubernetesScheduler, fake: FakeCluster
+) -> None:
+    fake.volcano = False
+    assert scheduler.describe("default:gone") is None
+
+
+# -- errors, as the user reads them ----------------------------------------------------------
+
+
+def test_name_clash(scheduler: KubernetesScheduler, fake: FakeCluster) -> None:
+    app = ddp(script="main.py", j="2x1")
+    info = scheduler.submit_dryrun(app, {})
+    scheduler.schedule(info)
+    with pytest.raises(KubernetesError) as error:
+        scheduler.schedule(scheduler.submit_dryrun(app, {}))
+    assert error.value.status == 409
+    assert str(error.value) == (
+        f"a Job named {JOB} already exists in namespace default; names are unique per run,"
+        " so this request was submitted before."
+        f" See it with `torchx status kubernetes://test/{APP_ID}`"
+        " or submit the app again for a new name"
+    )
+
+
+def test_service_clash_rolls_the_job_back(
+    scheduler: KubernetesScheduler, fake: FakeCluster
+) -> None:
+    fake.objects["services"][("default", JOB)] = {"metadata": {"name": JOB, "labels": {}}}
+    with pytest.raises(KubernetesError) as error:
+        _submit(scheduler)
+    assert str(error.value).startswith(f"a Service named {JOB} already exists")
+    assert fake.objects["jobs"] == {} and fake.pods(JOB) == []
+
+
+def test_forbidden(scheduler: KubernetesScheduler, fake: FakeCluster) -> None:
+    fake.forbid("create", "jobs")
+    with pytest.raises(KubernetesError) as error:
+        _submit(scheduler)
+    assert error.value.status == 403
+    assert str(error.value) == (
+        f"cannot create Job {JOB} in namespace default: forbidden (jobs.batch is forbidden:"
+        ' User "alice" cannot create resource "jobs" in API group "batch" in the namespace'
+        ' "default"). Ask a cluster admin for a Role that grants it, or choose a namespace'
+        " you may use with -cfg namespace=NAME"
+    )
+
+
+def test_expired_credentials(scheduler: KubernetesScheduler, fake: FakeCluster) -> None:
+    fake.token_expired = True
+    with pytest.raises(KubernetesError) as error:
+        scheduler.describe(APP_ID)
+    assert str(error.value) == (
+        f"cannot read Job {JOB} in namespace default: the API server at {fake.url} did not"
+        " accept your credentials (Unauthorized); refresh them (e.g. your cloud's"
+        " get-credentials command)"
+    )
+
+
+def test_invalid_manifest_is_answered_like_a_cluster(
+    scheduler: KubernetesScheduler, fake: FakeCluster
+) -> None:
+    """The fake validates what it is sent: the check of the scheduler's output can fail."""
+    info = scheduler.submit_dryrun(ddp(script="main.py", j="2x1"), {})
+    info.request.manifests[0]["spec"]["completionsMode"] = "Indexed"
+    with pytest.raises(KubernetesError) as error:
+        scheduler.schedule(info)
+    assert error.value.status == 422
+    assert str(error.value).startswith(
+        f"cannot create Job {JOB} in namespace default: HTTP 422 Unprocessable Entity:"
+        f" Job '{JOB}' is invalid: Additional properties are not allowed"
+    )
+
+
+def test_no_kubeconfig(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    missing = tmp_path / "missing"
+    monkeypatch.setenv("KUBECONFIG", str(missing))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    with pytest.raises(KubernetesError) as error:
+        create_scheduler("test").describe(APP_ID)
+    assert str(error.value) == (
+        f"no usable Kubernetes configuration ({missing}): Invalid kube-config file."
+        " No configuration found.. Point KUBECONFIG at a kubeconfig file (e.g. one written"
+        " by your cloud's get-credentials command) or run inside the cluster with a"
+        " service account"
+    )
+
+
+def test_in_cluster_without_a_service_account(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.0.0.1")
+    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "443")
+    with pytest.raises(KubernetesError) as error:
+        create_scheduler("test").describe(APP_ID)
+    assert str(error.value).startswith(
+        "no usable Kubernetes configuration (in-cluster): Service token file does not exist."
+    )
+
+
+def test_unreachable_api_server(fake: FakeCluster, tmp_path: Path, monkeypatch: Any) -> None:
+    url = fake.url
+    fake.stop()
+    with pytest.raises(KubernetesError) as error:
+        create_scheduler("test").describe(APP_ID)
+    assert str(error.value) == (
+        f"cannot read Job {JOB} in namespace default: the Kubernetes API server at {url}"
+        " is unreachable (Failed to establish a new connection: [Errno 111] Connection"
+        " refused). Check that the cluster is up and that `kubectl config current-context`"
+        " names it"
+    )
+
+
+def test_injected_client_and_list_namespace(fake: FakeCluster) -> None:
+    from kubernetes import client
+
+    configuration = client.Configuration()
+    configuration.host = fake.url
+    scheduler = create_scheduler("test", client=client.ApiClient(configuration), namespace="ns")
+    assert scheduler.list() == []
+    assert fake.requests == [("list", "jobs/")]
+
+
+def test_line_splitting_and_since() -> None:
+    assert list(whole_lines([b"a\r", b"b\n\n", b""])) == ["a\rb\n", "\n"]
+    assert since_seconds(None) is None
+    now = datetime(2026, 1, 1, 12, 0, 0)
+    assert since_seconds(now - timedelta(seconds=1.2), now) == 2
+    assert since_seconds(now + timedelta(seconds=5), now) == 1

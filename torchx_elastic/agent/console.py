@@ -1,0 +1,257 @@
+"""The agent's console: worker lines as they come, and one progress bar for the node.
+
+- :class:`PlainConsole` (not a terminal: CI, ``kubectl logs``, ``docker logs``, the files
+  torchx tails): prefixed lines on the agent's stdout/stderr as the workers wrote them, no
+  colour, and every ``status_interval_s`` one plain progress line while the ranks report
+  progress.
+- :class:`LiveConsole` (a terminal): the same lines, prefixes coloured per rank, scrolling
+  above one live progress bar drawn by ``rich`` (imported only here, only then).
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+from collections.abc import Callable
+from typing import IO, TYPE_CHECKING, Any, BinaryIO, Literal
+
+from torchx_elastic.agent.channel import RankActivity
+from torchx_elastic.agent.output import Stream
+from torchx_elastic.agent.progress_bar import JobProgress, details, status_line, summarize
+
+if TYPE_CHECKING:
+    from rich.console import RenderableType
+
+ConsoleMode = Literal["auto", "plain", "live"]
+CONSOLE_MODES: tuple[ConsoleMode, ...] = ("auto", "plain", "live")
+DEFAULT_STATUS_INTERVAL_S = 5.0
+RANK_COLOURS = (
+    "cyan",
+    "magenta",
+    "green",
+    "yellow",
+    "blue",
+    "red",
+    "bright_cyan",
+    "bright_magenta",
+)
+
+
+class _Progress:
+    """The node's ranks (updated each attempt) and their activity, summarized on demand."""
+
+    def __init__(self, activity: RankActivity) -> None:
+        self.activity = activity
+        self.node = 0
+        self.global_ranks: dict[int, int] = {}
+
+    def start_attempt(self, node_rank: int, global_ranks: dict[int, int]) -> None:
+        self.node, self.global_ranks = node_rank, global_ranks
+
+    def summary(self) -> JobProgress | None:
+        return summarize(self.activity.snapshot(), self.global_ranks)
+
+
+class PlainConsole:
+    """Prefixed lines on two byte streams; a plain progress line every few seconds."""
+
+    def __init__(
+        self,
+        activity: RankActivity,
+        out: BinaryIO | None = None,
+        err: BinaryIO | None = None,
+        status_interval_s: float = DEFAULT_STATUS_INTERVAL_S,
+    ) -> None:
+        self._progress = _Progress(activity)
+        self._streams = {"stdout": out or sys.stdout.buffer, "stderr": err or sys.stderr.buffer}
+        self._lock = threading.Lock()
+        self._closed = threading.Event()
+        self._status_interval_s = status_interval_s
+        self._last_status: JobProgress | None = None
+        self._thread: threading.Thread | None = None
+        if status_interval_s > 0:
+            self._thread = threading.Thread(
+                target=self._status_loop, name="torchx-elastic-status", daemon=True
+            )
+            self._thread.start()
+
+    def start_attempt(self, node_rank: int, global_ranks: dict[int, int]) -> None:
+        self._progress.start_attempt(node_rank, global_ranks)
+
+    def lines(self, stream: Stream, rank: int, prefix: bytes, lines: list[bytes]) -> None:
+        text = b"".join([prefix + line + b"\n" for line in lines])
+        with self._lock:
+            out = self._streams[stream]
+            out.write(text)
+            out.flush()
+
+    def transient(self, rank: int, prefix: bytes, text: bytes | None) -> None:
+        """Not shown: a rewritten line appears once, in its final form, when it ends."""
+
+    def print_status(self) -> None:
+        """Print the progress line now if the ranks moved since the last one."""
+        progress = self._progress.summary()
+        if progress is None or progress == self._last_status:
+            return
+        self._last_status = progress
+        line = status_line(progress, self._progress.node).encode() + b"\n"
+        with self._lock:
+            out = self._streams["stderr"]
+            out.write(line)
+            out.flush()
+
+    def _status_loop(self) -> None:
+        while not self._closed.wait(self._status_interval_s):
+            self.print_status()
+
+    def close(self) -> None:
+        if self._closed.is_set():
+            return
+        self._closed.set()
+        if self._thread is not None:
+            self._thread.join(timeout=2.0)
+        self.print_status()
+
+
+class LiveConsole:
+    """Lines scrolling above one live progress bar, on a terminal, drawn with ``rich``."""
+
+    def __init__(self, activity: RankActivity, file: IO[str] | None = None) -> None:
+        from rich.console import Console as RichConsole
+        from rich.live import Live
+
+        self._progress = _Progress(activity)
+        self._transients: dict[int, tuple[str, str]] = {}
+        self._styles: dict[int, Any] = {}
+        self._lock = threading.Lock()
+        self._console = RichConsole(
+            file=file or sys.stdout, force_terminal=True, highlight=False, emoji=False
+        )
+        self._live = Live(
+            _Renderable(self._render),
+            console=self._console,
+            refresh_per_second=4,
+            transient=False,
+            redirect_stdout=False,
+            redirect_stderr=False,
+        )
+        self._live.start()
+        self._closed = False
+
+    def start_attempt(self, node_rank: int, global_ranks: dict[int, int]) -> None:
+        self._progress.start_attempt(node_rank, global_ranks)
+
+    def _text(self, rank: int, prefix: bytes, line: bytes) -> Any:
+        from rich.text import Text
+
+        body = line.decode("utf-8", "replace")
+        text = Text(prefix.decode("utf-8", "replace"), style=self._style(rank))
+        text.append_text(Text.from_ansi(body) if "\x1b" in body else Text(body))
+        return text
+
+    def _style(self, rank: int) -> Any:
+        from rich.style import Style
+
+        style = self._styles.get(rank)
+        if style is None:
+            style = self._styles[rank] = Style(color=RANK_COLOURS[rank % len(RANK_COLOURS)])
+        return style
+
+    def lines(self, stream: Stream, rank: int, prefix: bytes, lines: list[bytes]) -> None:
+        from rich.segment import Segment, Segments
+
+        # segments, not Text: no re-wrapping or markup work per line (the terminal wraps)
+        head = Segment(prefix.decode("utf-8", "replace"), self._style(rank))
+        newline = Segment("\n")
+        segments: list[Segment] = []
+        for line in lines:
+            if b"\x1b" in line:  # the worker's own colours: parsed, so no stray codes leak
+                segments += self._text(rank, prefix, line).render(self._console)
+            else:
+                segments += (head, Segment(line.decode("utf-8", "replace")))
+            segments.append(newline)
+        # no lock of ours here: rich's Live holds its own while it calls _render
+        self._console.print(Segments(segments), end="", soft_wrap=True)
+
+    def transient(self, rank: int, prefix: bytes, text: bytes | None) -> None:
+        with self._lock:
+            if text is None:
+                self._transients.pop(rank, None)
+            else:
+                self._transients[rank] = (
+                    prefix.decode("utf-8", "replace"),
+                    text.decode("utf-8", "replace"),
+                )
+
+    def _render(self) -> RenderableType:
+        from rich.console import Group
+        from rich.progress_bar import ProgressBar
+        from rich.table import Table
+        from rich.text import Text
+
+        parts: list[RenderableType] = []
+        with self._lock:
+            transients = sorted(self._transients.items())
+        for rank, (prefix, body) in transients:
+            parts.append(self._text(rank, prefix.encode(), body.encode()))
+        progress = self._progress.summary()
+        if progress is not None:
+            grid = Table.grid(padding=(0, 1))
+            grid.add_row(
+                Text(f"n{self._progress.node}", style="bold"),
+                ProgressBar(total=progress.total, completed=progress.slowest_step, width=30),
+                Text(f"{progress.slowest_step}/{progress.total or '?'}"),
+                Text(details(progress), style="dim"),
+            )
+            parts.append(grid)
+        return Group(*parts)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        self._live.refresh()
+        self._live.stop()
+
+
+class _Renderable:
+    """Re-rendered by ``rich.live.Live`` at every refresh."""
+
+    def __init__(self, render: Callable[[], RenderableType]) -> None:
+        self._render = render
+
+    def __rich__(self) -> RenderableType:
+        return self._render()
+
+
+def is_terminal(stream: IO[Any]) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+def make_console(
+    mode: ConsoleMode, activity: RankActivity, status_interval_s: float = DEFAULT_STATUS_INTERVAL_S
+) -> PlainConsole | LiveConsole:
+    """``auto``: live when the agent's stdout is a terminal, plain otherwise."""
+    if mode == "live" or (mode == "auto" and is_terminal(sys.stdout)):
+        return LiveConsole(activity)
+    return PlainConsole(activity, status_interval_s=status_interval_s)
+
+
+def parse_rank_filter(text: str) -> frozenset[int] | None:
+    """``--console-ranks``: ``all`` (or empty), or ranks and ranges, e.g. ``0,2-3``."""
+    if text.strip() in ("", "all"):
+        return None
+    ranks: set[int] = set()
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        low, dash, high = item.partition("-")
+        if not low.isdigit() or (dash and not high.isdigit()) or (dash and int(high) < int(low)):
+            raise ValueError(
+                f"--console-ranks {text!r}: {item!r} is not a rank or a range LOW-HIGH;"
+                " expected e.g. 0 or 0,2-3 or all"
+            )
+        ranks.update(range(int(low), int(high if dash else low) + 1))
+    return frozenset(ranks)

@@ -1,0 +1,292 @@
+"""When the job fails: which rank failed first and why, which ranks only died with it.
+
+:func:`classify` is the whole policy (pure, unit-tested): a rank is a *victim* when it was
+stopped by SIGTERM/SIGKILL (the agent stops every rank once one fails) or when its error
+shows a lost peer (gloo "Connection closed by peer", "Connection reset by peer", NCCL
+remote errors, broken pipes); the *root cause* is the first failure by time (error-file
+timestamp, then exit time) among the others. :func:`render` writes the "Root cause" section,
+:func:`summary` the same facts as JSON (``summary_node<N>.json`` in the log directory).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import signal
+import socket
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from torch.distributed.elastic.multiprocessing.errors import ProcessFailure
+
+from torchx_elastic.agent.output import RankOutput
+
+STDERR_TAIL_LINES = 10
+_TAIL_BYTES = 64 * 1024
+_AGENT_STOP_SIGNALS = frozenset({-int(signal.SIGTERM), -int(signal.SIGKILL)})
+PEER_LOST = re.compile(
+    r"connection closed by peer|connection reset by peer|broken pipe"
+    r"|ncclRemoteError|remote process exited|NCCL communicator was aborted",
+    re.IGNORECASE,
+)
+
+
+@dataclass(frozen=True)
+class RankFailure:
+    """The facts about one failed rank."""
+
+    rank: int
+    local_rank: int
+    node: int
+    pid: int
+    exitcode: int
+    error_time_s: float | None = None
+    exit_time_s: float | None = None
+    message: str = ""
+    traceback: str = ""
+    stderr_tail: tuple[str, ...] = ()
+    stdout_path: str = ""
+    stderr_path: str = ""
+    error_path: str = ""
+
+    @property
+    def how(self) -> str:
+        """``exit code 1`` or ``signal SIGTERM``."""
+        if self.exitcode < 0:
+            try:
+                return f"signal {signal.Signals(-self.exitcode).name}"
+            except ValueError:
+                return f"signal {-self.exitcode}"
+        return f"exit code {self.exitcode}"
+
+    def sort_key(self) -> tuple[float, float, int]:
+        # error-file timestamps have whole seconds: compare those first, then exit times
+        first = self.error_time_s if self.error_time_s is not None else self.exit_time_s
+        return (
+            math.inf if first is None else math.floor(first),
+            math.inf if self.exit_time_s is None else self.exit_time_s,
+            self.rank,
+        )
+
+
+@dataclass(frozen=True)
+class Victim:
+    failure: RankFailure
+    reason: str
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """``root`` failed first; ``root_is_victim``: even it only lost a peer (look elsewhere)."""
+
+    root: RankFailure | None
+    root_is_victim: bool = False
+    causes: tuple[RankFailure, ...] = ()
+    victims: tuple[Victim, ...] = field(default=())
+
+
+def victim_reason(failure: RankFailure) -> str | None:
+    """Why this rank looks like a victim of another rank's failure; None if it does not."""
+    for text in (failure.message, failure.traceback, *reversed(failure.stderr_tail)):
+        match = PEER_LOST.search(text)
+        if match:
+            line = next(ln for ln in text.splitlines() if PEER_LOST.search(ln)).strip()
+            return f"lost a peer: {line}"
+    if failure.exitcode in _AGENT_STOP_SIGNALS and not failure.traceback:
+        return f"stopped by {failure.how[len('signal ') :]} after another rank failed"
+    return None
+
+
+def classify(failures: Sequence[RankFailure]) -> Verdict:
+    """Root cause, other independent failures, and victims (each sorted by time)."""
+    ordered = sorted(failures, key=RankFailure.sort_key)
+    reasons = {f.rank: victim_reason(f) for f in ordered}
+    if ordered and all(f.exitcode in _AGENT_STOP_SIGNALS and not f.traceback for f in ordered):
+        # only signals (e.g. the OOM killer's SIGKILL, then the agent's SIGTERMs): the first
+        # signalled rank did not die of another rank's failure
+        reasons[ordered[0].rank] = None
+    causes = [f for f in ordered if reasons[f.rank] is None]
+    if causes:
+        root, root_is_victim = causes[0], False
+    elif ordered:
+        root, root_is_victim = ordered[0], True
+    else:
+        return Verdict(root=None)
+    victims = tuple(
+        Victim(f, reasons[f.rank] or "")
+        for f in ordered
+        if reasons[f.rank] is not None and f is not root
+    )
+    return Verdict(root, root_is_victim, tuple(c for c in causes if c is not root), victims)
+
+
+def read_tail(path: str, lines: int = STDERR_TAIL_LINES) -> tuple[str, ...]:
+    """The last ``lines`` lines of a file (empty when it cannot be read)."""
+    try:
+        with open(path, "rb") as file:
+            file.seek(max(0, os.path.getsize(path) - _TAIL_BYTES))
+            text = file.read().decode("utf-8", "replace")
+    except OSError:
+        return ()
+    return tuple(text.splitlines()[-lines:])
+
+
+def _error_details(failure: ProcessFailure) -> tuple[str, str, float | None]:
+    """Message, traceback and timestamp from the rank's error file (torch's format)."""
+    if not os.path.isfile(failure.error_file):
+        return "", "", None  # torch fills in placeholders ("<NONE>", "<N/A>")
+    data: Any = failure.error_file_data
+    message: Any = data.get("message") if isinstance(data, dict) else None
+    if isinstance(message, dict):
+        extra = message.get("extraInfo") or {}
+        timestamp = extra.get("timestamp")
+        return (
+            str(message.get("message", "")),
+            str(extra.get("py_callstack", "")),
+            float(timestamp) if timestamp is not None else None,
+        )
+    if isinstance(message, str) and message:
+        return message, "", float(failure.timestamp)
+    return "", "", None
+
+
+def _without_traceback(tail: tuple[str, ...], traceback: str) -> tuple[str, ...]:
+    """The stderr lines before the traceback (which is shown on its own)."""
+    if not traceback:
+        return tail
+    for index in range(len(tail) - 1, -1, -1):
+        if tail[index].startswith("Traceback (most recent call last)"):
+            return tail[:index]
+    return tail if tail and tail[-1].strip() not in traceback else ()
+
+
+def collect(
+    failures: Mapping[int, ProcessFailure],
+    outputs: Sequence[RankOutput],
+    ended_at: Mapping[int, float],
+    error_paths: Mapping[int, str],
+) -> list[RankFailure]:
+    """The facts of each failed rank (``failures`` by global rank, the rest by local rank)."""
+    by_local = {o.local_rank: o for o in outputs}
+    facts = []
+    for rank, failure in failures.items():
+        output = by_local.get(failure.local_rank)
+        message, traceback, error_time_s = _error_details(failure)
+        if not traceback and message.startswith("To enable traceback"):
+            message = ""  # torch's placeholder when there is no error file
+        tail = read_tail(output.stderr_path, STDERR_TAIL_LINES + 40) if output else ()
+        facts.append(
+            RankFailure(
+                rank=rank,
+                local_rank=failure.local_rank,
+                node=output.node_rank if output else 0,
+                pid=failure.pid,
+                exitcode=failure.exitcode,
+                error_time_s=error_time_s,
+                exit_time_s=ended_at.get(failure.local_rank, float(failure.timestamp)),
+                message=message,
+                traceback=traceback,
+                stderr_tail=_without_traceback(tail, traceback)[-STDERR_TAIL_LINES:],
+                stdout_path=output.stdout_path if output else "",
+                stderr_path=output.stderr_path if output else "",
+                error_path=error_paths.get(failure.local_rank, ""),
+            )
+        )
+    return facts
+
+
+def _indent(text: str, spaces: int) -> list[str]:
+    return [" " * spaces + line for line in text.rstrip("\n").splitlines()]
+
+
+def render(verdict: Verdict, log_dir: str, summary_path: str | None = None) -> str:
+    """The "Root cause" section printed when the job fails."""
+    root = verdict.root
+    lines = ["", "=" * 72, "Root cause", "=" * 72]
+    if root is None:
+        lines.append("  the job failed, but no worker did (see the agent's messages above)")
+    else:
+        first = (
+            "failed first" if not verdict.root_is_victim else "failed first, but only lost a peer"
+        )
+        lines.append(
+            f"  rank {root.rank} (node {root.node}, local rank {root.local_rank}, pid {root.pid})"
+            f" {first}: {root.how}"
+        )
+        if verdict.root_is_victim:
+            lines.append(
+                "  no rank on this node failed on its own: look for the root cause in the"
+                " other nodes' reports"
+            )
+        if root.traceback:
+            lines.append("  traceback:")
+            lines += _indent(root.traceback, 4)
+        elif root.message:
+            lines.append(f"  error: {root.message}")
+        if root.stderr_tail:
+            lines.append(
+                f"  last lines of stderr{' before the traceback' if root.traceback else ''}:"
+            )
+            lines += ["    " + line for line in root.stderr_tail]
+        lines.append(f"  stdout: {root.stdout_path}")
+        lines.append(f"  stderr: {root.stderr_path}")
+        if root.error_path and os.path.exists(root.error_path):
+            lines.append(f"  error file: {root.error_path}")
+    for cause in verdict.causes:
+        lines.append(
+            f"  also failed on its own: rank {cause.rank} ({cause.how}) {cause.message}".rstrip()
+        )
+    if verdict.victims:
+        lines.append("Victims (failed only because a peer failed):")
+        for victim in verdict.victims:
+            f = victim.failure
+            where = f"node {f.node}, local rank {f.local_rank}"
+            lines.append(f"  rank {f.rank} ({where}): {f.how}, {victim.reason}")
+    lines.append(f"Logs of every rank: {log_dir}")
+    if summary_path:
+        lines.append(f"Summary (JSON): {summary_path}")
+    return "\n".join(lines) + "\n"
+
+
+def summary(
+    verdict: Verdict | None, state: str, node: int, attempt: int, log_dir: str, exit_code: int
+) -> dict[str, Any]:
+    """The JSON summary of the run on this node (same facts as :func:`render`)."""
+
+    def facts(failure: RankFailure) -> dict[str, Any]:
+        return {**asdict(failure), "stderr_tail": list(failure.stderr_tail), "how": failure.how}
+
+    data: dict[str, Any] = {
+        "state": state,
+        "exit_code": exit_code,
+        "node": node,
+        "host": socket.gethostname(),
+        "attempt": attempt,
+        "log_dir": log_dir,
+        "root_cause": None,
+        "root_cause_is_victim": False,
+        "other_causes": [],
+        "victims": [],
+    }
+    if verdict is not None and verdict.root is not None:
+        data["root_cause"] = facts(verdict.root)
+        data["root_cause_is_victim"] = verdict.root_is_victim
+        data["other_causes"] = [facts(c) for c in verdict.causes]
+        data["victims"] = [{**facts(v.failure), "reason": v.reason} for v in verdict.victims]
+    return data
+
+
+def summary_path(log_dir: str, node: int) -> str:
+    return os.path.join(log_dir, f"summary_node{node}.json")
+
+
+def write_summary(path: str, data: Mapping[str, Any]) -> None:
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w") as file:
+        json.dump(data, file, indent=2)
+        file.write("\n")
+    os.replace(tmp, path)

@@ -1,0 +1,116 @@
+"""Everything the user sees of one agent run, wired together for the launcher.
+
+One :class:`ConsoleSession` per agent run owns the worker -> agent channel (progress,
+heartbeats), the console (live bar or plain lines), the event log, and at the end writes the
+JSON summary and prints the "Root cause" report. Each attempt's workers get a fresh
+:class:`~torchx_elastic.agent.output.RankSink` from :meth:`make_sink`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from collections.abc import Collection
+from typing import TextIO
+
+from torch.distributed.elastic.agent.server.api import RunResult
+
+from torchx_elastic.agent import report
+from torchx_elastic.agent.channel import ActivityChannel, RankActivity
+from torchx_elastic.agent.console import DEFAULT_STATUS_INTERVAL_S, ConsoleMode, make_console
+from torchx_elastic.agent.events import EventLog
+from torchx_elastic.agent.output import DEFAULT_PREFIX, RankOutput, RankSink
+
+log = logging.getLogger(__name__)
+
+
+class ConsoleSession:
+    def __init__(
+        self,
+        log_dir: str,
+        mode: ConsoleMode = "auto",
+        prefix_template: str = DEFAULT_PREFIX,
+        tee: int = 3,
+        show_ranks: Collection[int] | None = None,
+        role: str = "",
+        status_interval_s: float = DEFAULT_STATUS_INTERVAL_S,
+    ) -> None:
+        self.log_dir = log_dir
+        self.activity = RankActivity()
+        self.channel = ActivityChannel(self.activity)
+        self.console = make_console(mode, self.activity, status_interval_s)
+        self.events = EventLog.in_dir(log_dir)
+        self._prefix_template = prefix_template
+        self._tee = tee
+        self._show_ranks = show_ranks
+        self._role = role
+        self._sinks: list[RankSink] = []
+        self._closed = False
+
+    def worker_env(self) -> dict[str, str]:
+        """Extra environment of every worker (the channel's address)."""
+        return self.channel.env()
+
+    def make_sink(self, ranks: list[RankOutput]) -> RankSink:
+        sink = RankSink(
+            ranks, self.console, self._prefix_template, self._tee, self._show_ranks, self._role
+        )
+        self._sinks.append(sink)
+        return sink
+
+    def close(self) -> None:
+        """Stop the console (a live bar is drawn one last time) and the channel."""
+        if self._closed:
+            return
+        self._closed = True
+        self.console.close()
+        self.channel.close()
+
+    def finish(
+        self, result: RunResult | None, exit_code: int, attempt: int, out: TextIO | None = None
+    ) -> report.Verdict | None:
+        """After the run: close, write the summary, log ``exit``, print the report on failure."""
+        self.close()
+        sink = self._sinks[-1] if self._sinks else None
+        outputs = sink.outputs if sink else []
+        node = outputs[0].node_rank if outputs else (self.events.node or 0)
+        verdict = None
+        failed = result is not None and result.is_failed()
+        if failed:
+            assert result is not None
+            error_paths = {
+                o.local_rank: os.path.join(os.path.dirname(o.stderr_path), "error.json")
+                for o in outputs
+            }
+            facts = report.collect(
+                result.failures, outputs, sink.ended_at if sink else {}, error_paths
+            )
+            verdict = report.classify(facts)
+        state = "FAILED" if failed else ("SUCCEEDED" if exit_code == 0 else "STOPPED")
+        path: str | None = report.summary_path(self.log_dir, node)
+        try:
+            report.write_summary(
+                report.summary_path(self.log_dir, node),
+                report.summary(verdict, state, node, attempt, self.log_dir, exit_code),
+            )
+        except OSError as err:
+            log.warning("cannot write the run summary %s: %s", path, err)
+            path = None
+        root = verdict.root if verdict else None
+        self.events.emit(
+            "exit",
+            exit_code=exit_code,
+            state=state,
+            attempt=attempt,
+            root_cause_rank=None if root is None else root.rank,
+            summary=path,
+        )
+        if verdict is not None:
+            print(
+                report.render(verdict, self.log_dir, path),
+                file=out or sys.stderr,
+                end="",
+                flush=True,
+            )
+        return verdict

@@ -1,0 +1,62 @@
+"""Hang watchdog: a rank that sends no progress or heartbeat for ``hang_timeout_s``."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable, Iterable
+
+from torchx_elastic.agent.channel import RankActivity
+
+HANG_MESSAGE_PREFIX = "hang:"
+
+
+class HangWatchdog:
+    """Finds stalled ranks of the current attempt.
+
+    A rank's clock starts when its attempt starts and is reset by every ``progress()`` or
+    ``heartbeat()`` it sends (``torchx_elastic.worker``); a rank that never reports counts as
+    silent from the start, so the watchdog is for scripts that report.
+    """
+
+    def __init__(
+        self, activity: RankActivity, timeout_s: float, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.timeout_s = timeout_s
+        self._activity = activity
+        self._clock = clock
+        self._attempt_started_s = clock()
+
+    def attempt_started(self, attempt: int) -> None:
+        self._activity.new_attempt(attempt)
+        self._attempt_started_s = self._clock()
+
+    def stalled(self, local_ranks: Iterable[int]) -> list[int]:
+        now_s = self._clock()
+        return [
+            local_rank
+            for local_rank in local_ranks
+            if now_s - (self._activity.last_seen_s(local_rank) or self._attempt_started_s)
+            > self.timeout_s
+        ]
+
+    def hang_message(self, rank: int) -> str:
+        return (
+            f"{HANG_MESSAGE_PREFIX} rank {rank} sent no progress or heartbeat for"
+            f" {self.timeout_s:g}s (--hang-timeout-s); every rank's Python stack was dumped"
+            " to its stderr log"
+        )
+
+
+def write_hang_error(path: str, message: str) -> None:
+    """Record the hang in the rank's error file (torch's format), as a crash would be."""
+    data = {
+        "message": {
+            "message": message,
+            "extraInfo": {"py_callstack": message, "timestamp": str(int(time.time()))},
+        }
+    }
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as file:
+        json.dump(data, file)
