@@ -10,7 +10,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench import commands, logcheck, procs, restart
+from bench import commands, logcheck, phases, procs, restart
 from bench.report import Ratio
 
 BENCH_DIR = Path(__file__).resolve().parent
@@ -29,8 +29,9 @@ class Settings:
     steps: int = 20
     log_lines: int = 100_000
     timeout_s: float = 180.0
-    restart_timeout_s: float = 120.0
+    restart_timeout_s: float = 60.0
     max_restarts: int = 3
+    restart_env: Mapping[str, str] = field(default_factory=dict)  # extra, restart runs only
 
 
 @dataclass
@@ -88,21 +89,45 @@ def _steps(s: Settings) -> list[str]:
 
 # 1. launch -------------------------------------------------------------------------------
 
+RECORD_ENV = "BENCH_RECORD_FILE"
+
+
+def _launch(
+    commands_: list[list[str]],
+    s: Settings,
+    run_dir: Path,
+    world_size: int,
+    envs: list[dict[str, str]] | None = None,
+) -> Sample:
+    """Wall time of a DDP job, with where it went (``bench/phases.py``) as facts."""
+    record_file = run_dir / "records.txt"
+    envs = [{**env, RECORD_ENV: str(record_file)} for env in envs or [dict(s.env)] * len(commands_)]
+    outcome = _run(commands_, s, run_dir, envs=envs)
+    sample = _wall(outcome)
+    if outcome.ok:
+        found = phases.read_phases(
+            record_file, world_size, outcome.started_unix_s, outcome.ended_unix_s
+        )
+        if found is not None:
+            sample.facts.update(to_training_s=found.to_training_s, exit_tail_s=found.exit_tail_s)
+    return sample
+
 
 def launch_ours(s: Settings, run_dir: Path) -> Sample:
     command = commands.ours_torchx(
         f"1x{s.nproc}", DDP_SCRIPT, _steps(s), log_dir=run_dir / "torchx_logs"
     )
-    return _wall(_run([command], s, run_dir))
+    return _launch([command], s, run_dir, s.nproc)
 
 
 def launch_torchrun(s: Settings, run_dir: Path) -> Sample:
-    return _wall(_run([commands.torchrun_standalone(s.nproc, DDP_SCRIPT, _steps(s))], s, run_dir))
+    command = commands.torchrun_standalone(s.nproc, DDP_SCRIPT, _steps(s))
+    return _launch([command], s, run_dir, s.nproc)
 
 
 def launch_floor(s: Settings, run_dir: Path) -> Sample:
     envs = commands.floor_envs(s.env, s.nproc, procs.free_port())
-    return _wall(_run(commands.floor(s.nproc, DDP_SCRIPT, _steps(s)), s, run_dir, envs=envs))
+    return _launch(commands.floor(s.nproc, DDP_SCRIPT, _steps(s)), s, run_dir, s.nproc, envs)
 
 
 # 2. two nodes on one machine ---------------------------------------------------------------
@@ -120,14 +145,14 @@ def two_nodes_ours(s: Settings, run_dir: Path) -> Sample:
         log_dir=run_dir / "torchx_logs",
         component_args=["--rdzv_port", str(procs.free_port())],
     )
-    return _wall(_run([command], s, run_dir))
+    return _launch([command], s, run_dir, 2 * _per_node(s))
 
 
 def two_nodes_torchrun(s: Settings, run_dir: Path) -> Sample:
     agents = commands.torchrun_nodes(
         2, _per_node(s), DDP_SCRIPT, _steps(s), rdzv_port=procs.free_port()
     )
-    return _wall(_run(agents, s, run_dir))
+    return _launch(agents, s, run_dir, 2 * _per_node(s))
 
 
 # 3. restart after a crash ------------------------------------------------------------------
@@ -146,6 +171,10 @@ def _crash_args(record_file: Path) -> list[str]:
     return ["--record-file", str(record_file)]
 
 
+def _restart_env(s: Settings) -> dict[str, str]:
+    return {**s.env, **s.restart_env}
+
+
 def restart_ours(s: Settings, run_dir: Path) -> Sample:
     record_file = run_dir / "records.txt"
     command = commands.ours_agent(
@@ -155,7 +184,7 @@ def restart_ours(s: Settings, run_dir: Path) -> Sample:
         log_dir=run_dir / "logs",
         max_restarts=s.max_restarts,
     )
-    outcome = _run([command], s, run_dir, timeout_s=s.restart_timeout_s)
+    outcome = _run([command], s, run_dir, envs=[_restart_env(s)], timeout_s=s.restart_timeout_s)
     return _restart_sample(outcome, record_file, s.nproc)
 
 
@@ -164,7 +193,7 @@ def restart_torchrun(s: Settings, run_dir: Path) -> Sample:
     command = commands.torchrun_standalone(
         s.nproc, CRASH_SCRIPT, _crash_args(record_file), max_restarts=s.max_restarts
     )
-    outcome = _run([command], s, run_dir, timeout_s=s.restart_timeout_s)
+    outcome = _run([command], s, run_dir, envs=[_restart_env(s)], timeout_s=s.restart_timeout_s)
     return _restart_sample(outcome, record_file, s.nproc)
 
 

@@ -97,10 +97,15 @@ class Outcome:
     """What became of the processes of one run."""
 
     wall_s: float
+    started_unix_s: float  # wall clock, comparable with the workers' time.time()
     exit_codes: tuple[int | None, ...]  # None: killed at the timeout
     timed_out: bool
     output_path: Path
     peak_rss_kb: tuple[int, ...] = ()  # per command, when sampled
+
+    @property
+    def ended_unix_s(self) -> float:
+        return self.started_unix_s + self.wall_s
 
     @property
     def ok(self) -> bool:
@@ -147,6 +152,7 @@ def run_together(
     procs: list[subprocess.Popen[bytes]] = []
     samplers: list[PeakRssSampler] = []
     with open(output_path, "ab") as output:
+        started_unix_s = time.time()
         start = time.monotonic()
         for command, env in zip(commands, envs, strict=True):
             procs.append(
@@ -183,6 +189,7 @@ def run_together(
         sampler.stop()
     return Outcome(
         wall_s=end - start,
+        started_unix_s=started_unix_s,
         exit_codes=codes,
         timed_out=timed_out,
         output_path=output_path,

@@ -15,6 +15,7 @@ class VariantResult:
     label: str
     samples: list[float | None] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    facts: list[dict[str, object]] = field(default_factory=list)  # per run, beside the samples
 
     @property
     def values(self) -> list[float]:
@@ -46,6 +47,7 @@ class VariantResult:
             "min": self.minimum,
             "max": self.maximum,
             "notes": self.notes,
+            "facts": self.facts,
         }
 
 

@@ -190,3 +190,12 @@ def test_live_console_colours_prefixes_and_draws_the_bar_below(tmp_path: Path) -
     assert " 40%|####" in last_frame
     assert "3/6" in last_frame and "slowest r0 3, fastest r0 3" in last_frame
     assert last_frame.index(" 40%|####") < last_frame.index("3/6")
+
+
+def test_live_console_draws_nothing_before_the_workers_start() -> None:
+    from torchx_elastic.agent.console import LiveConsole
+
+    screen = io.StringIO()
+    console = LiveConsole(RankActivity(), file=screen)
+    console.close()  # e.g. the launch failed before any attempt
+    assert screen.getvalue() == ""

@@ -205,3 +205,9 @@ def test_killed_first_then_stopped_by_the_agent() -> None:
     verdict = classify([stopped, oom])
     assert verdict.root == oom and not verdict.root_is_victim
     assert [v.failure for v in verdict.victims] == [stopped]
+
+
+def test_a_long_peer_error_line_is_shortened_in_the_reason() -> None:
+    reason = victim_reason(failure(0, 1, message=GLOO_CLOSED + " " + "x" * 300))
+    assert reason is not None and len(reason) == len("lost a peer: ") + 160
+    assert reason.startswith(f"lost a peer: {GLOO_CLOSED}") and reason.endswith("x...")

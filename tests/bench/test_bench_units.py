@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from bench import commands, logcheck, procs, restart
+from bench import commands, logcheck, phases, procs, restart
 from bench.report import BenchmarkResult, Ratio, VariantResult, render_table
 from bench.run import benchmark_env, main, rotated, selected
 
@@ -256,3 +256,19 @@ def test_peak_rss_is_sampled_from_the_process(tmp_path: Path) -> None:
     )
     assert outcome.ok
     assert outcome.peak_rss_kb[0] > 64 * 1024
+
+
+def test_phases_of_a_launch() -> None:
+    text = "start 0 10.0\nstart 1 11.0\ndone 1 20.0\ndone 0 20.5\n"
+    found = phases.parse_phases(text, world_size=2, started_unix_s=4.0, ended_unix_s=21.0)
+    assert found == phases.Phases(to_training_s=7.0, exit_tail_s=0.5)
+
+
+def test_phases_need_every_rank() -> None:
+    text = "start 0 10.0\nstart 1 11.0\ndone 0 20.5\n"
+    assert phases.parse_phases(text, 2, 4.0, 21.0) is None
+
+
+def test_a_bad_phase_record_is_named() -> None:
+    with pytest.raises(ValueError, match=r"record 1 is not '<start\|done> RANK TIME': 'start 0'"):
+        phases.parse_phases("start 0\n", 1, 0.0, 1.0)

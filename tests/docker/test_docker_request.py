@@ -87,6 +87,7 @@ def test_request_with_every_option_matches_golden_file() -> None:
         image_pull="never",
         shm_size_mb=512,
         stop_timeout_s=5,
+        restart_containers=True,
         privileged=True,
     )
     host_env = {"NCCL_DEBUG": "INFO", "NCCL_IB_DISABLE": "1", "HOME": "/root", "SHARED": "host"}
@@ -119,13 +120,14 @@ def test_user_args_with_dollar_reach_the_container_unchanged() -> None:
     assert job.containers[0].command[-2:] == ["$5", "${HOME}"]
 
 
-def test_restart_policy_follows_max_retries_unless_disabled() -> None:
-    job = build_job(trainer_app(), DockerOptions(), "t-1", {})
+def test_restart_policy_follows_max_retries_when_enabled() -> None:
+    restarting = DockerOptions(restart_containers=True)
+    job = build_job(trainer_app(), restarting, "t-1", {})
     kwargs = job.containers[0].create_kwargs(job.network)
     assert kwargs["restart_policy"] == {"Name": "on-failure", "MaximumRetryCount": 2}
-    job = build_job(trainer_app(), DockerOptions(restart_containers=False), "t-1", {})
+    job = build_job(trainer_app(), DockerOptions(), "t-1", {})  # off by default
     assert "restart_policy" not in job.containers[0].create_kwargs(job.network)
-    job = build_job(ddp(script="main.py", j="2x1"), DockerOptions(), "m-1", {})
+    job = build_job(ddp(script="main.py", j="2x1"), restarting, "m-1", {})  # max_retries=0
     assert "restart_policy" not in job.containers[0].create_kwargs(job.network)
 
 

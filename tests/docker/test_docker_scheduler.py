@@ -63,17 +63,21 @@ def test_killed_replica_fails_the_job_with_its_root_cause(
     assert desc is not None and desc.state == AppState.FAILED
     assert desc.msg == (
         f"main[1] (container {app_id}-main-1) failed first: exit code 137 (killed by SIGKILL,"
-        f" e.g. docker kill or docker stop); its log: torchx log docker://test/{app_id}/main/1"
+        f" e.g. docker kill or docker stop); its log: torchx log docker://test/{app_id}/main/1;"
+        " stopped the 1 replica(s) still running"
     )
+    # no gang scheduling in Docker: the scheduler stops what is left of a failed job
+    assert f"stop {app_id}-main-0 timeout=10" in engine.calls
+    assert engine.containers[f"{app_id}-main-0"].status == "exited"
     replica1 = desc.roles_statuses[0].replicas[1]
     assert replica1.state == AppState.FAILED
     assert "last log lines: [1:2] step 10" in replica1.structured_error_msg
 
 
-def test_with_max_retries_a_killed_replica_is_restarted(
+def test_with_restart_containers_a_killed_replica_is_restarted(
     scheduler: DockerScheduler, engine: FakeEngine
 ) -> None:
-    app_id = submit(scheduler, max_retries=1)
+    app_id = submit(scheduler, max_retries=1, restart_containers=True)
     rank1 = engine.containers[f"{app_id}-main-1"]
     assert rank1.kwargs["restart_policy"] == {"Name": "on-failure", "MaximumRetryCount": 1}
     rank1.crash(137)
@@ -247,3 +251,42 @@ def test_container_that_cannot_be_created(scheduler: DockerScheduler, engine: Fa
     with pytest.raises(ContainerStartError, match="bind source path does not exist: /no/such/dir"):
         scheduler.submit(app, {})
     assert engine.containers == {} and engine.networks == {}
+
+
+# -- python -m torchx_elastic.schedulers.docker remove ------------------------------------
+
+
+def test_remove_finished_jobs(
+    scheduler: DockerScheduler, engine: FakeEngine, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from docker_fake_engine import FakeClient
+
+    from torchx_elastic.schedulers.docker.__main__ import main
+
+    finished = submit(scheduler, j="1x1")
+    running = submit(scheduler, j="1x1")
+    engine.containers[f"{finished}-main-0"].finish(0)
+    assert main(["remove", "--finished"], client=FakeClient(engine)) == 0
+    assert capsys.readouterr().out == f"removed {finished}\n"
+    assert list(engine.containers) == [f"{running}-main-0"]
+    assert list(engine.networks) == [f"torchx-{running}"]
+    assert main(["remove", running], client=FakeClient(engine)) == 0
+    assert engine.containers == {} and engine.networks == {}
+
+
+def test_remove_needs_app_ids_or_finished(capsys: pytest.CaptureFixture[str]) -> None:
+    from torchx_elastic.schedulers.docker.__main__ import main
+
+    with pytest.raises(SystemExit):
+        main(["remove"])
+    assert "error: give either APP_IDs or --finished" in capsys.readouterr().err
+
+
+def test_remove_without_an_engine(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from torchx_elastic.schedulers.docker.__main__ import main
+
+    monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
+    assert main(["remove", "--finished"]) == 1
+    assert capsys.readouterr().err.startswith("error: no Docker engine reachable (")

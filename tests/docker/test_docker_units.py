@@ -54,7 +54,7 @@ def test_options_from_a_torchx_cfg_string() -> None:
     assert options.copy_env == ("NCCL_*", "LOGLEVEL")
     assert options.shm_size_mb == 256
     assert options.image_pull == "never"
-    assert options.restart_containers is True
+    assert options.restart_containers is False
 
 
 @pytest.mark.parametrize(

@@ -62,7 +62,17 @@ def test_two_nodes_two_workers_each(workdir: Path) -> None:
 @pytest.mark.parametrize(("j", "world"), [("1x2", 2), ("2", 2)])
 def test_single_node_sizes(workdir: Path, j: str, world: int) -> None:
     result = run_torchx(
-        "run", "-s", "local_cwd", "dist.ddp", "-j", j, "--script", "main.py", "--", "--steps", "2",
+        "run",
+        "-s",
+        "local_cwd",
+        "dist.ddp",
+        "-j",
+        j,
+        "--script",
+        "main.py",
+        "--",
+        "--steps",
+        "2",
         cwd=workdir,
     )
     assert result.returncode == 0, result.stderr
@@ -75,8 +85,19 @@ def test_module_form_runs_as_python_dash_m(workdir: Path) -> None:
     (package / "__init__.py").write_text("")
     (package / "train.py").write_text(ARGV_SCRIPT)
     result = run_torchx(
-        "run", "-s", "local_cwd", "dist.ddp", "-j", "1x2", "-m", "pkg.train", "--", "--lr", "0.1",
-        cwd=workdir, env={"OUT_DIR": str(workdir)},
+        "run",
+        "-s",
+        "local_cwd",
+        "dist.ddp",
+        "-j",
+        "1x2",
+        "-m",
+        "pkg.train",
+        "--",
+        "--lr",
+        "0.1",
+        cwd=workdir,
+        env={"OUT_DIR": str(workdir)},
     )
     assert result.returncode == 0, result.stderr
     seen = json.loads((workdir / "argv.1").read_text())
@@ -88,8 +109,18 @@ def test_module_form_runs_as_python_dash_m(workdir: Path) -> None:
 def test_user_arguments_reach_the_worker_byte_for_byte(workdir: Path) -> None:
     (workdir / "argv.py").write_text(ARGV_SCRIPT)
     result = run_torchx(
-        "run", "-s", "local_cwd", "dist.ddp", "-j", "1", "--script", "argv.py", "--", *HOSTILE_ARGS,
-        cwd=workdir, env={"OUT_DIR": str(workdir)},
+        "run",
+        "-s",
+        "local_cwd",
+        "dist.ddp",
+        "-j",
+        "1",
+        "--script",
+        "argv.py",
+        "--",
+        *HOSTILE_ARGS,
+        cwd=workdir,
+        env={"OUT_DIR": str(workdir)},
     )
     assert result.returncode == 0, result.stderr
     seen = json.loads((workdir / "argv.0").read_text())
@@ -112,8 +143,20 @@ def test_failing_worker_fails_the_run_and_names_the_rank(workdir: Path) -> None:
 
 
 def test_single_node_jobs_run_side_by_side(workdir: Path) -> None:
-    command = [str(BIN / "torchx"), "run", "-s", "local_cwd", "dist.ddp", "-j", "1x2",
-               "--script", "main.py", "--", "--steps", "2"]
+    command = [
+        str(BIN / "torchx"),
+        "run",
+        "-s",
+        "local_cwd",
+        "dist.ddp",
+        "-j",
+        "1x2",
+        "--script",
+        "main.py",
+        "--",
+        "--steps",
+        "2",
+    ]
     jobs = [
         subprocess.Popen(command, cwd=workdir, env=_env(), stderr=subprocess.PIPE, text=True)
         for _ in range(2)
@@ -127,8 +170,19 @@ def test_single_node_jobs_run_side_by_side(workdir: Path) -> None:
 def test_agent_help_uses_torchrun_flag_names() -> None:
     out = subprocess.run(
         [sys.executable, "-m", "torchx_elastic.agent", "--help"],
-        capture_output=True, text=True, check=True,
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout
-    for flag in ("--nnodes", "--nproc-per-node", "--rdzv-backend", "--rdzv-endpoint",
-                 "--rdzv-id", "--max-restarts", "--no-python", "--standalone", "-m"):
+    for flag in (
+        "--nnodes",
+        "--nproc-per-node",
+        "--rdzv-backend",
+        "--rdzv-endpoint",
+        "--rdzv-id",
+        "--max-restarts",
+        "--no-python",
+        "--standalone",
+        "-m",
+    ):
         assert flag in out

@@ -10,6 +10,7 @@ watchdog both read it.
 from __future__ import annotations
 
 import collections
+import contextlib
 import logging
 import os
 import shutil
@@ -161,6 +162,11 @@ class ActivityChannel:
 
     def close(self) -> None:
         self._closed.set()
+        with (
+            contextlib.suppress(OSError),
+            socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as waker,
+        ):
+            waker.sendto(b"", self.path)  # wake the reader now rather than at its timeout
         self._thread.join(timeout=2.0)
         self._socket.close()
         shutil.rmtree(self._dir, ignore_errors=True)

@@ -145,6 +145,14 @@ def build_parser() -> argparse.ArgumentParser:
         " every rank's Python stack is dumped to its log first (0: off)",
         type=float,
     )
+    _add(
+        parser,
+        "start-method",
+        "fork-server",
+        "how workers start: fork-server (forked from a process that imported torch once:"
+        " fast starts and restarts) or spawn (a fresh interpreter per worker)",
+        choices=("fork-server", "spawn"),
+    )
     parser.add_argument(
         "-m",
         "--module",

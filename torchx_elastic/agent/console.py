@@ -79,7 +79,7 @@ class PlainConsole:
         self._progress.start_attempt(node_rank, global_ranks)
 
     def lines(self, stream: Stream, rank: int, prefix: bytes, lines: list[bytes]) -> None:
-        text = b"".join([prefix + line + b"\n" for line in lines])
+        text = prefix + (b"\n" + prefix).join(lines) + b"\n"
         with self._lock:
             out = self._streams[stream]
             out.write(text)
@@ -135,11 +135,15 @@ class LiveConsole:
             redirect_stdout=False,
             redirect_stderr=False,
         )
-        self._live.start()
-        self._closed = False
+        self._started = self._closed = False
 
     def start_attempt(self, node_rank: int, global_ranks: dict[int, int]) -> None:
         self._progress.start_attempt(node_rank, global_ranks)
+        with self._lock:
+            start = not self._started and not self._closed
+            self._started = True
+        if start:  # the live display (and its hidden cursor) begins with the first workers
+            self._live.start()
 
     def _text(self, rank: int, prefix: bytes, line: bytes) -> Any:
         from rich.text import Text
@@ -193,7 +197,9 @@ class LiveConsole:
         with self._lock:
             transients = sorted(self._transients.items())
         for rank, (prefix, body) in transients:
-            parts.append(self._text(rank, prefix.encode(), body.encode()))
+            text = self._text(rank, prefix.encode(), body.encode())
+            text.no_wrap, text.overflow = True, "ellipsis"  # one row per rank, always
+            parts.append(text)
         progress = self._progress.summary()
         if progress is not None:
             grid = Table.grid(padding=(0, 1))
@@ -211,8 +217,10 @@ class LiveConsole:
             if self._closed:
                 return
             self._closed = True
-        self._live.refresh()
-        self._live.stop()
+            started = self._started
+        if started:
+            self._live.refresh()
+            self._live.stop()
 
 
 class _Renderable:

@@ -20,6 +20,7 @@ from torch.distributed.elastic.multiprocessing.errors import ProcessFailure
 
 from torchx_elastic.agent.bootstrap import AGENT_PID_ENV, DUMP_STACKS_SIGNAL
 from torchx_elastic.agent.events import EventLog
+from torchx_elastic.agent.forkserver import ForkServer
 from torchx_elastic.agent.janitor import Janitor
 from torchx_elastic.agent.logs import RankLogsSpecs
 from torchx_elastic.agent.output import OutputSink, RankOutput
@@ -37,6 +38,7 @@ class Supervision:
     term_timeout_s: float = 30.0
     janitor: Janitor | None = None
     watchdog: HangWatchdog | None = None
+    fork_server: ForkServer | None = None
 
 
 def worker_env(worker_group: WorkerGroup, restart_count: int) -> dict[int, dict[str, str]]:
@@ -194,6 +196,7 @@ class ElasticAgent(LocalElasticAgent):
             logs_specs=self._logs_specs,
             make_sink=make_sink,
             janitor=self._supervision.janitor,
+            fork_server=self._supervision.fork_server,
         )
         if self._supervision.watchdog is not None:
             self._supervision.watchdog.attempt_started(restart_count)

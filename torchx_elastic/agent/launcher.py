@@ -13,9 +13,10 @@ from torch.distributed.elastic.multiprocessing.api import SignalException
 from torch.distributed.elastic.rendezvous import RendezvousError
 
 from torchx_elastic.agent import bootstrap
-from torchx_elastic.agent.cli import NodeRange, build_parser
+from torchx_elastic.agent.cli import NodeRange
 from torchx_elastic.agent.console import parse_rank_filter
 from torchx_elastic.agent.elastic_agent import ElasticAgent, Supervision
+from torchx_elastic.agent.forkserver import ForkServer
 from torchx_elastic.agent.janitor import Janitor
 from torchx_elastic.agent.output import format_prefix
 from torchx_elastic.agent.rendezvous import (
@@ -64,7 +65,7 @@ def worker_command(args: argparse.Namespace) -> tuple[str, tuple[str, ...]]:
     return sys.executable, ("-m", bootstrap.__name__, *target, *script_args)
 
 
-def launch(args: argparse.Namespace) -> int:
+def launch(args: argparse.Namespace, fork_server: ForkServer | None = None) -> int:
     try:
         nodes = NodeRange.parse(args.nnodes)
         rdzv_params = rendezvous_parameters(args, nodes)
@@ -94,7 +95,7 @@ def launch(args: argparse.Namespace) -> int:
         exit_barrier_timeout=args.exit_barrier_timeout,
         events=session.events,
         worker_extra_env=session.worker_env(),
-        supervision=supervision(args, session, janitor),
+        supervision=supervision(args, session, janitor, fork_server),
     )
     result: RunResult | None = None
     try:
@@ -112,11 +113,21 @@ def launch(args: argparse.Namespace) -> int:
     return code
 
 
-def supervision(args: argparse.Namespace, session: ConsoleSession, janitor: Janitor) -> Supervision:
+def supervision(
+    args: argparse.Namespace,
+    session: ConsoleSession,
+    janitor: Janitor,
+    fork_server: ForkServer | None,
+) -> Supervision:
     watchdog = None
     if args.hang_timeout_s > 0:
         watchdog = HangWatchdog(session.activity, args.hang_timeout_s)
-    return Supervision(term_timeout_s=args.term_timeout_s, janitor=janitor, watchdog=watchdog)
+    return Supervision(
+        term_timeout_s=args.term_timeout_s,
+        janitor=janitor,
+        watchdog=watchdog,
+        fork_server=fork_server,
+    )
 
 
 def console_session(args: argparse.Namespace, log_dir: str) -> ConsoleSession:
@@ -138,22 +149,21 @@ def console_session(args: argparse.Namespace, log_dir: str) -> ConsoleSession:
     # -- end console --
 
 
-def main(argv: list[str] | None = None) -> None:
+def run(args: argparse.Namespace, fork_server: ForkServer | None = None) -> None:
+    """Run the agent with parsed flags and exit with the job's exit code."""
     logging.basicConfig(
         level=os.environ.get("LOGLEVEL", "WARNING").upper(),
         format="[torchx-elastic %(levelname)s] %(message)s",
     )
-    args = build_parser().parse_args(argv)
     try:
-        code = launch(args)
+        code = launch(args, fork_server)
     except UsageError as err:
         print(f"torchx-elastic: error: {err}", file=sys.stderr)
         code = 2
     except RendezvousFailure as err:
         print(f"torchx-elastic: error: {err}", file=sys.stderr)
         code = 1
+    finally:
+        if fork_server is not None:
+            fork_server.close()
     sys.exit(code)
-
-
-if __name__ == "__main__":
-    main()

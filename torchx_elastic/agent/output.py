@@ -83,7 +83,9 @@ class LineAssembler:
     def feed(self, data: bytes) -> tuple[list[bytes], bytes | None]:
         """Complete lines (visible text, no newline) and the pending ``\\r`` segment, if any."""
         complete, newline, rest = (self._pending + data).rpartition(b"\n")
-        lines = [visible(line) for line in complete.split(b"\n")] if newline else []
+        lines = complete.split(b"\n") if newline else []
+        if b"\r" in complete:
+            lines = [visible(line) for line in lines]
         transient = None
         if b"\r" in rest:
             transient = visible(rest)

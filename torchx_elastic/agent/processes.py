@@ -26,6 +26,8 @@ from torch.distributed.elastic.multiprocessing.api import (
 )
 from torch.distributed.elastic.multiprocessing.errors import ProcessFailure
 
+from torchx_elastic.agent import bootstrap
+from torchx_elastic.agent.forkserver import ForkServer
 from torchx_elastic.agent.janitor import Janitor
 from torchx_elastic.agent.output import OutputSink, Stream
 
@@ -79,6 +81,27 @@ class PipePump(threading.Thread):
         return self._all_closed.wait(timeout_s)
 
 
+class ForkedWorker:
+    """A worker forked by the fork server, with the part of ``Popen``'s interface we use."""
+
+    def __init__(self, server: ForkServer, pid: int) -> None:
+        self._server = server
+        self.pid = pid
+
+    def poll(self) -> int | None:
+        return self._server.exit_code(self.pid)
+
+    def wait(self, timeout: float | None = None) -> int:
+        code = self._server.wait(self.pid, timeout)
+        if code is None:
+            raise subprocess.TimeoutExpired(f"worker pid {self.pid}", timeout or 0.0)
+        return code
+
+
+Worker = subprocess.Popen[bytes] | ForkedWorker
+_BOOTSTRAP_PREFIX = ("-m", bootstrap.__name__)
+
+
 class WorkerProcesses(PContext):
     """The workers of one attempt, as ``subprocess.Popen`` children with piped output."""
 
@@ -91,36 +114,59 @@ class WorkerProcesses(PContext):
         logs_specs: LogsSpecs,
         make_sink: Callable[[dict[int, str], dict[int, str]], OutputSink],
         janitor: Janitor | None = None,
+        fork_server: ForkServer | None = None,
     ) -> None:
         super().__init__(name, entrypoint, args, envs, logs_specs)
         self._janitor = janitor
+        self._fork_server = fork_server
         self._sink = make_sink(self.stdouts, self.stderrs)
         self._pump = PipePump(self._sink)
-        self._procs: dict[int, subprocess.Popen[bytes]] = {}
+        self._procs: dict[int, Worker] = {}
         self._failures: dict[int, ProcessFailure] = {}
         self._closed = False
 
     def _start(self) -> None:
         for local_rank in range(self.nprocs):
+            command = [str(self.entrypoint), *map(str, self.args[local_rank])]
             env = {**os.environ, **self.envs[local_rank]}
-            proc = subprocess.Popen(
-                [str(self.entrypoint), *map(str, self.args[local_rank])],
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                start_new_session=True,
-            )
+            if self._fork_server is not None and tuple(command[1:3]) == _BOOTSTRAP_PREFIX:
+                proc = self._fork(command[3:], env, local_rank)
+            else:
+                proc = self._spawn(command, env, local_rank)
             self._procs[local_rank] = proc
             if self._janitor is not None:
                 self._janitor.watch(proc.pid)  # its session's process group id
-            assert proc.stdout is not None and proc.stderr is not None
-            # the pump owns the descriptors from now on
-            self._pump.add(os.dup(proc.stdout.fileno()), local_rank, "stdout")
-            self._pump.add(os.dup(proc.stderr.fileno()), local_rank, "stderr")
-            proc.stdout.close()
-            proc.stderr.close()
         self._pump.start()
+
+    def _spawn(self, command: list[str], env: dict[str, str], local_rank: int) -> Worker:
+        proc = subprocess.Popen(
+            command,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
+        assert proc.stdout is not None and proc.stderr is not None
+        # the pump owns the descriptors from now on
+        self._pump.add(os.dup(proc.stdout.fileno()), local_rank, "stdout")
+        self._pump.add(os.dup(proc.stderr.fileno()), local_rank, "stderr")
+        proc.stdout.close()
+        proc.stderr.close()
+        return proc
+
+    def _fork(self, argv: list[str], env: dict[str, str], local_rank: int) -> Worker:
+        assert self._fork_server is not None
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        try:
+            pid = self._fork_server.start(argv, env, os.getcwd(), out_w, err_w)
+        finally:
+            os.close(out_w)
+            os.close(err_w)
+        self._pump.add(out_r, local_rank, "stdout")
+        self._pump.add(err_r, local_rank, "stderr")
+        return ForkedWorker(self._fork_server, pid)
 
     def _record_exits(self) -> set[int]:
         done = set()

@@ -26,6 +26,7 @@ from torchx_elastic.agent.output import RankOutput
 
 STDERR_TAIL_LINES = 10
 _TAIL_BYTES = 64 * 1024
+_REASON_CHARS = 160
 _AGENT_STOP_SIGNALS = frozenset({-int(signal.SIGTERM), -int(signal.SIGKILL)})
 PEER_LOST = re.compile(
     r"connection closed by peer|connection reset by peer|broken pipe"
@@ -94,6 +95,8 @@ def victim_reason(failure: RankFailure) -> str | None:
         match = PEER_LOST.search(text)
         if match:
             line = next(ln for ln in text.splitlines() if PEER_LOST.search(ln)).strip()
+            if len(line) > _REASON_CHARS:
+                line = line[: _REASON_CHARS - 3] + "..."
             return f"lost a peer: {line}"
     if failure.exitcode in _AGENT_STOP_SIGNALS and not failure.traceback:
         return f"stopped by {failure.how[len('signal ') :]} after another rank failed"

@@ -207,7 +207,7 @@ class DockerScheduler(Scheduler[Mapping[str, CfgVal]]):  # type: ignore[misc]
             return None
         state = app_state(snapshots)
         msg = app_message(snapshots, self.session_name)
-        live = [c for c, s in zip(containers, snapshots) if not is_terminal(s.state)]
+        live = [c for c, s in zip(containers, snapshots, strict=True) if not is_terminal(s.state)]
         if state == AppState.FAILED and live:
             logger.info("job %s failed: stopping its %d live containers", app_id, len(live))
             self._for_each(live, self._stop)

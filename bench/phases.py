@@ -1,0 +1,47 @@
+"""Where a launch's time goes, from the records ``bench/ddp_script.py`` writes.
+
+- ``to_training_s``: from starting the launcher to the *last* rank entering its training
+  loop (interpreters, imports, rendezvous, process group, DDP);
+- ``exit_tail_s``: from the last rank being done to the launcher's exit (polling, exit
+  barrier, shutdown; for ours through torchx also ``torchx run`` noticing the end).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Phases:
+    to_training_s: float
+    exit_tail_s: float
+
+
+def parse_phases(
+    text: str, world_size: int, started_unix_s: float, ended_unix_s: float
+) -> Phases | None:
+    """None unless every one of ``world_size`` ranks recorded both its start and its end."""
+    starts: dict[int, float] = {}
+    dones: dict[int, float] = {}
+    for number, line in enumerate(text.splitlines(), start=1):
+        fields = line.split()
+        if len(fields) != 3 or fields[0] not in ("start", "done"):
+            raise ValueError(f"record {number} is not '<start|done> RANK TIME': {line!r}")
+        (starts if fields[0] == "start" else dones)[int(fields[1])] = float(fields[2])
+    if len(starts) != world_size or len(dones) != world_size:
+        return None
+    return Phases(
+        to_training_s=max(starts.values()) - started_unix_s,
+        exit_tail_s=ended_unix_s - max(dones.values()),
+    )
+
+
+def read_phases(
+    path: Path, world_size: int, started_unix_s: float, ended_unix_s: float
+) -> Phases | None:
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return None
+    return parse_phases(text, world_size, started_unix_s, ended_unix_s)

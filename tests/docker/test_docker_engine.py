@@ -1,0 +1,252 @@
+"""End to end on a real Docker engine, through the torchx CLI.
+
+Needs the engine and the image ``torchx-elastic:latest`` (see conftest.py: skipped
+locally without them, failing in CI).
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import time
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any, Iterator, List
+
+import pytest
+import torchx.specs as specs
+
+from torchx_elastic.schedulers.docker import DockerScheduler, create_scheduler
+from torchx_elastic.schedulers.docker.errors import (
+    ContainerStartError,
+    ImageMissingError,
+    NameClashError,
+)
+from torchx_elastic.schedulers.docker.request import LABEL_APP_ID
+
+pytestmark = [pytest.mark.docker, pytest.mark.slow]
+
+REPO = Path(__file__).resolve().parents[2]
+SCRIPTS = Path(__file__).resolve().parent / "scripts"
+LONG_RUN = ["--", "--steps", "100000000"]  # runs until stopped
+
+
+def torchx(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "torchx.cli.main", *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=check,
+        timeout=120,
+    )
+
+
+def run_job(*component_args: str) -> str:
+    """``torchx run -s docker dist.ddp ...``; the app handle."""
+    out = torchx("run", "-s", "docker", "dist.ddp", *component_args).stdout
+    match = re.search(r"^(docker://\S+/\S+)$", out, re.MULTILINE)
+    assert match, f"no app handle in torchx run's output:\n{out}"
+    return match.group(1)
+
+
+def status_text(handle: str) -> str:
+    return torchx("status", handle).stdout
+
+
+def wait_for(handle: str, states: tuple[str, ...], timeout_s: float = 180) -> str:
+    deadline = time.monotonic() + timeout_s
+    text = ""
+    while time.monotonic() < deadline:
+        text = status_text(handle)
+        if re.search(rf"State: ({'|'.join(states)})\b", text):
+            return text
+        time.sleep(1)
+    raise AssertionError(f"{handle} did not reach {states} in {timeout_s}s:\n{text}")
+
+
+def wait_for_log(handle: str, pattern: str, count: int, timeout_s: float = 120) -> List[str]:
+    deadline = time.monotonic() + timeout_s
+    lines: List[str] = []
+    while time.monotonic() < deadline:
+        lines = [line for line in torchx("log", f"{handle}/main").stdout.splitlines()]
+        if len([line for line in lines if re.search(pattern, line)]) >= count:
+            return lines
+        time.sleep(1)
+    raise AssertionError(f"fewer than {count} lines match {pattern!r}:\n" + "\n".join(lines))
+
+
+def leftovers(client: Any, app_id: str) -> List[str]:
+    label = {"label": f"{LABEL_APP_ID}={app_id}"}
+    return [c.name for c in client.containers.list(all=True, filters=label)] + [
+        n.name for n in client.networks.list(filters=label)
+    ]
+
+
+@pytest.fixture
+def handles(docker_image: str) -> Iterator[List[str]]:
+    """App handles a test started; whatever is left of them is removed afterwards."""
+    started: List[str] = []
+    yield started
+    scheduler = create_scheduler("torchx")
+    for handle in started:
+        scheduler.cancel(handle.rsplit("/", 1)[1])
+
+
+def test_2x2_runs_in_two_containers_with_world_size_4(
+    handles: List[str], docker_client: Any
+) -> None:
+    handle = run_job("-j", "2x2", "--script", "examples/main.py")
+    handles.append(handle)
+    app_id = handle.rsplit("/", 1)[1]
+    text = wait_for(handle, ("SUCCEEDED", "FAILED"))
+    assert "State: SUCCEEDED" in text, text
+    assert " *main[0]:SUCCEEDED" in text and "  main[1]:SUCCEEDED" in text
+
+    lines = torchx("log", f"{handle}/main").stdout.splitlines()
+    ranks = sorted(
+        int(m.group(1)) for m in (re.search(r"rank (\d) of world size 4", x) for x in lines) if m
+    )
+    assert ranks == [0, 1, 2, 3], lines
+    # one replica's log: only node 1's ranks, as whole lines
+    replica1 = torchx("log", f"{handle}/main/1").stdout.splitlines()
+    assert sorted(re.findall(r"rank (\d) of world size 4", "\n".join(replica1))) == ["2", "3"]
+    assert "stdout" not in torchx("log", "--streams", "stderr", f"{handle}/main/1").stdout
+
+    # the two containers reached each other by name over the job's own network
+    names = sorted(
+        c.name
+        for c in docker_client.containers.list(
+            all=True, filters={"label": f"{LABEL_APP_ID}={app_id}"}
+        )
+    )
+    assert names == [f"{app_id}-main-0", f"{app_id}-main-1"]
+    container = docker_client.containers.get(names[1])
+    assert container.attrs["Config"]["Env"].count(f"TORCHX_RANK0_HOST={names[0]}") == 1
+    assert f"torchx-{app_id}" in container.attrs["NetworkSettings"]["Networks"]
+    assert app_id in torchx("list", "-s", "docker").stdout
+
+    # follow (-t) ends with the container; since: nothing was written after the job ended
+    assert "done: 20 steps" in torchx("log", "-t", f"{handle}/main/0").stdout
+    scheduler = create_scheduler("torchx")
+    after = datetime.now(timezone.utc) + timedelta(seconds=2)
+    assert list(scheduler.log_iter(app_id, "main", 0, since=after)) == []
+
+    # a finished job's containers stay for status and logs until removed
+    subprocess.run(
+        [sys.executable, "-m", "torchx_elastic.schedulers.docker", "remove", app_id], check=True
+    )
+    assert leftovers(docker_client, app_id) == []
+
+
+def test_cancel_leaves_no_container_or_network(handles: List[str], docker_client: Any) -> None:
+    handle = run_job("-j", "2x1", "--script", "examples/main.py", *LONG_RUN)
+    handles.append(handle)
+    app_id = handle.rsplit("/", 1)[1]
+    wait_for(handle, ("RUNNING",))
+    assert len(leftovers(docker_client, app_id)) == 3
+    started = time.monotonic()
+    torchx("cancel", handle)
+    cancel_s = time.monotonic() - started
+    assert leftovers(docker_client, app_id) == []
+    assert cancel_s < 15, f"cancel took {cancel_s:.1f}s"
+    gone = torchx("status", handle, check=False)
+    assert gone.returncode == 1 and "does not exist" in gone.stderr
+
+
+def test_killed_replica_fails_the_job_with_the_root_cause(
+    handles: List[str], docker_client: Any
+) -> None:
+    # max_retries=1: rank 0's agent would wait for the lost node in the rendezvous;
+    # the scheduler stops it as soon as the job cannot meet min_replicas any more
+    handle = run_job("-j", "2x1", "--max_retries", "1", "--script", "examples/main.py", *LONG_RUN)
+    handles.append(handle)
+    app_id = handle.rsplit("/", 1)[1]
+    wait_for_log(handle, r"of world size 2", 2)
+    docker_client.containers.get(f"{app_id}-main-1").kill()
+    text = wait_for(handle, ("FAILED",), timeout_s=60)
+    assert (
+        f"Msg: main[1] (container {app_id}-main-1) failed first: exit code 137 (killed by SIGKILL"
+        in text
+    ), text
+    assert f"its log: torchx log docker://torchx/{app_id}/main/1" in text
+    assert "main[1]:FAILED (exitcode: 137)" in text
+    deadline = time.monotonic() + 30
+    while docker_client.containers.get(f"{app_id}-main-0").status != "exited":
+        assert time.monotonic() < deadline, "replica 0 was not stopped"
+        time.sleep(0.5)
+
+
+def test_worker_failure_restarts_in_place_with_max_retries(handles: List[str]) -> None:
+    handle = run_job(
+        "-j",
+        "2x1",
+        "--max_retries",
+        "1",
+        "--mounts",
+        f"type=bind,src={SCRIPTS},dst=/tests,readonly",
+        "--script",
+        "/tests/fail_once.py",
+    )
+    handles.append(handle)
+    text = wait_for(handle, ("SUCCEEDED", "FAILED"))
+    log = torchx("log", f"{handle}/fail_once").stdout  # the role is named after the script
+    assert "State: SUCCEEDED" in text, text + log
+    assert "rank 1 fails on purpose on attempt 0" in log
+    assert "attempt 1: rank 1 of world size 2" in log
+    assert "attempt 1: rank 0 of world size 2" in log
+
+
+# -- errors from the real engine ------------------------------------------------------------
+
+
+def plain_app(image: str, entrypoint: str = "python3") -> specs.AppDef:
+    role = specs.Role(name="r", image=image, entrypoint=entrypoint, args=["-c", "print(1)"])
+    return specs.AppDef(name="plain", roles=[role])
+
+
+@pytest.fixture
+def scheduler(docker_image: str) -> DockerScheduler:
+    return create_scheduler("torchx")
+
+
+def test_missing_image_that_cannot_be_pulled(scheduler: DockerScheduler) -> None:
+    with pytest.raises(ImageMissingError) as error:
+        scheduler.submit(plain_app("torchx-elastic-no-such-image:1"), {})
+    message = str(error.value)
+    assert message.startswith(
+        "image 'torchx-elastic-no-such-image:1' is not in the local Docker engine and pulling"
+        " it failed: "
+    )
+    assert message.endswith(
+        "; build it with docker/build-image.sh (torchx-elastic:latest, no registry needed),"
+        " or docker load / docker pull it"
+    )
+
+
+def test_container_that_fails_to_start(scheduler: DockerScheduler, docker_client: Any) -> None:
+    with pytest.raises(ContainerStartError) as error:
+        scheduler.submit(plain_app("torchx-elastic:latest", entrypoint="no-such-program"), {})
+    message = str(error.value)
+    assert re.match(r"container plain-\w+-r-0 \(r\[0\]\) failed to start: ", message), message
+    assert "no-such-program" in message and "executable file not found" in message
+    assert message.endswith("The job's containers and network were removed")
+    app_id = message.split()[1].rsplit("-r-0", 1)[0]
+    assert leftovers(docker_client, app_id) == []
+
+
+def test_name_clash(
+    scheduler: DockerScheduler, docker_client: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(
+        "torchx_elastic.schedulers.docker.scheduler.make_unique", lambda name: "clash-test1"
+    )
+    squatter = docker_client.containers.create("torchx-elastic:latest", name="clash-test1-r-0")
+    try:
+        with pytest.raises(
+            NameClashError, match=r"^container name\(s\) already in use: clash-test1-r-0 "
+        ):
+            scheduler.submit(plain_app("torchx-elastic:latest"), {})
+    finally:
+        squatter.remove(force=True)

@@ -1,0 +1,79 @@
+"""Start real agents in the background and look at their process trees."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from tests.conftest import _env
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def start_agent(
+    *args: str, cwd: Path, log: Path, env: dict[str, str] | None = None
+) -> subprocess.Popen[bytes]:
+    """``python -m torchx_elastic.agent ARGS`` with stdout+stderr to ``log``."""
+    with open(log, "wb") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", "torchx_elastic.agent", *args],
+            cwd=cwd,
+            env=_env(env),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+
+
+def wait_for_text(path: Path, text: str, timeout_s: float = 120, count: int = 1) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if path.exists() and path.read_text(errors="replace").count(text) >= count:
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"{text!r} x{count} not in {path} after {timeout_s}s:\n{path.read_text()}")
+
+
+def descendants(pid: int) -> set[int]:
+    """Every live process below ``pid`` (by parent links in /proc), plus any process in
+    a session led by one of them (children that were re-parented stay in their session)."""
+    parents: dict[int, int] = {}
+    sessions: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        parents[int(entry)] = int(fields[1])
+        sessions[int(entry)] = int(fields[3])
+    found: set[int] = set()
+    frontier = [pid]
+    while frontier:
+        current = frontier.pop()
+        for child, parent in parents.items():
+            if parent == current and child not in found:
+                found.add(child)
+                frontier.append(child)
+    found |= {p for p, sid in sessions.items() if sid in found}
+    return found
+
+
+def alive(pids: set[int]) -> set[int]:
+    still = set()
+    for pid in pids:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if state != "Z":
+            still.add(pid)
+    return still

@@ -1,0 +1,297 @@
+"""The agent under faults: crashes, hangs, signals, lost and new peers (real processes)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import run_agent
+from tests.e2e.agents import alive, descendants, free_port, start_agent, wait_for_text
+
+pytestmark = pytest.mark.slow
+
+CRASHY_TRAINING = """
+import json, os, random, sys
+import torch, torch.distributed as dist
+
+dist.init_process_group("gloo")
+rank, world = dist.get_rank(), dist.get_world_size()
+attempt = int(os.environ["TORCHELASTIC_RESTART_COUNT"])
+ckpt = os.path.join(os.environ["CKPT_DIR"], "ckpt.json")
+state = json.load(open(ckpt)) if os.path.exists(ckpt) else {"step": 0, "total": 0.0}
+plan = random.Random(int(os.environ["SEED"]) * 1000 + attempt)
+crash_rank, crash_step = plan.randrange(world), plan.randrange(state["step"], 40)
+for step in range(state["step"], 40):
+    value = torch.tensor([float(step)])
+    dist.all_reduce(value)  # every rank adds step: world * step
+    state = {"step": step + 1, "total": state["total"] + value.item()}
+    if rank == 0:
+        with open(ckpt + ".tmp", "w") as f:
+            json.dump(state, f)
+        os.replace(ckpt + ".tmp", ckpt)
+    dist.barrier()
+    if attempt < int(os.environ["CRASHES"]) and rank == crash_rank and step == crash_step:
+        os._exit(13)
+if rank == 0:
+    print("RESULT", json.dumps(state), "attempt", attempt)
+dist.destroy_process_group()
+"""
+
+
+def test_twenty_random_crashes_twenty_restarts_right_result(tmp_path: Path) -> None:
+    (tmp_path / "train.py").write_text(CRASHY_TRAINING)
+    result = run_agent(
+        "--nproc-per-node",
+        "2",
+        "--max-restarts",
+        "20",
+        "train.py",
+        cwd=tmp_path,
+        env={"CKPT_DIR": str(tmp_path), "SEED": "7", "CRASHES": "20"},
+        timeout_s=600,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    expected_total = sum(2 * step for step in range(40))
+    assert f'RESULT {{"step": 40, "total": {float(expected_total)}}} attempt 20' in result.stdout
+
+
+def test_failing_rank_without_restarts_left_fails_the_job(tmp_path: Path) -> None:
+    (tmp_path / "train.py").write_text(CRASHY_TRAINING)
+    result = run_agent(
+        "--nproc-per-node",
+        "2",
+        "--max-restarts",
+        "1",
+        "train.py",
+        cwd=tmp_path,
+        env={"CKPT_DIR": str(tmp_path), "SEED": "1", "CRASHES": "5"},
+    )
+    assert result.returncode == 1
+    assert "exit code 13" in result.stderr
+
+
+HANGING = """
+import os, sys, time
+from torchx_elastic import heartbeat
+attempt = int(os.environ["TORCHELASTIC_RESTART_COUNT"])
+for i in range(20):
+    heartbeat()
+    if os.environ["RANK"] == "1" and attempt < int(os.environ["HANGS"]) and i == 3:
+        while True:
+            time.sleep(0.5)  # a hung collective, as the watchdog sees it
+    time.sleep(0.1)
+print("finished attempt", attempt)
+"""
+
+
+def test_hang_is_detected_stacks_dumped_and_group_restarted(tmp_path: Path) -> None:
+    (tmp_path / "hang.py").write_text(HANGING)
+    result = run_agent(
+        "--nproc-per-node",
+        "2",
+        "--hang-timeout-s",
+        "2",
+        "--max-restarts",
+        "1",
+        "--log-dir",
+        str(tmp_path / "logs"),
+        "hang.py",
+        cwd=tmp_path,
+        env={"HANGS": "1"},
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.count("finished attempt 1") == 2
+    stderr_log = (tmp_path / "logs/attempt_0/rank_1/stderr.log").read_text()
+    assert "most recent call first" in stderr_log
+    assert 'File "hang.py", line 9 in <module>' in stderr_log
+
+
+def test_hang_without_restarts_fails_with_a_report_that_says_hang(tmp_path: Path) -> None:
+    (tmp_path / "hang.py").write_text(HANGING)
+    result = run_agent(
+        "--nproc-per-node",
+        "2",
+        "--hang-timeout-s",
+        "2",
+        "hang.py",
+        cwd=tmp_path,
+        env={"HANGS": "1"},
+    )
+    assert result.returncode == 1
+    assert "hang: rank 1 sent no progress or heartbeat for 2s (--hang-timeout-s)" in result.stderr
+
+
+SPAWNER = """
+import os, signal, subprocess, sys, time
+def on_term(*_):
+    open(os.path.join(os.environ["OUT_DIR"], "term." + os.environ["RANK"]), "w").close()
+    sys.exit(0)
+signal.signal(signal.SIGTERM, on_term)
+subprocess.Popen(["sleep", "300"])
+print("ready", flush=True)
+time.sleep(300)
+"""
+
+
+def test_sigkill_of_the_agent_leaves_no_process_of_the_job(tmp_path: Path) -> None:
+    (tmp_path / "spawner.py").write_text(SPAWNER)
+    log = tmp_path / "agent.log"
+    agent = start_agent(
+        "--nproc-per-node", "2", "spawner.py", cwd=tmp_path, log=log, env={"OUT_DIR": str(tmp_path)}
+    )
+    wait_for_text(log, "ready", count=2)
+    job = descendants(agent.pid)
+    assert len(job) >= 5  # janitor, 2 workers, their 2 children
+    agent.kill()
+    agent.wait()
+    deadline = time.monotonic() + 1.0
+    while alive(job) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not alive(job)
+
+
+def test_sigterm_gives_workers_sigterm_and_exits_128_plus_signal(tmp_path: Path) -> None:
+    (tmp_path / "spawner.py").write_text(SPAWNER)
+    log = tmp_path / "agent.log"
+    agent = start_agent(
+        "--nproc-per-node",
+        "2",
+        "--term-timeout-s",
+        "5",
+        "spawner.py",
+        cwd=tmp_path,
+        log=log,
+        env={"OUT_DIR": str(tmp_path)},
+    )
+    wait_for_text(log, "ready", count=2)
+    job = descendants(agent.pid)
+    agent.send_signal(signal.SIGTERM)
+    assert agent.wait(timeout=30) == 128 + signal.SIGTERM
+    assert sorted(p.name for p in tmp_path.glob("term.*")) == ["term.0", "term.1"]
+    time.sleep(0.5)
+    assert not alive(job)
+
+
+STEPS = """
+import os, time
+import torch.distributed as dist
+dist.init_process_group("gloo")
+attempt = os.environ["TORCHELASTIC_RESTART_COUNT"]
+print(f"attempt {attempt} world {dist.get_world_size()}", flush=True)
+for _ in range(int(os.environ["STEPS"])):
+    dist.barrier()
+    time.sleep(0.1)
+print(f"done attempt {attempt} world {dist.get_world_size()}", flush=True)
+dist.destroy_process_group()
+"""
+
+
+def _two_node_args(port: int, nnodes: str) -> list[str]:
+    return [
+        "--nnodes",
+        nnodes,
+        "--nproc-per-node",
+        "1",
+        "--rdzv-endpoint",
+        f"127.0.0.1:{port}",
+        "--rdzv-id",
+        "job",
+        "--rdzv-conf",
+        "last_call_timeout=1,join_timeout=20",
+        "--max-restarts",
+        "3",
+        "steps.py",
+    ]
+
+
+def test_lost_node_elastic_job_carries_on_with_a_smaller_world(tmp_path: Path) -> None:
+    (tmp_path / "steps.py").write_text(STEPS)
+    port = free_port()
+    env = {"STEPS": "150"}
+    logs = [tmp_path / "a.log", tmp_path / "b.log"]
+    agents = [
+        start_agent(*_two_node_args(port, "1:2"), cwd=tmp_path, log=log, env=env) for log in logs
+    ]
+    for log in logs:
+        wait_for_text(log, "world 2")
+    killed_at = time.monotonic()
+    agents[1].kill()
+    survivor = agents[0]
+    assert survivor.wait(timeout=120) == 0, logs[0].read_text()
+    text = logs[0].read_text()
+    assert "world 1" in text and "done attempt" in text
+    assert time.monotonic() - killed_at < 60
+
+
+def test_new_node_joins_a_running_elastic_job(tmp_path: Path) -> None:
+    (tmp_path / "steps.py").write_text(STEPS)
+    port = free_port()
+    env = {"STEPS": "80"}
+    logs = [tmp_path / "a.log", tmp_path / "b.log"]
+    first = start_agent(*_two_node_args(port, "1:2"), cwd=tmp_path, log=logs[0], env=env)
+    wait_for_text(logs[0], "attempt 0 world 1")
+    second = start_agent(*_two_node_args(port, "1:2"), cwd=tmp_path, log=logs[1], env=env)
+    assert first.wait(timeout=120) == 0, logs[0].read_text()
+    assert second.wait(timeout=60) == 0, logs[1].read_text()
+    assert "done attempt 0 world 2" in logs[0].read_text() or "world 2" in logs[0].read_text()
+    assert "world 2" in logs[1].read_text()
+
+
+def test_lost_node_without_enough_nodes_fails_naming_the_endpoint(tmp_path: Path) -> None:
+    (tmp_path / "steps.py").write_text(STEPS)
+    port = free_port()
+    env = {"STEPS": "300"}
+    logs = [tmp_path / "a.log", tmp_path / "b.log"]
+    agents = [
+        start_agent(*_two_node_args(port, "2"), cwd=tmp_path, log=log, env=env) for log in logs
+    ]
+    for log in logs:
+        wait_for_text(log, "world 2")
+    started = time.monotonic()
+    agents[1].kill()
+    assert agents[0].wait(timeout=120) != 0
+    assert time.monotonic() - started < 60
+    text = logs[0].read_text()
+    assert f"rendezvous at 127.0.0.1:{port} failed" in text
+
+
+def test_unreachable_endpoint_fails_within_the_timeout_naming_it(tmp_path: Path) -> None:
+    port = free_port()
+    started = time.monotonic()
+    result = run_agent(
+        "--nnodes",
+        "2",
+        "--rdzv-endpoint",
+        f"localhost:{port}",
+        "--rdzv-conf",
+        "is_host=false,read_timeout=2,join_timeout=2",
+        "x.py",
+        cwd=tmp_path,
+    )
+    assert result.returncode == 1
+    assert time.monotonic() - started < 30
+    assert f"torchx-elastic: error: rendezvous at localhost:{port} failed:" in result.stderr
+    assert "check that the rank-0 node is running" in result.stderr
+
+
+def test_unresolvable_endpoint_names_the_host(tmp_path: Path) -> None:
+    result = run_agent(
+        "--nnodes",
+        "2",
+        "--rdzv-endpoint",
+        "no-such-node.invalid:29500",
+        "--rdzv-conf",
+        "join_timeout=1",
+        "x.py",
+        cwd=tmp_path,
+    )
+    assert result.returncode == 1
+    assert (
+        "torchx-elastic: error: rendezvous at no-such-node.invalid:29500 failed: host"
+        " 'no-such-node.invalid' did not resolve within 1s" in result.stderr
+    )

@@ -1,0 +1,246 @@
+"""Fork server: import torch once, then fork every worker from that warm process.
+
+Most of a worker's start-up on a small machine is importing torch again; N workers on few
+cores pay it N times over. The agent starts this server as its first act (it imports torch
+while the agent rendezvouses), and each worker of each attempt is a ``fork()`` of it that
+runs the script through :mod:`bootstrap`: the same ``__main__``, ``sys.argv``, ``__file__``
+and ``sys.path[0]`` as ``python SCRIPT``, with the worker's own environment, working
+directory, stdout/stderr pipes (passed over the socket) and a fresh session.
+
+Protocol over a ``SOCK_SEQPACKET`` socket pair (one message per packet, JSON):
+agent -> server ``{"argv", "env", "cwd"}`` with the stdout and stderr descriptors attached;
+server -> agent ``{"started": pid}`` in order, and ``{"exited": pid, "status": code}`` as
+children end (``code`` is negative for a signal, as ``subprocess``).
+
+Standard library only here (the server's own import of torch happens in :func:`serve`).
+"""
+
+from __future__ import annotations
+
+import array
+import atexit
+import json
+import os
+import random
+import selectors
+import signal
+import socket
+import sys
+import threading
+from typing import Any
+
+from torchx_elastic.agent import bootstrap
+
+_MAX_MESSAGE_BYTES = 1 << 20
+PRELOAD_MODULES = ("torch", "torch.distributed", "torch.nn.parallel", "torch.utils.data")
+
+
+def _recv(sock: socket.socket) -> tuple[dict[str, Any] | None, list[int]]:
+    fds = array.array("i")
+    data, ancdata, _, _ = sock.recvmsg(_MAX_MESSAGE_BYTES, socket.CMSG_SPACE(2 * fds.itemsize))
+    for level, kind, payload in ancdata:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            fds.frombytes(payload[: len(payload) - len(payload) % fds.itemsize])
+    return (json.loads(data) if data else None), list(fds)
+
+
+def _exit_code(status: int) -> int:
+    return -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+
+
+def _run_child(
+    request: dict[str, Any], stdout_fd: int, stderr_fd: int, sock: socket.socket
+) -> None:
+    """In the forked child: become the worker, run it, never return."""
+    code = 1
+    try:
+        sock.close()
+        os.setsid()
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        signal.set_wakeup_fd(-1)
+        devnull = os.open(os.devnull, os.O_RDONLY)
+        for fd, target in ((devnull, 0), (stdout_fd, 1), (stderr_fd, 2)):
+            os.dup2(fd, target)
+            os.close(fd)
+        os.chdir(request["cwd"])
+        os.environ.clear()
+        os.environ.update(request["env"])
+        _fresh_process_state()
+        code = _run_bootstrap(request["argv"])
+    except BaseException:  # noqa: BLE001 - report anything, then leave as the worker
+        import traceback
+
+        traceback.print_exc()
+    finally:
+        os._exit(code)
+
+
+def _fresh_process_state() -> None:
+    """What a new interpreter would not share with its siblings."""
+    random.seed()
+    numpy_random = sys.modules.get("numpy.random")
+    if numpy_random is not None:
+        numpy_random.seed()
+    threads = os.environ.get("OMP_NUM_THREADS")
+    torch = sys.modules.get("torch")
+    if threads and threads.isdigit() and torch is not None:
+        torch.set_num_threads(int(threads))
+    sys.argv = [""]
+
+
+def _run_bootstrap(argv: list[str]) -> int:
+    """``bootstrap.main`` as the worker's whole life; the exit code as Python would give it."""
+    sys.argv = ["bootstrap", *argv]
+    try:
+        bootstrap.main()
+        code = 0
+    except SystemExit as exit_:
+        if exit_.code is None:
+            code = 0
+        elif isinstance(exit_.code, int):
+            code = exit_.code
+        else:
+            print(exit_.code, file=sys.stderr)
+            code = 1
+    except KeyboardInterrupt:
+        code = 128 + signal.SIGINT
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    return code
+
+
+def serve(sock: socket.socket) -> None:
+    for name in PRELOAD_MODULES:
+        __import__(name)
+    bootstrap.die_with_agent()  # the server is the agent's child: go with it
+    wakeup_r, wakeup_w = os.pipe()
+    os.set_blocking(wakeup_w, False)
+    signal.set_wakeup_fd(wakeup_w)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the agent decides what workers get
+    selector = selectors.DefaultSelector()
+    selector.register(sock, selectors.EVENT_READ, "request")
+    selector.register(wakeup_r, selectors.EVENT_READ, "child")
+    my_pid = os.getpid()
+    while True:
+        for key, _ in selector.select():
+            if key.data == "child":
+                os.read(wakeup_r, 4096)
+                _reap(sock)
+                continue
+            request, fds = _recv(sock)
+            if request is None:
+                return  # the agent is gone
+            sys.stdout.flush()
+            sys.stderr.flush()
+            pid = os.fork()
+            if pid == 0:
+                os.environ[bootstrap.AGENT_PID_ENV] = str(my_pid)
+                request["env"][bootstrap.AGENT_PID_ENV] = str(my_pid)
+                _run_child(request, fds[0], fds[1], sock)
+            for fd in fds:
+                os.close(fd)
+            sock.send(json.dumps({"started": pid}).encode())
+        _reap(sock)
+
+
+def _reap(sock: socket.socket) -> None:
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        sock.send(json.dumps({"exited": pid, "status": _exit_code(status)}).encode())
+
+
+class ForkServer:
+    """The agent's side: start the server, ask it for workers, learn when they exit."""
+
+    def __init__(self) -> None:
+        import subprocess
+
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        env = {**os.environ, bootstrap.AGENT_PID_ENV: str(os.getpid()), "PYTHONUNBUFFERED": "1"}
+        self._proc = subprocess.Popen(
+            [sys.executable, "-u", "-m", __name__, str(theirs.fileno())],
+            pass_fds=(theirs.fileno(),),
+            env=env,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        theirs.close()
+        self._sock = ours
+        self._lock = threading.Lock()
+        self._changed = threading.Condition()
+        self._started: list[int] = []
+        self._exit_codes: dict[int, int] = {}
+        self._closed = False
+        self._reader = threading.Thread(
+            target=self._read, name="torchx-elastic-forkserver", daemon=True
+        )
+        self._reader.start()
+
+    def _read(self) -> None:
+        while True:
+            try:
+                message, _ = _recv(self._sock)
+            except OSError:
+                message = None
+            with self._changed:
+                if message is None:
+                    self._closed = True
+                elif "started" in message:
+                    self._started.append(int(message["started"]))
+                else:
+                    self._exit_codes[int(message["exited"])] = int(message["status"])
+                self._changed.notify_all()
+            if message is None:
+                return
+
+    def start(
+        self, argv: list[str], env: dict[str, str], cwd: str, stdout_fd: int, stderr_fd: int
+    ) -> int:
+        """Fork a worker running ``bootstrap ARGV``; its pid."""
+        payload = json.dumps({"argv": argv, "env": env, "cwd": cwd}).encode()
+        with self._lock:
+            self._sock.sendmsg(
+                [payload],
+                [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [stdout_fd, stderr_fd]))],
+            )
+            with self._changed:
+                self._changed.wait_for(lambda: self._started or self._closed)
+                if not self._started:
+                    raise RuntimeError(f"the fork server exited (code {self._proc.poll()})")
+                return self._started.pop(0)
+
+    def exit_code(self, pid: int) -> int | None:
+        """The worker's exit code once it ended (SIGKILL's if the server died first)."""
+        with self._changed:
+            return self._code(pid)
+
+    def wait(self, pid: int, timeout_s: float | None) -> int | None:
+        with self._changed:
+            self._changed.wait_for(lambda: pid in self._exit_codes or self._closed, timeout_s)
+            return self._code(pid)
+
+    def _code(self, pid: int) -> int | None:
+        if pid in self._exit_codes:
+            return self._exit_codes[pid]
+        return -int(signal.SIGKILL) if self._closed else None
+
+    def close(self) -> None:
+        self._sock.close()
+        try:
+            self._proc.wait(5)
+        except Exception:  # noqa: BLE001
+            self._proc.kill()
+
+
+if __name__ == "__main__":
+    serve(socket.socket(fileno=int(sys.argv[1])))
