@@ -159,11 +159,13 @@ def two_nodes_torchrun(s: Settings, run_dir: Path) -> Sample:
 
 
 def _restart_sample(outcome: procs.Outcome, record_file: Path, world_size: int) -> Sample:
-    latency_s = restart.read_latency_s(record_file, world_size)
+    found = restart.read_recovery(record_file, world_size)
     facts: dict[str, object] = {"wall_s": outcome.wall_s, "exit_codes": list(outcome.exit_codes)}
-    if latency_s is not None and outcome.ok:
-        return Sample(latency_s, facts=facts)
-    why = "not every rank came back" if latency_s is None else "ranks came back but the job failed"
+    if found is not None:
+        facts["recovered_in_attempt"] = found.attempt
+    if found is not None and outcome.ok:
+        return Sample(found.latency_s, facts=facts)
+    why = "not every rank came back" if found is None else "ranks came back but the job failed"
     return Sample(None, f"did not recover: {why}; {_failure(outcome)}", facts)
 
 

@@ -29,8 +29,19 @@ def parse_records(text: str) -> list[Record]:
     return records
 
 
+@dataclass(frozen=True)
+class Recovery:
+    latency_s: float  # crash to the last rank back in its training loop
+    attempt: int  # the attempt in which every rank got back (1: the first restart)
+
+
 def recovery_latency_s(records: list[Record], world_size: int) -> float | None:
     """Crash to all ``world_size`` ranks back in the loop, or None if they never all were."""
+    found = recovery(records, world_size)
+    return None if found is None else found.latency_s
+
+
+def recovery(records: list[Record], world_size: int) -> Recovery | None:
     crashes = [r.time_s for r in records if r.event == "crash"]
     if not crashes:
         return None
@@ -42,13 +53,13 @@ def recovery_latency_s(records: list[Record], world_size: int) -> float | None:
             ranks[r.rank] = min(r.time_s, ranks.get(r.rank, r.time_s))
     for attempt in sorted(back):
         if len(back[attempt]) == world_size:
-            return max(back[attempt].values()) - crash_s
+            return Recovery(max(back[attempt].values()) - crash_s, attempt)
     return None
 
 
-def read_latency_s(path: Path, world_size: int) -> float | None:
+def read_recovery(path: Path, world_size: int) -> Recovery | None:
     try:
         text = path.read_text()
     except FileNotFoundError:
         return None
-    return recovery_latency_s(parse_records(text), world_size)
+    return recovery(parse_records(text), world_size)

@@ -167,6 +167,9 @@ def run_benchmark(
                 shutil.rmtree(run_dir, ignore_errors=True)
     result = BenchmarkResult(bench.name, bench.title, bench.unit, variants, bench.ratios)
     result.notes.extend(summary_notes(bench.name, result, samples))
+    if bench.name == "restart" and settings.restart_env:
+        extra = " ".join(f"{k}={v}" for k, v in settings.restart_env.items())
+        result.notes.append(f"both launchers ran with {extra}")
     return result, samples
 
 
@@ -176,9 +179,15 @@ def summary_notes(
     notes: list[str] = []
     if name == "restart":
         for key, variant in result.variants.items():
+            first = sum(
+                1
+                for s in samples[key]
+                if s.value is not None and s.facts.get("recovered_in_attempt") == 1
+            )
             notes.append(
                 f"{key}: {len(variant.values)}/{len(variant.samples)} recovered"
-                " (all ranks back in the loop and the job done before the timeout)"
+                f" ({first} on the first restart; recovered: all ranks back in the loop and"
+                " the job done before the timeout)"
             )
     if name in ("launch", "two_nodes"):
         for key, runs in samples.items():

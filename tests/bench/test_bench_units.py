@@ -40,8 +40,10 @@ def test_no_latency_without_a_crash() -> None:
 
 def test_a_later_complete_attempt_counts_when_the_first_restart_was_partial() -> None:
     text = RECORDS.replace("loop 1 1 13.0\n", "") + "loop 2 0 20.0\nloop 2 1 21.0\n"
-    latency_s = restart.recovery_latency_s(restart.parse_records(text), world_size=2)
-    assert latency_s == pytest.approx(11.0)
+    found = restart.recovery(restart.parse_records(text), world_size=2)
+    assert found is not None
+    assert found.attempt == 2
+    assert found.latency_s == pytest.approx(11.0)
 
 
 def test_a_bad_record_is_named() -> None:
@@ -52,7 +54,7 @@ def test_a_bad_record_is_named() -> None:
 
 
 def test_missing_record_file_means_not_recovered(tmp_path: Path) -> None:
-    assert restart.read_latency_s(tmp_path / "none.txt", world_size=2) is None
+    assert restart.read_recovery(tmp_path / "none.txt", world_size=2) is None
 
 
 def _lines(rank: int, count: int) -> bytes:

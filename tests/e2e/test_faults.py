@@ -25,7 +25,7 @@ attempt = int(os.environ["TORCHELASTIC_RESTART_COUNT"])
 ckpt = os.path.join(os.environ["CKPT_DIR"], "ckpt.json")
 state = json.load(open(ckpt)) if os.path.exists(ckpt) else {"step": 0, "total": 0.0}
 plan = random.Random(int(os.environ["SEED"]) * 1000 + attempt)
-crash_rank, crash_step = plan.randrange(world), plan.randrange(state["step"], 40)
+crash_rank, crash_step = plan.randrange(world), plan.randrange(min(state["step"], 39), 40)
 for step in range(state["step"], 40):
     value = torch.tensor([float(step)])
     dist.all_reduce(value)  # every rank adds step: world * step

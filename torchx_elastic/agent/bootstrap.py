@@ -29,7 +29,9 @@ AGENT_PID_ENV = "TORCHX_ELASTIC_AGENT_PID"
 ERROR_FILE_ENV = "TORCHELASTIC_ERROR_FILE"
 DUMP_STACKS_SIGNAL = signal.SIGRTMIN + 4
 _PR_SET_PDEATHSIG = 1
-_OWN_FILES = frozenset({os.path.abspath(__file__), os.path.abspath(runpy.__file__)})
+_OWN_FILES = frozenset(
+    {os.path.abspath(__file__), os.path.abspath(runpy.__file__), "<frozen runpy>"}
+)
 
 
 def die_with_agent() -> None:
@@ -67,9 +69,13 @@ def record_error(exc: BaseException, tb: TracebackType | None) -> None:
         pass  # the traceback still goes to stderr
 
 
+def _is_own(filename: str) -> bool:
+    return filename in _OWN_FILES or os.path.abspath(filename) in _OWN_FILES
+
+
 def _user_frames(tb: TracebackType | None) -> TracebackType | None:
     """Drop the bootstrap's and runpy's frames, as ``python script.py`` shows none."""
-    while tb is not None and os.path.abspath(tb.tb_frame.f_code.co_filename) in _OWN_FILES:
+    while tb is not None and _is_own(tb.tb_frame.f_code.co_filename):
         tb = tb.tb_next
     return tb
 

@@ -1,0 +1,119 @@
+"""Workers behave as under ``python script.py`` with both start methods (real runs)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import run_agent
+
+pytestmark = pytest.mark.slow
+
+METHODS = ["fork-server", "spawn"]
+
+PYTHON_SEMANTICS = """
+import json, multiprocessing, os, random, sys
+
+def square(x):
+    return x * x
+
+if __name__ == "__main__":
+    import torch
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        squares = pool.map(square, [3])
+    out = {
+        "argv": sys.argv, "file": __file__, "name": __name__, "path0": sys.path[0],
+        "squares": squares, "random": random.random(), "threads": torch.get_num_threads(),
+        "cwd": os.getcwd(), "rank": os.environ["RANK"],
+    }
+    with open(os.path.join(os.environ["OUT_DIR"], "seen." + os.environ["RANK"]), "w") as f:
+        json.dump(out, f)
+"""
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_script_sees_a_plain_python_process(tmp_path: Path, method: str) -> None:
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub/check.py").write_text(PYTHON_SEMANTICS)
+    result = run_agent(
+        "--nproc-per-node",
+        "2",
+        "--start-method",
+        method,
+        "sub/check.py",
+        "x y",
+        "--z",
+        cwd=tmp_path,
+        env={"OUT_DIR": str(tmp_path), "OMP_NUM_THREADS": "1"},
+    )
+    assert result.returncode == 0, result.stderr
+    seen = [json.loads((tmp_path / f"seen.{rank}").read_text()) for rank in (0, 1)]
+    for rank_seen in seen:
+        assert rank_seen["argv"] == ["sub/check.py", "x y", "--z"]
+        assert rank_seen["file"] == "sub/check.py"
+        assert rank_seen["name"] == "__main__"
+        assert rank_seen["path0"] == str(tmp_path / "sub")
+        assert rank_seen["squares"] == [9]
+        assert rank_seen["threads"] == 1
+        assert rank_seen["cwd"] == str(tmp_path)
+    assert seen[0]["random"] != seen[1]["random"]
+
+
+@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize(
+    ("body", "report"),
+    [
+        ("import sys; sys.exit(3)", "exit code 3"),
+        ("import sys; sys.exit('bye now')", "exit code 1"),
+        ("raise ValueError('boom 42')", "ValueError: boom 42"),
+        ("import os, signal; os.kill(os.getpid(), signal.SIGKILL)", "SIGKILL"),
+    ],
+)
+def test_exit_codes_and_errors(tmp_path: Path, method: str, body: str, report: str) -> None:
+    (tmp_path / "die.py").write_text(
+        f"import os, time\nif os.environ['RANK'] == '1':\n    {body}\ntime.sleep(30)\n"
+    )
+    result = run_agent("--nproc-per-node", "2", "--start-method", method, "die.py", cwd=tmp_path)
+    assert result.returncode == 1
+    assert "Root cause" in result.stderr
+    assert report in result.stderr
+    if "bye now" in body:
+        assert "[n0 r1] bye now" in result.stderr
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_module_form(tmp_path: Path, method: str) -> None:
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg/__init__.py").write_text("")
+    (tmp_path / "pkg/run.py").write_text(
+        "import sys\nif __name__ == '__main__':\n    print('module args', sys.argv[1:])\n"
+    )
+    result = run_agent(
+        "--nproc-per-node",
+        "1",
+        "--start-method",
+        method,
+        "-m",
+        "pkg.run",
+        "--a",
+        "b",
+        cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "[n0 r0] module args ['--a', 'b']" in result.stdout
+
+
+def test_no_python_runs_a_program(tmp_path: Path) -> None:
+    result = run_agent(
+        "--nproc-per-node",
+        "2",
+        "--no-python",
+        "sh",
+        "-c",
+        'echo "rank $RANK of $WORLD_SIZE"',
+        cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "rank 1 of 2" in result.stdout
