@@ -17,8 +17,11 @@ Unix socket (named by ``TORCHX_ELASTIC_CHANNEL``); a message that cannot be sent
 from __future__ import annotations
 
 import os
-import socket
 import time
+
+TYPE_CHECKING = False  # not typing's: importing typing would cost more than this module
+if TYPE_CHECKING:
+    import socket
 
 CHANNEL_ENV = "TORCHX_ELASTIC_CHANNEL"
 PROGRESS_INTERVAL_S = 0.1
@@ -40,6 +43,8 @@ class _Sender:
     def send(self, message: str) -> None:
         try:
             if self._socket is None:
+                import socket  # here, not at the top: importing the package stays cheap
+
                 self._socket = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
                 self._socket.setblocking(False)
             self._socket.sendto(f"{message} {self.local_rank} {self.attempt}".encode(), self.path)

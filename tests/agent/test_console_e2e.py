@@ -111,6 +111,59 @@ def test_rank_filter_shows_chosen_ranks_and_files_keep_all(tmp_path: Path) -> No
         assert path.read_text() == f"hello from {rank}\n"
 
 
+CARRIAGE_RETURNS = r"""
+import os, sys, time
+for percent in (10, 50, 100):
+    sys.stdout.write(f"\r{percent:3d}%|" + "#" * (percent // 10))
+    sys.stdout.flush()
+    time.sleep(0.05)
+print()
+print("after the bar")
+if os.environ["TORCHELASTIC_RESTART_COUNT"] == "0" and os.environ["RANK"] == "1":
+    raise SystemExit(3)
+"""
+
+
+@pytest.mark.slow
+def test_carriage_returns_and_a_restart(tmp_path: Path) -> None:
+    (tmp_path / "bar.py").write_text(CARRIAGE_RETURNS)
+    log_dir = tmp_path / "logs"
+    result = run_agent(
+        "--nproc-per-node",
+        "2",
+        "--max-restarts",
+        "1",
+        "--log-dir",
+        str(log_dir),
+        "bar.py",
+        cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stderr
+    # attempt 0 and attempt 1: each rank's rewritten line shows once per attempt, as it ended
+    for rank in (0, 1):
+        assert result.stdout.count(f"[n0 r{rank}] 100%|##########\n") == 2, result.stdout
+        assert result.stdout.count(f"[n0 r{rank}] after the bar\n") == 2, result.stdout
+    assert "10%" not in result.stdout and "50%" not in result.stdout
+    raw = (log_dir / "attempt_0" / "rank_0" / "stdout.log").read_bytes()
+    assert raw.startswith(b"\r 10%|#\r 50%|#####\r100%|##########\n")
+    events = [json.loads(ln) for ln in (log_dir / "events.jsonl").read_text().splitlines()]
+    assert [(e["event"], e["attempt"]) for e in events] == [
+        ("rendezvous", 0),
+        ("start", 0),
+        ("failure", 0),
+        ("restart", 1),
+        ("rendezvous", 1),
+        ("start", 1),
+        ("exit", 1),
+    ]
+    assert events[2]["failures"]["1"]["exitcode"] == 3
+    assert events[3]["reason"] == "failure"
+    summary = json.loads((log_dir / "summary_node0.json").read_text())
+    assert (summary["state"], summary["exit_code"], summary["attempt"]) == ("SUCCEEDED", 0, 1)
+    assert summary["root_cause"] is None
+    assert "Root cause" not in result.stderr
+
+
 @pytest.mark.parametrize(
     ("flags", "message"),
     [

@@ -25,8 +25,8 @@ attempt = int(os.environ["TORCHELASTIC_RESTART_COUNT"])
 ckpt = os.path.join(os.environ["CKPT_DIR"], "ckpt.json")
 state = json.load(open(ckpt)) if os.path.exists(ckpt) else {"step": 0, "total": 0.0}
 plan = random.Random(int(os.environ["SEED"]) * 1000 + attempt)
-crash_rank, crash_step = plan.randrange(world), plan.randrange(min(state["step"], 39), 40)
-for step in range(state["step"], 40):
+crash_rank, crash_step = plan.randrange(world), state["step"] + plan.randrange(5)
+for step in range(state["step"], 200):
     value = torch.tensor([float(step)])
     dist.all_reduce(value)  # every rank adds step: world * step
     state = {"step": step + 1, "total": state["total"] + value.item()}
@@ -56,8 +56,8 @@ def test_twenty_random_crashes_twenty_restarts_right_result(tmp_path: Path) -> N
         timeout_s=600,
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    expected_total = sum(2 * step for step in range(40))
-    assert f'RESULT {{"step": 40, "total": {float(expected_total)}}} attempt 20' in result.stdout
+    expected_total = sum(2 * step for step in range(200))
+    assert f'RESULT {{"step": 200, "total": {float(expected_total)}}} attempt 20' in result.stdout
 
 
 def test_failing_rank_without_restarts_left_fails_the_job(tmp_path: Path) -> None:

@@ -186,3 +186,29 @@ def test_agent_help_uses_torchrun_flag_names() -> None:
         "-m",
     ):
         assert flag in out
+
+
+def test_max_retries_restarts_in_place_and_the_example_resumes(workdir: Path) -> None:
+    checkpoint = workdir / "resume.pt"
+    result = run_torchx(
+        "run",
+        "-s",
+        "local_cwd",
+        "dist.ddp",
+        "-j",
+        "1x2",
+        "--max_retries",
+        "2",
+        "--script",
+        "resume.py",
+        "--",
+        "--checkpoint",
+        str(checkpoint),
+        "--crash-at-step",
+        "25",
+        cwd=workdir,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "RuntimeError: simulated crash at step 25" in result.stderr
+    assert "[n0 r0] attempt 1: resuming at step 20" in result.stderr
+    assert "[n0 r0] finished 60 steps in attempt 1" in result.stderr

@@ -9,28 +9,34 @@ On top of torchx's own ``local_cwd``:
   per replica the agent's console output, per rank the workers' stdout/stderr under
   ``torchelastic/<role>/attempt_<k>/rank_<r>/``;
 - ``--max_retries`` of ``dist.ddp`` is honoured: it is the agent's ``--max-restarts`` (in-place
-  restarts of the worker group); torchx 0.7's local scheduler ignores role retries.
+  restarts of the worker group); torchx 0.7's local scheduler ignores role retries;
+- ``torchx run`` returns as soon as the job ends: its status poll (once a second) waits up to
+  ``STATUS_WAIT_S`` for the replicas to exit instead of answering "running" at once.
 """
 
 from __future__ import annotations
 
 import os
 import sys
-from typing import Any
+import threading
+import time
+from typing import Any, Optional
 
-from torchx.schedulers.api import AppDryRunInfo
+from torchx.schedulers.api import AppDryRunInfo, DescribeAppResponse
 from torchx.schedulers.local_scheduler import (
     CWDImageProvider,
     LocalOpts,
     LocalScheduler,
     PopenRequest,
 )
-from torchx.specs import AppDef, runopts
+from torchx.specs import AppDef, is_terminal, runopts
 
 RANK0_ENV = "TORCHX_RANK0_HOST"
 RANK0_HOST = "127.0.0.1"
 DEFAULT_LOG_DIR = "torchx_logs"
 _PYTHON_ENTRYPOINTS = frozenset({"python", "python3"})
+STATUS_WAIT_S = 0.9
+_EXIT_POLL_S = 0.01
 
 
 class LocalCwdScheduler(LocalScheduler):
@@ -48,7 +54,7 @@ class LocalCwdScheduler(LocalScheduler):
         return opts
 
     def _submit_dryrun(self, app: AppDef, cfg: LocalOpts) -> AppDryRunInfo[PopenRequest]:
-        cfg = {**cfg, "log_dir": os.path.abspath(cfg.get("log_dir") or DEFAULT_LOG_DIR)}  # type: ignore[typeddict-item]
+        cfg = {**cfg, "log_dir": os.path.abspath(cfg.get("log_dir") or DEFAULT_LOG_DIR)}
         info = super()._submit_dryrun(app, cfg)
         for replicas in info.request.role_params.values():
             for replica in replicas:
@@ -58,12 +64,28 @@ class LocalCwdScheduler(LocalScheduler):
         return info
 
     def schedule(self, dryrun_info: AppDryRunInfo[PopenRequest]) -> str:
-        app_id = super().schedule(dryrun_info)
+        app_id: str = super().schedule(dryrun_info)
         print(
             f"torchx-elastic: logs of {app_id} are kept in {dryrun_info.request.log_dir}",
             file=sys.stderr,
         )
         return app_id
+
+    def describe(self, app_id: str) -> Optional[DescribeAppResponse]:
+        app = self._apps.get(app_id)
+        # only the CLI's status poll (main thread) waits; its log thread must not be held up
+        if app is not None and threading.current_thread() is threading.main_thread():
+            self._wait_for_exit(app_id, STATUS_WAIT_S)
+        return super().describe(app_id)
+
+    def _wait_for_exit(self, app_id: str, timeout_s: float) -> None:
+        app = self._apps[app_id]
+        if is_terminal(app.state):
+            return
+        procs = [r.proc for replicas in app.role_replicas.values() for r in replicas]
+        deadline = time.monotonic() + timeout_s
+        while any(p.poll() is None for p in procs) and time.monotonic() < deadline:
+            time.sleep(_EXIT_POLL_S)
 
 
 def create_scheduler(session_name: str, cache_size: int = 100, **kwargs: Any) -> LocalCwdScheduler:
