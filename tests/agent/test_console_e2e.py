@@ -237,6 +237,8 @@ def test_torchx_run_local_cwd_prints_the_root_cause(tmp_path: Path) -> None:
         for line in output.splitlines()
     )
     _check_rank1_report(report_text, None)
+    # the agent's reply file: torchx's own failure status names the root cause
+    assert "message: 'rank 1 (node 0) failed first: ValueError: bad value on rank 1'" in output
     summaries = list(tmp_path.glob("torchx_logs/**/summary_node0.json"))
     assert len(summaries) == 1
     assert json.loads(summaries[0].read_text())["root_cause"]["rank"] == 1

@@ -211,3 +211,29 @@ def test_a_long_peer_error_line_is_shortened_in_the_reason() -> None:
     reason = victim_reason(failure(0, 1, message=GLOO_CLOSED + " " + "x" * 300))
     assert reason is not None and len(reason) == len("lost a peer: ") + 160
     assert reason.startswith(f"lost a peer: {GLOO_CLOSED}") and reason.endswith("x...")
+
+
+def test_reply_file_names_the_root_cause_for_the_scheduler(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from torchx_elastic.agent.session import ConsoleSession
+
+    raiser = failure(1, 1, error_time_s=7.0, traceback=TRACEBACK, message="ValueError: bad batch")
+    verdict = classify([raiser, failure(0, SIGTERM)])
+    reply = tmp_path / "agent_error.json"
+    monkeypatch.setenv("TORCHELASTIC_ERROR_FILE", str(reply))
+    ConsoleSession._write_reply_file(verdict)
+    data = json.loads(reply.read_text())
+    assert data == {
+        "message": {
+            "message": "rank 1 (node 0) failed first: ValueError: bad batch",
+            "extraInfo": {"py_callstack": TRACEBACK, "timestamp": "7"},
+        }
+    }
+    # torch's reader takes it as a worker's error file
+    parsed = ProcessFailure(local_rank=0, pid=1, exitcode=1, error_file=str(reply))
+    assert parsed.timestamp == 7 and parsed.message == data["message"]
+    reply.write_text("{}")
+    ConsoleSession._write_reply_file(verdict)  # an existing file is left alone
+    assert reply.read_text() == "{}"
+    assert report.reply_file_data(classify([]), 0.0) is None

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import json
-import os
+import re
 import signal
 import time
 from pathlib import Path
@@ -257,7 +256,9 @@ def test_lost_node_without_enough_nodes_fails_naming_the_endpoint(tmp_path: Path
     assert agents[0].wait(timeout=120) != 0
     assert time.monotonic() - started < 60
     text = logs[0].read_text()
-    assert f"rendezvous at 127.0.0.1:{port} failed" in text
+    assert f"rendezvous at 127.0.0.1:{port} failed: RendezvousTimeoutError" in text
+    lost = text.split("lost since the last round: ", 1)[1].split(";")[0]
+    assert re.fullmatch(rf"node [01]: \S+ \(agent pid {agents[1].pid}\)", lost), lost
 
 
 def test_unreachable_endpoint_fails_within_the_timeout_naming_it(tmp_path: Path) -> None:

@@ -25,6 +25,7 @@ from torchx_elastic.agent.janitor import Janitor
 from torchx_elastic.agent.logs import RankLogsSpecs
 from torchx_elastic.agent.output import OutputSink, RankOutput
 from torchx_elastic.agent.processes import WorkerProcesses
+from torchx_elastic.agent.rendezvous import round_members
 from torchx_elastic.agent.watchdog import HangWatchdog, write_hang_error
 
 SinkFactory = Callable[[list[RankOutput]], OutputSink]
@@ -97,6 +98,7 @@ class ElasticAgent(LocalElasticAgent):
         self._events = events or EventLog(None)  # console (issue 3): event log
         self._worker_extra_env = dict(worker_extra_env or {})  # e.g. the progress channel
         self._supervision = supervision or Supervision()
+        self.last_round_members: dict[int, str] = {}
 
     def _shutdown(self, death_sig: signal.Signals = signal.SIGTERM, timeout: int = 30) -> None:
         """Stop the workers: ``death_sig``, ``term_timeout_s`` of grace, then SIGKILL."""
@@ -130,6 +132,7 @@ class ElasticAgent(LocalElasticAgent):
     # -- console (issue 3): event log hooks --
     def _rendezvous(self, worker_group: WorkerGroup) -> None:
         super()._rendezvous(worker_group)
+        self.last_round_members = round_members(worker_group.spec.rdzv_handler)
         self._events.node = worker_group.group_rank
         self._events.emit(
             "rendezvous",

@@ -24,6 +24,7 @@ from torchx_elastic.agent.rendezvous import (
     create_handler,
     describe_error,
     endpoint_of,
+    lost_nodes,
     rendezvous_parameters,
     use_fresh_store_per_attempt,
 )
@@ -104,7 +105,13 @@ def launch(args: argparse.Namespace, fork_server: ForkServer | None = None) -> i
     except SignalException as err:
         code = 128 + int(err.sigval)
     except RendezvousError as err:
-        raise RendezvousFailure(endpoint_of(rdzv_params), describe_error(err)) from None
+        what = describe_error(err)
+        lost = lost_nodes(agent.last_round_members, rdzv_handler)
+        if lost:
+            what += f" while waiting for {args.nnodes} node(s); lost since the last round: " + (
+                ", ".join(lost)
+            )
+        raise RendezvousFailure(endpoint_of(rdzv_params), what) from None
     finally:
         janitor.close()
         rdzv_handler.shutdown()

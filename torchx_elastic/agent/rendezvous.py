@@ -113,3 +113,26 @@ def describe_error(err: BaseException) -> str:
         lines.append(text.removesuffix(" See inner exception for details.").rstrip(". "))
         err = err.__cause__ or err.__context__  # type: ignore[assignment]
     return ": ".join(lines)
+
+
+def round_members(handler: RendezvousHandler) -> dict[int, str]:
+    """Node rank -> "addr (agent pid N)" of the handler's last known round, if it tells."""
+    state = getattr(getattr(handler, "_state_holder", None), "state", None)
+    participants = getattr(state, "participants", None) or {}
+    return {rank: f"{node.addr} (agent pid {node.pid})" for node, rank in participants.items()}
+
+
+def lost_nodes(before: dict[int, str], handler: RendezvousHandler) -> list[str]:
+    """Members of an earlier round that are not in the rendezvous any more."""
+    state = getattr(getattr(handler, "_state_holder", None), "state", None)
+    this_node = getattr(handler, "_this_node", None)
+    present = {
+        f"{node.addr} (agent pid {node.pid})"
+        for node in (
+            this_node,
+            *(getattr(state, "participants", None) or {}),
+            *(getattr(state, "wait_list", None) or ()),
+        )
+        if node is not None
+    }
+    return [f"node {rank}: {name}" for rank, name in sorted(before.items()) if name not in present]

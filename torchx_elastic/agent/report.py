@@ -293,3 +293,25 @@ def write_summary(path: str, data: Mapping[str, Any]) -> None:
         json.dump(data, file, indent=2)
         file.write("\n")
     os.replace(tmp, path)
+
+
+def reply_file_data(verdict: Verdict, now_s: float) -> dict[str, Any] | None:
+    """The root cause in torch's error-file format, for the scheduler's reply file.
+
+    torchx reads the agent's ``TORCHELASTIC_ERROR_FILE`` for ``torchx status`` / ``describe``:
+    with this it shows the failing rank's exception instead of no message at all.
+    """
+    root = verdict.root
+    if root is None:
+        return None
+    what = root.message or root.how
+    timestamp = root.error_time_s if root.error_time_s is not None else now_s
+    return {
+        "message": {
+            "message": f"rank {root.rank} (node {root.node}) failed first: {what}",
+            "extraInfo": {
+                "py_callstack": root.traceback or "\n".join(root.stderr_tail),
+                "timestamp": str(int(timestamp)),
+            },
+        }
+    }

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import time
 from collections.abc import Collection
 from typing import TextIO
 
@@ -23,6 +24,8 @@ from torchx_elastic.agent.events import EventLog
 from torchx_elastic.agent.output import DEFAULT_PREFIX, RankOutput, RankSink
 
 log = logging.getLogger(__name__)
+
+ERROR_FILE_ENV = "TORCHELASTIC_ERROR_FILE"
 
 
 class ConsoleSession:
@@ -107,6 +110,7 @@ class ConsoleSession:
             summary=path,
         )
         if verdict is not None:
+            self._write_reply_file(verdict)
             print(
                 report.render(verdict, self.log_dir, path),
                 file=out or sys.stderr,
@@ -114,3 +118,15 @@ class ConsoleSession:
                 flush=True,
             )
         return verdict
+
+    @staticmethod
+    def _write_reply_file(verdict: report.Verdict) -> None:
+        """The root cause into the agent's own error file, if its scheduler gave it one."""
+        path = os.environ.get(ERROR_FILE_ENV)
+        data = report.reply_file_data(verdict, time.time())
+        if not path or data is None or os.path.exists(path):
+            return
+        try:
+            report.write_summary(path, data)
+        except OSError as err:
+            log.warning("cannot write the error file %s: %s", path, err)
