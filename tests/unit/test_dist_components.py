@@ -85,7 +85,9 @@ def test_env_debug_mounts_and_resources() -> None:
 
 
 def test_exactly_one_of_script_and_module() -> None:
-    message = "exactly one of --script and -m must be given (e.g. --script train.py or -m my_pkg.train)"
+    message = (
+        "exactly one of --script and -m must be given (e.g. --script train.py or -m my_pkg.train)"
+    )
     with pytest.raises(ValueError) as err:
         ddp(j="1x1")
     assert str(err.value) == message
@@ -110,3 +112,18 @@ def test_spmd_infers_procs_from_named_resource_gpus() -> None:
 def test_spmd_elastic_nodes_on_gpu_host() -> None:
     role = spmd(script="train.py", j="1:3", h="aws_p4d.24xlarge").roles[0]
     assert (role.min_replicas, role.num_replicas) == (1, 3)
+
+
+def test_hang_timeout_and_start_method_reach_the_agent() -> None:
+    args = ddp(script="main.py", hang_timeout_s=600, start_method="spawn").roles[0].args
+    assert args[args.index("--hang-timeout-s") + 1] == "600"
+    assert args[args.index("--start-method") + 1] == "spawn"
+
+
+def test_bad_start_method_and_hang_timeout_say_what_is_accepted() -> None:
+    with pytest.raises(ValueError) as err:
+        ddp(script="main.py", start_method="forkserver")
+    assert str(err.value) == "invalid start_method 'forkserver'; accepted: fork-server, spawn"
+    with pytest.raises(ValueError) as err:
+        ddp(script="main.py", hang_timeout_s=-1)
+    assert str(err.value) == "invalid hang_timeout_s -1; accepted: 0 (off) or seconds > 0"

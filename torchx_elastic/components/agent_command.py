@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from torchx.specs import macros
 
@@ -10,6 +10,7 @@ from torchx_elastic.components.job_size import JobSize
 
 AGENT_MODULE = "torchx_elastic.agent"
 PYTHON = "python3"
+START_METHODS = ("fork-server", "spawn")
 
 
 def _literal(arg: str) -> str:
@@ -29,9 +30,18 @@ class AgentCommand:
     rdzv_backend: str = "c10d"
     max_restarts: int = 0
     tee: int = 3
-    extra_flags: tuple[str, ...] = field(default=())
+    hang_timeout_s: float = 0
+    start_method: str = "fork-server"
 
     def __post_init__(self) -> None:
+        if self.start_method not in START_METHODS:
+            raise ValueError(
+                f"invalid start_method {self.start_method!r}; accepted: {', '.join(START_METHODS)}"
+            )
+        if self.hang_timeout_s < 0:
+            raise ValueError(
+                f"invalid hang_timeout_s {self.hang_timeout_s:g}; accepted: 0 (off) or seconds > 0"
+            )
         if (self.script is None) == (self.module is None):
             raise ValueError(
                 "exactly one of --script and -m must be given"
@@ -68,7 +78,10 @@ class AgentCommand:
             str(self.max_restarts),
             "--tee",
             str(self.tee),
-            *self.extra_flags,
+            "--hang-timeout-s",
+            f"{self.hang_timeout_s:g}",
+            "--start-method",
+            self.start_method,
         ]
         if self.module is not None:
             args += ["-m", _literal(self.module)]

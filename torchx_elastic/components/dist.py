@@ -46,6 +46,8 @@ def ddp(
     mounts: Optional[List[str]] = None,
     debug: bool = False,
     tee: int = 3,
+    hang_timeout_s: float = 0,
+    start_method: str = "fork-server",
 ) -> specs.AppDef:
     """
     Distributed data parallel job (one role, several replicas = nodes), run by
@@ -59,7 +61,8 @@ def ddp(
         script: the Python script to run (relative to the working directory or image WORKDIR)
         m: the Python module to run instead of a script (as ``python -m``)
         image: container image (docker, kubernetes); ignored by local_cwd
-        name: job name: ``{experimentname}/{runname}``, ``{experimentname}/``, ``/{runname}`` or ``{runname}``
+        name: job name: ``{experimentname}/{runname}``, ``{experimentname}/``,
+            ``/{runname}`` or ``{runname}``
         h: a registered named resource (takes precedence over cpu, gpu, memMB)
         cpu: number of cpus per node
         gpu: number of gpus per node
@@ -75,6 +78,10 @@ def ddp(
         debug: run with torch's distributed debug flags set
         tee: which worker streams the console shows: 0 none, 1 stdout, 2 stderr, 3 both
             (the per-rank log files always keep both)
+        hang_timeout_s: restart (or fail) when a rank sends no progress()/heartbeat() for this
+            many seconds, after dumping every rank's stack to its log (0: off)
+        start_method: fork-server (workers forked from a process that imported torch once:
+            fast starts and restarts) or spawn (a fresh interpreter per worker)
     """
     size = JobSize.parse(j)
     command = AgentCommand(
@@ -86,6 +93,8 @@ def ddp(
         rdzv_backend=rdzv_backend,
         max_restarts=max_retries,
         tee=tee,
+        hang_timeout_s=hang_timeout_s,
+        start_method=start_method,
     )
     run_name = StructuredNameArgument.parse_from(name=name, m=m, script=script)
     role_env = dict(env or {})
@@ -140,9 +149,11 @@ def spmd(
         script: the Python script to run
         m: the Python module to run instead of a script
         image: container image (docker, kubernetes); ignored by local_cwd
-        name: job name: ``{experimentname}/{runname}``, ``{experimentname}/``, ``/{runname}`` or ``{runname}``
+        name: job name: ``{experimentname}/{runname}``, ``{experimentname}/``,
+            ``/{runname}`` or ``{runname}``
         h: a registered named resource (e.g. gpu.small, aws_p4d.24xlarge)
-        j: [{min_nodes}:]{max_nodes}x{procs_per_node}; on GPU hosts [{min}:]{nodes} infers procs from GPUs
+        j: [{min_nodes}:]{max_nodes}x{procs_per_node}; on GPU hosts [{min}:]{nodes}
+            infers the processes per node from the GPU count
         env: environment variables for the workers (e.g. ENV1=v1,ENV2=v2)
         max_retries: in-place restarts of the worker group by the agent when a rank fails
         mounts: mounts for container schedulers
