@@ -11,7 +11,8 @@ progress bar of the job and for the hang watchdog). Anywhere else (plain ``pytho
 
 Standard library only. A call costs one ``time.monotonic()`` and a comparison: messages are
 rate-limited here, and the ones that are sent are tiny non-blocking datagrams on the agent's
-Unix socket (named by ``TORCHX_ELASTIC_CHANNEL``); a message that cannot be sent is dropped.
+Unix socket (named by ``TORCHX_ELASTIC_CHANNEL``, where ``@name`` means Linux's abstract
+namespace); a message that cannot be sent is dropped.
 """
 
 from __future__ import annotations
@@ -47,9 +48,16 @@ class _Sender:
 
                 self._socket = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
                 self._socket.setblocking(False)
-            self._socket.sendto(f"{message} {self.local_rank} {self.attempt}".encode(), self.path)
+            self._socket.sendto(
+                f"{message} {self.local_rank} {self.attempt}".encode(), socket_address(self.path)
+            )
         except OSError:
             pass  # the agent is gone or busy: progress is best effort
+
+
+def socket_address(path: str) -> str:
+    """``@name`` (how an environment variable holds it) is Linux's abstract ``\\0name``."""
+    return "\0" + path[1:] if path.startswith("@") else path
 
 
 _sender: _Sender | None = None

@@ -21,7 +21,8 @@ from torchx_elastic.agent.launcher import UsageError, console_session
 LINES_PER_RANK = 10_000
 
 CHATTY = r"""
-import os, sys
+import os, sys, time
+started_s = time.monotonic()
 rank = os.environ["RANK"]
 out = sys.stdout.fileno()
 for i in range(LINES):
@@ -40,6 +41,8 @@ for i in range(LINES):
         print(f"stderr rank={rank} i={i}", file=sys.stderr, flush=True)
 sys.stdout.flush()
 os.write(out, b"no newline at exit")
+with open(f"write_s.{rank}", "w") as file:
+    file.write(str(time.monotonic() - started_s))
 """.replace("LINES", str(LINES_PER_RANK))
 CHATTY_LINE = re.compile(r"chatty rank=(\d) i=(\d+) (x*)")
 
@@ -59,13 +62,13 @@ time.sleep(30)
 @pytest.mark.slow
 def test_every_line_of_four_chatty_ranks_arrives_whole_once_in_order(tmp_path: Path) -> None:
     (tmp_path / "chatty.py").write_text(CHATTY)
-    started_s = time.monotonic()
     result = run_agent(
         "--nproc-per-node", "4", "--log-dir", str(tmp_path / "logs"), "chatty.py", cwd=tmp_path
     )
-    elapsed_s = time.monotonic() - started_s
     assert result.returncode == 0, result.stderr
-    assert elapsed_s < 30, f"4 x {LINES_PER_RANK} lines took {elapsed_s:.1f}s"
+    # the console keeps up: no worker waits long on its pipe (~0.2 s each when idle)
+    write_s = [float((tmp_path / f"write_s.{rank}").read_text()) for rank in range(4)]
+    assert max(write_s) < 5.0, write_s
     seen: dict[int, list[int]] = {r: [] for r in range(4)}
     for line in result.stdout.splitlines():
         prefix, _, body = line.partition("] ")

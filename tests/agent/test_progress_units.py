@@ -73,9 +73,13 @@ def test_progress_reaches_the_agent_and_is_rate_limited(
         channel.close()
 
 
-def test_heartbeat_counts_as_seen(fresh_sender: None, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("abstract", [True, False], ids=["abstract-namespace", "file"])
+def test_heartbeat_counts_as_seen(
+    fresh_sender: None, monkeypatch: pytest.MonkeyPatch, abstract: bool
+) -> None:
     activity = RankActivity()
-    channel = ActivityChannel(activity)
+    channel = ActivityChannel(activity, abstract=abstract)
+    assert channel.path.startswith("@torchx-elastic-") == abstract
     try:
         monkeypatch.setenv(worker.CHANNEL_ENV, channel.path)
         monkeypatch.setenv("LOCAL_RANK", "1")
@@ -85,6 +89,7 @@ def test_heartbeat_counts_as_seen(fresh_sender: None, monkeypatch: pytest.Monkey
         assert activity.snapshot()[1].step is None
     finally:
         channel.close()
+    assert abstract or not os.path.exists(os.path.dirname(channel.path))  # nothing left behind
 
 
 def test_activity_ignores_old_attempts_and_malformed_datagrams() -> None:

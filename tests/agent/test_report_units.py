@@ -237,3 +237,31 @@ def test_reply_file_names_the_root_cause_for_the_scheduler(
     ConsoleSession._write_reply_file(verdict)  # an existing file is left alone
     assert reply.read_text() == "{}"
     assert report.reply_file_data(classify([]), 0.0) is None
+
+
+def test_an_unwritable_log_dir_is_warned_about_not_fatal(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from torchx_elastic.agent.session import ConsoleSession
+
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    session = ConsoleSession(str(blocker), mode="plain", status_interval_s=0)
+    assert session.finish(None, 0, attempt=0) is None
+    messages = [r.getMessage().split(":")[0] for r in caplog.records]
+    assert f"cannot write the run summary {blocker / 'summary_node0.json'}" in messages
+    assert f"cannot write the event log {blocker / 'events.jsonl'}" in messages
+
+
+def test_an_unwritable_reply_file_is_warned_about(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from torchx_elastic.agent.session import ConsoleSession
+
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    monkeypatch.setenv("TORCHELASTIC_ERROR_FILE", str(blocker / "error.json"))
+    ConsoleSession._write_reply_file(classify([failure(1, 1)]))
+    assert [r.getMessage().split(":")[0] for r in caplog.records] == [
+        f"cannot write the error file {blocker / 'error.json'}"
+    ]

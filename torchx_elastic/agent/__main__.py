@@ -1,23 +1,29 @@
-"""``python -m torchx_elastic.agent``: parse the flags, start the fork server, then import torch.
+"""``python -m torchx_elastic.agent``: parse the flags, import torch once, fork the fork server.
 
-The fork server (see ``forkserver.py``) imports torch in its own process while this one
-imports torch and rendezvouses: the two imports overlap instead of adding up.
+The fork server (see ``forkserver.py``) is forked from the agent right after the agent
+imported torch and before it starts any thread: workers then start without importing
+torch again.
 """
 
 from __future__ import annotations
 
+import sys
+
 
 def main(argv: list[str] | None = None) -> None:
     from torchx_elastic.agent.cli import build_parser
-    from torchx_elastic.agent.forkserver import ForkServer
 
     args = build_parser().parse_args(argv)
-    fork_server = None
-    if args.start_method == "fork-server" and not args.no_python:
-        fork_server = ForkServer()
 
+    from torchx_elastic.agent.forkserver import ForkServer
     from torchx_elastic.agent.launcher import run
 
+    fork_server = None
+    if args.start_method == "fork-server" and not args.no_python:
+        try:
+            fork_server = ForkServer()
+        except RuntimeError as err:  # a thread exists already: forking is not safe
+            print(f"torchx-elastic: starting workers by spawn: {err}", file=sys.stderr)
     run(args, fork_server)
 
 

@@ -13,15 +13,17 @@ import collections
 import contextlib
 import logging
 import os
+import secrets
 import shutil
 import socket
+import sys
 import tempfile
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from torchx_elastic.worker import CHANNEL_ENV
+from torchx_elastic.worker import CHANNEL_ENV, socket_address
 
 log = logging.getLogger(__name__)
 
@@ -132,13 +134,18 @@ class RankActivity:
 class ActivityChannel:
     """Owns the socket the workers write to and a thread that feeds :class:`RankActivity`."""
 
-    def __init__(self, activity: RankActivity) -> None:
+    def __init__(self, activity: RankActivity, abstract: bool | None = None) -> None:
         self.activity = activity
-        # a short private directory: socket paths are limited to ~100 bytes
-        self._dir = tempfile.mkdtemp(prefix="txe-")
-        self.path = os.path.join(self._dir, "channel")
         self._socket = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-        self._socket.bind(self.path)
+        self._dir: str | None = None
+        if abstract if abstract is not None else sys.platform.startswith("linux"):
+            # Linux's abstract namespace: nothing on disk, gone with the agent (even SIGKILLed)
+            self.path = f"@torchx-elastic-{os.getpid()}-{secrets.token_hex(8)}"
+        else:
+            # a short private directory: socket paths are limited to ~100 bytes
+            self._dir = tempfile.mkdtemp(prefix="txe-")
+            self.path = os.path.join(self._dir, "channel")
+        self._socket.bind(socket_address(self.path))
         self._socket.settimeout(0.5)
         self._closed = threading.Event()
         self._thread = threading.Thread(
@@ -166,7 +173,8 @@ class ActivityChannel:
             contextlib.suppress(OSError),
             socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as waker,
         ):
-            waker.sendto(b"", self.path)  # wake the reader now rather than at its timeout
+            waker.sendto(b"", socket_address(self.path))  # wake the reader now
         self._thread.join(timeout=2.0)
         self._socket.close()
-        shutil.rmtree(self._dir, ignore_errors=True)
+        if self._dir is not None:
+            shutil.rmtree(self._dir, ignore_errors=True)

@@ -100,6 +100,11 @@ class ElasticAgent(LocalElasticAgent):
         self._supervision = supervision or Supervision()
         self.last_round_members: dict[int, str] = {}
 
+    @property
+    def attempt(self) -> int:
+        """0 for the first start of the workers, +1 for each restart."""
+        return self._worker_group.spec.max_restarts - self._remaining_restarts
+
     def _shutdown(self, death_sig: signal.Signals = signal.SIGTERM, timeout: int = 30) -> None:
         """Stop the workers: ``death_sig``, ``term_timeout_s`` of grace, then SIGKILL."""
         super()._shutdown(death_sig, int(self._supervision.term_timeout_s))

@@ -1,24 +1,27 @@
 """Fork server: import torch once, then fork every worker from that warm process.
 
 Most of a worker's start-up on a small machine is importing torch again; N workers on few
-cores pay it N times over. The agent starts this server as its first act (it imports torch
-while the agent rendezvouses), and each worker of each attempt is a ``fork()`` of it that
+cores pay it N times over. The agent forks this server from itself right after importing
+torch (before any thread exists), and each worker of each attempt is a ``fork()`` of it that
 runs the script through :mod:`bootstrap`: the same ``__main__``, ``sys.argv``, ``__file__``
 and ``sys.path[0]`` as ``python SCRIPT``, with the worker's own environment, working
-directory, stdout/stderr pipes (passed over the socket) and a fresh session.
+directory, stdout/stderr pipes (passed over the socket), fresh standard streams, random
+seeds and session.
 
 Protocol over a ``SOCK_SEQPACKET`` socket pair (one message per packet, JSON):
 agent -> server ``{"argv", "env", "cwd"}`` with the stdout and stderr descriptors attached;
 server -> agent ``{"started": pid}`` in order, and ``{"exited": pid, "status": code}`` as
 children end (``code`` is negative for a signal, as ``subprocess``).
 
-Standard library only here (the server's own import of torch happens in :func:`serve`).
+Standard library only here; :func:`serve` imports what workers commonly need beyond what
+the agent imported (``PRELOAD_MODULES``) while the agent rendezvouses.
 """
 
 from __future__ import annotations
 
 import array
 import atexit
+import io
 import json
 import os
 import random
@@ -32,7 +35,15 @@ from typing import Any
 from torchx_elastic.agent import bootstrap
 
 _MAX_MESSAGE_BYTES = 1 << 20
-PRELOAD_MODULES = ("torch", "torch.distributed", "torch.nn.parallel", "torch.utils.data")
+# what a DDP training script imports, directly or when it builds DistributedDataParallel
+# (which pulls in torch._dynamo: over a second per process)
+PRELOAD_MODULES = (
+    "torch",
+    "torch.distributed",
+    "torch.nn.parallel",
+    "torch.utils.data",
+    "torch._dynamo",
+)
 
 
 def _recv(sock: socket.socket) -> tuple[dict[str, Any] | None, list[int]]:
@@ -77,6 +88,7 @@ def _run_child(
 
 def _fresh_process_state() -> None:
     """What a new interpreter would not share with its siblings."""
+    _fresh_stdio()
     random.seed()
     numpy_random = sys.modules.get("numpy.random")
     if numpy_random is not None:
@@ -86,6 +98,22 @@ def _fresh_process_state() -> None:
     if threads and threads.isdigit() and torch is not None:
         torch.set_num_threads(int(threads))
     sys.argv = [""]
+
+
+def _fresh_stdio() -> None:
+    """Standard streams on descriptors 0-2 with the buffering a new interpreter would use."""
+    unbuffered = bool(os.environ.get("PYTHONUNBUFFERED"))
+    sys.stdin = open(0, closefd=False)  # noqa: SIM115
+    if unbuffered:
+        sys.stdout = io.TextIOWrapper(open(1, "wb", 0, closefd=False), write_through=True)  # noqa: SIM115
+    else:
+        sys.stdout = open(1, "w", closefd=False)  # noqa: SIM115
+    sys.stderr = io.TextIOWrapper(
+        open(2, "wb", 0 if unbuffered else -1, closefd=False),  # noqa: SIM115
+        errors="backslashreplace",
+        line_buffering=True,
+        write_through=unbuffered,
+    )
 
 
 def _run_bootstrap(argv: list[str]) -> int:
@@ -160,20 +188,31 @@ def _reap(sock: socket.socket) -> None:
 
 
 class ForkServer:
-    """The agent's side: start the server, ask it for workers, learn when they exit."""
+    """The agent's side: fork the server from the agent, ask it for workers, learn exits.
+
+    Created right after the agent imported torch and before it started any thread, so the
+    server is a copy of a process that imported torch once (no second import) and holds no
+    lock another thread could own.
+    """
 
     def __init__(self) -> None:
-        import subprocess
-
+        if threading.active_count() > 1:
+            raise RuntimeError("the fork server must be created before any thread starts")
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        env = {**os.environ, bootstrap.AGENT_PID_ENV: str(os.getpid()), "PYTHONUNBUFFERED": "1"}
-        self._proc = subprocess.Popen(
-            [sys.executable, "-u", "-m", __name__, str(theirs.fileno())],
-            pass_fds=(theirs.fileno(),),
-            env=env,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-        )
+        agent_pid = os.getpid()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        self._pid = os.fork()
+        if self._pid == 0:  # the server
+            code = 1
+            try:
+                ours.close()
+                os.setsid()  # a Ctrl-C in the terminal is for the agent
+                os.environ[bootstrap.AGENT_PID_ENV] = str(agent_pid)
+                serve(theirs)
+                code = 0
+            finally:
+                os._exit(code)
         theirs.close()
         self._sock = ours
         self._lock = threading.Lock()
@@ -216,7 +255,7 @@ class ForkServer:
             with self._changed:
                 self._changed.wait_for(lambda: self._started or self._closed)
                 if not self._started:
-                    raise RuntimeError(f"the fork server exited (code {self._proc.poll()})")
+                    raise RuntimeError("the fork server exited")
                 return self._started.pop(0)
 
     def exit_code(self, pid: int) -> int | None:
@@ -235,12 +274,14 @@ class ForkServer:
         return -int(signal.SIGKILL) if self._closed else None
 
     def close(self) -> None:
+        """Stop the server at once: it holds no state worth a clean exit."""
+        try:
+            self._sock.shutdown(socket.SHUT_RDWR)  # wakes the reader thread
+        except OSError:
+            pass
         self._sock.close()
         try:
-            self._proc.wait(5)
-        except Exception:  # noqa: BLE001
-            self._proc.kill()
-
-
-if __name__ == "__main__":
-    serve(socket.socket(fileno=int(sys.argv[1])))
+            os.kill(self._pid, signal.SIGKILL)
+            os.waitpid(self._pid, 0)
+        except (ProcessLookupError, ChildProcessError):
+            pass

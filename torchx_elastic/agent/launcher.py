@@ -10,7 +10,7 @@ import tempfile
 
 from torch.distributed.elastic.agent.server.api import RunResult, WorkerSpec
 from torch.distributed.elastic.multiprocessing.api import SignalException
-from torch.distributed.elastic.rendezvous import RendezvousError
+from torch.distributed.elastic.rendezvous import RendezvousError, RendezvousParameters
 
 from torchx_elastic.agent import bootstrap
 from torchx_elastic.agent.cli import NodeRange
@@ -73,22 +73,25 @@ def launch(args: argparse.Namespace, fork_server: ForkServer | None = None) -> i
     except ValueError as err:
         raise UsageError(str(err)) from None
     entrypoint, worker_args = worker_command(args)
+    local_world_size = nproc_per_node(args.nproc_per_node)
     log_dir = args.log_dir or tempfile.mkdtemp(prefix="torchx_elastic_")
-    use_fresh_store_per_attempt()
-    rdzv_handler = create_handler(rdzv_params)
-    janitor = Janitor()
     session = console_session(args, log_dir)  # console (issue 3)
+    try:
+        use_fresh_store_per_attempt()
+        rdzv_handler = create_handler(rdzv_params)
+    except BaseException:
+        session.close()
+        raise
+    janitor = Janitor()
     spec = WorkerSpec(
         role=args.role,
-        local_world_size=nproc_per_node(args.nproc_per_node),
+        local_world_size=local_world_size,
         entrypoint=entrypoint,
         args=worker_args,
         rdzv_handler=rdzv_handler,
         max_restarts=args.max_restarts,
         monitor_interval=args.monitor_interval,
     )
-
-    # -- console (issue 3): sinks, channel, event log, root-cause report --
     agent = ElasticAgent(
         spec,
         log_dir,
@@ -99,25 +102,37 @@ def launch(args: argparse.Namespace, fork_server: ForkServer | None = None) -> i
         supervision=supervision(args, session, janitor, fork_server),
     )
     result: RunResult | None = None
+    failure: RendezvousFailure | None = None
+    code = 1
     try:
         result = agent.run()
         code = 1 if result is not None and result.is_failed() else 0
     except SignalException as err:
         code = 128 + int(err.sigval)
     except RendezvousError as err:
-        what = describe_error(err)
-        lost = lost_nodes(agent.last_round_members, rdzv_handler)
-        if lost:
-            what += f" while waiting for {args.nnodes} node(s); lost since the last round: " + (
-                ", ".join(lost)
-            )
-        raise RendezvousFailure(endpoint_of(rdzv_params), what) from None
+        failure = rendezvous_failure(err, agent, args, rdzv_params)
     finally:
         janitor.close()
         rdzv_handler.shutdown()
         session.close()
-    session.finish(result, code, attempt=spec.max_restarts - agent._remaining_restarts)
+    session.finish(result, code, attempt=agent.attempt)
+    if failure is not None:
+        raise failure
     return code
+
+
+def rendezvous_failure(
+    err: RendezvousError,
+    agent: ElasticAgent,
+    args: argparse.Namespace,
+    rdzv_params: RendezvousParameters,
+) -> RendezvousFailure:
+    what = describe_error(err)
+    lost = lost_nodes(agent.last_round_members, agent.get_worker_group().spec.rdzv_handler)
+    if lost:
+        what += f" while waiting for {args.nnodes} node(s); lost since the last round: "
+        what += ", ".join(lost)
+    return RendezvousFailure(endpoint_of(rdzv_params), what)
 
 
 def supervision(
@@ -173,4 +188,8 @@ def run(args: argparse.Namespace, fork_server: ForkServer | None = None) -> None
     finally:
         if fork_server is not None:
             fork_server.close()
-    sys.exit(code)
+    # the job is over: skip the interpreter's teardown of torch (most of a second)
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
