@@ -28,7 +28,7 @@ class Settings:
     nproc: int = 4
     steps: int = 20
     log_lines: int = 100_000
-    timeout_s: float = 180.0
+    timeout_s: float = 120.0
     restart_timeout_s: float = 60.0
     max_restarts: int = 3
     restart_env: Mapping[str, str] = field(default_factory=dict)  # extra, restart runs only
@@ -90,6 +90,7 @@ def _steps(s: Settings) -> list[str]:
 # 1. launch -------------------------------------------------------------------------------
 
 RECORD_ENV = "BENCH_RECORD_FILE"
+SPAWN_ENV = "PET_START_METHOD"  # the agent reads PET_<FLAG> like torchrun; torchx passes it on
 
 
 def _launch(
@@ -123,6 +124,15 @@ def launch_ours(s: Settings, run_dir: Path) -> Sample:
 def launch_torchrun(s: Settings, run_dir: Path) -> Sample:
     command = commands.torchrun_standalone(s.nproc, DDP_SCRIPT, _steps(s))
     return _launch([command], s, run_dir, s.nproc)
+
+
+def launch_ours_spawn(s: Settings, run_dir: Path) -> Sample:
+    """Ours with a fresh interpreter per worker (the agent's ``--start-method spawn``)."""
+    command = commands.ours_torchx(
+        f"1x{s.nproc}", DDP_SCRIPT, _steps(s), log_dir=run_dir / "torchx_logs"
+    )
+    env = {**s.env, SPAWN_ENV: "spawn"}
+    return _launch([command], s, run_dir, s.nproc, [env])
 
 
 def launch_floor(s: Settings, run_dir: Path) -> Sample:
@@ -202,20 +212,39 @@ def restart_torchrun(s: Settings, run_dir: Path) -> Sample:
 # 4. the agent's own memory -----------------------------------------------------------------
 
 
-def _rss_sample(outcome: procs.Outcome) -> Sample:
+def _rss_sample(command: list[str], s: Settings, run_dir: Path) -> Sample:
+    """Peak RSS of the agent process; helpers (not workers) and the PSS of both as facts."""
+    record_file = run_dir / "records.txt"
+    env = {**s.env, RECORD_ENV: str(record_file)}
+    outcome = _run([command], s, run_dir, envs=[env], sample_rss=True)
     if not outcome.ok:
         return Sample(None, _failure(outcome))
-    return Sample(outcome.peak_rss_kb[0] / 1024, facts={"wall_s": outcome.wall_s})
+    memory = outcome.memory[0]
+    workers = phases.worker_pids(record_file.read_text()) if record_file.exists() else set()
+    if len(workers) != s.nproc:
+        return Sample(None, f"{len(workers)} of {s.nproc} workers recorded their pid")
+    helpers = memory.helpers(workers)
+    facts: dict[str, object] = {
+        "wall_s": outcome.wall_s,
+        "helpers": [
+            {
+                "command": memory.commands.get(pid, "?"),
+                "peak_rss_mib": memory.peak_rss_kb[pid] / 1024,
+            }
+            for pid in helpers
+        ],
+        "agent_and_helpers_peak_pss_mib": memory.peak_pss_kb({memory.root, *helpers}) / 1024,
+    }
+    return Sample(memory.peak_rss_kb[memory.root] / 1024, facts=facts)
 
 
 def rss_ours(s: Settings, run_dir: Path) -> Sample:
     command = commands.ours_agent(s.nproc, DDP_SCRIPT, _steps(s), log_dir=run_dir / "logs")
-    return _rss_sample(_run([command], s, run_dir, sample_rss=True))
+    return _rss_sample(command, s, run_dir)
 
 
 def rss_torchrun(s: Settings, run_dir: Path) -> Sample:
-    command = commands.torchrun_standalone(s.nproc, DDP_SCRIPT, _steps(s))
-    return _rss_sample(_run([command], s, run_dir, sample_rss=True))
+    return _rss_sample(commands.torchrun_standalone(s.nproc, DDP_SCRIPT, _steps(s)), s, run_dir)
 
 
 # 5. a log-heavy job ------------------------------------------------------------------------
@@ -231,7 +260,8 @@ def _log_sample(
     facts: dict[str, object] = {
         "all_lines_in_files": check.complete(s.nproc),
         "files": check.summary(s.nproc),
-        "console_lines": console,
+        "console_lines": console.lines,
+        "console_whole_lines": console.whole,
         "console_expected": console_expected,
     }
     return Sample(outcome.wall_s, facts=facts)
@@ -273,6 +303,7 @@ BENCHMARKS: dict[str, Benchmark] = {
             "s",
             {
                 "ours": ("ours: torchx run -s local_cwd dist.ddp -j 1xN", launch_ours),
+                "ours_spawn": ("the same, PET_START_METHOD=spawn", launch_ours_spawn),
                 "torchrun": ("torchrun --standalone --nproc_per_node N", launch_torchrun),
                 "floor": ("floor: N x python script.py", launch_floor),
             },
@@ -280,6 +311,7 @@ BENCHMARKS: dict[str, Benchmark] = {
                 Ratio("ours", "torchrun", goal_max=0.5),
                 Ratio("ours", "floor", goal_max=1.0, strict=True),
                 Ratio("torchrun", "floor"),
+                Ratio("ours_spawn", "torchrun"),
             ),
         ),
         Benchmark(

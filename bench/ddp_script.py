@@ -2,8 +2,8 @@
 
 Standard library and torch only; reads the torch.distributed environment (RANK, WORLD_SIZE,
 MASTER_ADDR, MASTER_PORT) set by whichever launcher started it. With ``BENCH_RECORD_FILE``
-set, every rank appends ``start <rank> <unix time>`` when it enters its training loop and
-``done <rank> <unix time>`` when it is about to exit (see ``bench/phases.py``).
+set, every rank appends ``start <rank> <unix time> <pid>`` when it enters its training loop
+and ``done <rank> <unix time> <pid>`` when it is about to exit (see ``bench/phases.py``).
 """
 
 import argparse
@@ -21,7 +21,7 @@ def record(event: str, rank: int) -> None:
         return
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
-        os.write(fd, f"{event} {rank} {time.time():.6f}\n".encode())
+        os.write(fd, f"{event} {rank} {time.time():.6f} {os.getpid()}\n".encode())
     finally:
         os.close(fd)
 

@@ -61,7 +61,23 @@ def check_log_dir(log_dir: Path, expected_per_rank: int) -> LogCheck:
     return check
 
 
-def count_console_lines(path: Path) -> int:
-    """Lines of the log-heavy job on the console capture (prefixes allowed)."""
+CONSOLE_LINE = re.compile(rb"bench-line rank=\d+ i=\d+ x{48}")
+
+
+@dataclass(frozen=True)
+class ConsoleCount:
+    lines: int  # occurrences of a job's line, whole or not
+    whole: int  # console lines holding exactly one whole job line after the prefix
+
+
+def count_console_lines(path: Path) -> ConsoleCount:
+    """The log-heavy job's lines on the console capture (each behind a launcher's prefix)."""
+    lines = whole = 0
     with open(path, "rb") as file:
-        return sum(1 for line in file if b"bench-line rank=" in line)
+        for line in file:
+            found = line.count(b"bench-line rank=")
+            lines += found
+            if found == 1:
+                match = CONSOLE_LINE.search(line)
+                whole += match is not None and match.end() == len(line.rstrip(b"\n"))
+    return ConsoleCount(lines, whole)

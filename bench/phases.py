@@ -18,16 +18,28 @@ class Phases:
     exit_tail_s: float
 
 
+def worker_pids(text: str) -> set[int]:
+    """The pids of the workers that recorded anything."""
+    return {int(fields[3]) for fields in _records(text)}
+
+
+def _records(text: str) -> list[list[str]]:
+    records = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        fields = line.split()
+        if len(fields) != 4 or fields[0] not in ("start", "done"):
+            raise ValueError(f"record {number} is not '<start|done> RANK TIME PID': {line!r}")
+        records.append(fields)
+    return records
+
+
 def parse_phases(
     text: str, world_size: int, started_unix_s: float, ended_unix_s: float
 ) -> Phases | None:
     """None unless every one of ``world_size`` ranks recorded both its start and its end."""
     starts: dict[int, float] = {}
     dones: dict[int, float] = {}
-    for number, line in enumerate(text.splitlines(), start=1):
-        fields = line.split()
-        if len(fields) != 3 or fields[0] not in ("start", "done"):
-            raise ValueError(f"record {number} is not '<start|done> RANK TIME': {line!r}")
+    for fields in _records(text):
         (starts if fields[0] == "start" else dones)[int(fields[1])] = float(fields[2])
     if len(starts) != world_size or len(dones) != world_size:
         return None

@@ -16,7 +16,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 _POLL_S = 0.02
@@ -69,22 +69,100 @@ def peak_rss_kb(pid: int) -> int | None:
     return None  # a zombie has no memory lines
 
 
-class PeakRssSampler(threading.Thread):
-    """Polls ``VmHWM`` of one process until it exits; ``peak_kb`` is the last (largest) value."""
+def pss_kb(pid: int) -> int | None:
+    """Proportional set size (kB): resident pages, shared ones split among their sharers."""
+    try:
+        text = Path(f"/proc/{pid}/smaps_rollup").read_text()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        if line.startswith("Pss:"):
+            return int(line.split()[1])
+    return None
 
-    def __init__(self, pid: int, interval_s: float = _POLL_S) -> None:
-        super().__init__(name=f"rss-{pid}", daemon=True)
-        self.pid = pid
-        self.peak_kb = 0
+
+def parent_pid(pid: int) -> int | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat.rpartition(")")[2].split()[1])  # the command name may hold spaces
+
+
+def command_line(pid: int, limit: int = 120) -> str:
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return "?"
+    return raw.replace(b"\0", b" ").decode(errors="replace").strip()[:limit]
+
+
+@dataclass
+class TreeMemory:
+    """Memory of a launcher and everything below it, sampled while it ran."""
+
+    root: int
+    peak_rss_kb: dict[int, int] = field(default_factory=dict)  # pid -> largest VmHWM seen
+    parents: dict[int, int] = field(default_factory=dict)
+    commands: dict[int, str] = field(default_factory=dict)
+    pss_ticks: list[dict[int, int]] = field(default_factory=list)  # per sample: pid -> Pss kB
+
+    def below(self, pid: int, ancestors: set[int]) -> bool:
+        """Whether ``pid`` is one of ``ancestors`` or a descendant of one."""
+        seen: set[int] = set()
+        while pid not in seen:
+            if pid in ancestors:
+                return True
+            seen.add(pid)
+            parent = self.parents.get(pid)
+            if parent is None:
+                return False
+            pid = parent
+        return False
+
+    def helpers(self, workers: set[int]) -> list[int]:
+        """Processes of the launcher that are neither the launcher itself nor workers (or
+        their children): e.g. a fork server."""
+        return sorted(
+            pid for pid in self.peak_rss_kb if pid != self.root and not self.below(pid, workers)
+        )
+
+    def peak_pss_kb(self, pids: set[int]) -> int:
+        """Largest sum of the PSS of ``pids`` in one sample."""
+        return max(
+            (sum(v for p, v in tick.items() if p in pids) for tick in self.pss_ticks), default=0
+        )
+
+
+class TreeSampler(threading.Thread):
+    """Samples a launcher and its descendants until the launcher exits."""
+
+    def __init__(self, root: int, interval_s: float = 0.05) -> None:
+        super().__init__(name=f"memory-{root}", daemon=True)
+        self.memory = TreeMemory(root)
         self._interval_s = interval_s
         self._done = threading.Event()
 
     def run(self) -> None:
+        memory = self.memory
         while not self._done.is_set():
-            value = peak_rss_kb(self.pid)
-            if value is None:
-                return
-            self.peak_kb = max(self.peak_kb, value)
+            tick: dict[int, int] = {}
+            for pid in (memory.root, *descendants(memory.root)):
+                rss = peak_rss_kb(pid)
+                if rss is None:
+                    if pid == memory.root:
+                        return
+                    continue
+                memory.peak_rss_kb[pid] = max(rss, memory.peak_rss_kb.get(pid, 0))
+                if pid not in memory.parents:
+                    parent = parent_pid(pid)
+                    if parent is not None:
+                        memory.parents[pid] = parent
+                    memory.commands[pid] = command_line(pid)
+                pss = pss_kb(pid)
+                if pss is not None:
+                    tick[pid] = pss
+            memory.pss_ticks.append(tick)
             self._done.wait(self._interval_s)
 
     def stop(self) -> None:
@@ -101,7 +179,12 @@ class Outcome:
     exit_codes: tuple[int | None, ...]  # None: killed at the timeout
     timed_out: bool
     output_path: Path
-    peak_rss_kb: tuple[int, ...] = ()  # per command, when sampled
+    memory: tuple[TreeMemory, ...] = ()  # per command, when sampled
+
+    @property
+    def peak_rss_kb(self) -> tuple[int, ...]:
+        """Peak RSS of each launched process itself (not its children)."""
+        return tuple(m.peak_rss_kb.get(m.root, 0) for m in self.memory)
 
     @property
     def ended_unix_s(self) -> float:
@@ -150,7 +233,7 @@ def run_together(
     if len(envs) != len(commands):
         raise ValueError(f"{len(commands)} commands but {len(envs)} environments")
     procs: list[subprocess.Popen[bytes]] = []
-    samplers: list[PeakRssSampler] = []
+    samplers: list[TreeSampler] = []
     with open(output_path, "ab") as output:
         started_unix_s = time.time()
         start = time.monotonic()
@@ -167,7 +250,7 @@ def run_together(
                 )
             )
             if sample_rss:
-                samplers.append(PeakRssSampler(procs[-1].pid))
+                samplers.append(TreeSampler(procs[-1].pid))
                 samplers[-1].start()
         deadline = start + timeout_s
         end = start
@@ -193,5 +276,5 @@ def run_together(
         exit_codes=codes,
         timed_out=timed_out,
         output_path=output_path,
-        peak_rss_kb=tuple(sampler.peak_kb for sampler in samplers),
+        memory=tuple(sampler.memory for sampler in samplers),
     )

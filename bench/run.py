@@ -77,7 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="lines per rank of the log-heavy job (default 100000)",
     )
     parser.add_argument(
-        "--timeout-s", type=float, default=180.0, help="limit of one run (default 180)"
+        "--timeout-s", type=float, default=120.0, help="limit of one run (default 120)"
     )
     parser.add_argument(
         "--restart-timeout-s",
@@ -198,21 +198,41 @@ def summary_notes(
                     f"{key}: start to all ranks training {_median(to_training):.2f} s,"
                     f" last rank done to launcher exit {_median(tails):.2f} s (medians)"
                 )
+    if name == "agent_rss":
+        for key, runs in samples.items():
+            done = [s for s in runs if s.value is not None]
+            if not done:
+                continue
+            helpers = done[-1].facts["helpers"]
+            assert isinstance(helpers, list)
+            names = "; ".join(f"{h['command']} ({h['peak_rss_mib']:.0f} MiB)" for h in helpers)
+            pss = _median([s.facts["agent_and_helpers_peak_pss_mib"] for s in done])
+            notes.append(
+                f"{key}: {len(helpers)} helper process(es) besides the agent and the workers"
+                f"{': ' + names if names else ''}; agent + helpers peak PSS {pss:.0f} MiB (median)"
+            )
     if name == "log_heavy":
         for key, runs in samples.items():
             done = [s for s in runs if s.value is not None]
             files_ok = sum(1 for s in done if s.facts.get("all_lines_in_files"))
             console_ok = sum(
-                1 for s in done if s.facts["console_lines"] == s.facts["console_expected"]
+                1
+                for s in done
+                if s.facts["console_lines"]
+                == s.facts["console_whole_lines"]
+                == s.facts["console_expected"]
             )
             last = (
-                f" (last: {done[-1].facts['files']}, console {done[-1].facts['console_lines']})"
+                f" (last run: files {done[-1].facts['files']}; console"
+                f" {done[-1].facts['console_lines']}/{done[-1].facts['console_expected']} lines,"
+                f" {done[-1].facts['console_whole_lines']} whole)"
                 if done
                 else ""
             )
             notes.append(
                 f"{key}: every line whole and in order in the per-rank files in"
-                f" {files_ok}/{len(runs)} runs; console complete in {console_ok}/{len(runs)}{last}"
+                f" {files_ok}/{len(runs)} runs; every line whole on the console in"
+                f" {console_ok}/{len(runs)}{last}"
             )
     return notes
 

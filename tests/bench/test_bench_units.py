@@ -98,7 +98,14 @@ def test_console_lines_are_counted_with_prefixes(tmp_path: Path) -> None:
     path.write_bytes(
         b"[n0 r0] " + _lines(0, 3).replace(b"\nbench", b"\n[n0 r0] bench") + b"noise\n"
     )
-    assert logcheck.count_console_lines(path) == 3
+    assert logcheck.count_console_lines(path) == logcheck.ConsoleCount(lines=3, whole=3)
+
+
+def test_console_lines_run_together_are_not_whole(tmp_path: Path) -> None:
+    path = tmp_path / "console.txt"
+    first, second, third = _lines(0, 3).splitlines(keepends=True)
+    path.write_bytes(b"[default0]:" + first + b"[default0]:" + second.rstrip() + third)
+    assert logcheck.count_console_lines(path) == logcheck.ConsoleCount(lines=3, whole=1)
 
 
 def _variants(ours: list[float | None], torchrun: list[float | None]) -> dict[str, VariantResult]:
@@ -246,6 +253,19 @@ def test_timeout_stops_the_whole_tree_including_other_sessions(tmp_path: Path) -
     assert not status.exists() or "zombie" in status.read_text()
 
 
+def test_helpers_are_the_launchers_processes_that_are_not_workers() -> None:
+    # 10 the launcher; 11 a fork server, 12 and 13 workers forked from it; 14 a worker's child
+    memory = procs.TreeMemory(
+        root=10,
+        peak_rss_kb={10: 100, 11: 200, 12: 300, 13: 300, 14: 50},
+        parents={10: 1, 11: 10, 12: 11, 13: 11, 14: 12},
+        pss_ticks=[{10: 60, 11: 40}, {10: 70, 11: 50, 12: 500}, {10: 70}],
+    )
+    assert memory.helpers(workers={12, 13}) == [11]
+    assert memory.peak_pss_kb({10, 11}) == 120
+    assert memory.helpers(workers={11}) == []
+
+
 def test_peak_rss_is_sampled_from_the_process(tmp_path: Path) -> None:
     grow = "b = bytearray(64 * 1024 * 1024); import time; time.sleep(0.5)"
     outcome = procs.run_together(
@@ -261,16 +281,46 @@ def test_peak_rss_is_sampled_from_the_process(tmp_path: Path) -> None:
 
 
 def test_phases_of_a_launch() -> None:
-    text = "start 0 10.0\nstart 1 11.0\ndone 1 20.0\ndone 0 20.5\n"
+    text = "start 0 10.0 7\nstart 1 11.0 8\ndone 1 20.0 8\ndone 0 20.5 7\n"
     found = phases.parse_phases(text, world_size=2, started_unix_s=4.0, ended_unix_s=21.0)
     assert found == phases.Phases(to_training_s=7.0, exit_tail_s=0.5)
 
 
 def test_phases_need_every_rank() -> None:
-    text = "start 0 10.0\nstart 1 11.0\ndone 0 20.5\n"
+    text = "start 0 10.0 7\nstart 1 11.0 8\ndone 0 20.5 7\n"
     assert phases.parse_phases(text, 2, 4.0, 21.0) is None
+    assert phases.worker_pids(text) == {7, 8}
 
 
 def test_a_bad_phase_record_is_named() -> None:
-    with pytest.raises(ValueError, match=r"record 1 is not '<start\|done> RANK TIME': 'start 0'"):
-        phases.parse_phases("start 0\n", 1, 0.0, 1.0)
+    with pytest.raises(
+        ValueError, match=r"record 1 is not '<start\|done> RANK TIME PID': 'start 0 1.0'"
+    ):
+        phases.parse_phases("start 0 1.0\n", 1, 0.0, 1.0)
+
+
+def test_tree_sampler_finds_a_helper_beside_a_worker(tmp_path: Path) -> None:
+    pids = tmp_path / "pids"
+    launcher = textwrap.dedent(
+        f"""
+        import subprocess, sys
+        sleep = [sys.executable, "-c", "import time; time.sleep(1.0)"]
+        helper, worker = subprocess.Popen(sleep), subprocess.Popen(sleep)
+        open({str(pids)!r}, "w").write(f"{{helper.pid}} {{worker.pid}}")
+        helper.wait(); worker.wait()
+        """
+    )
+    outcome = procs.run_together(
+        [[sys.executable, "-c", launcher]],
+        output_path=tmp_path / "out.log",
+        timeout_s=30,
+        cwd=tmp_path,
+        envs=[{}],
+        sample_rss=True,
+    )
+    assert outcome.ok
+    helper, worker = map(int, pids.read_text().split())
+    memory = outcome.memory[0]
+    assert memory.helpers(workers={worker}) == [helper]
+    assert "time.sleep(1.0)" in memory.commands[helper]
+    assert memory.peak_pss_kb({memory.root, helper}) > 1024

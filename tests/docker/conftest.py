@@ -7,6 +7,9 @@ them they skip locally, with the command that gets them; in CI (``CI=true``) the
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
@@ -14,6 +17,7 @@ from docker_fake_engine import FakeClient, FakeEngine, FakeImage
 
 from torchx_elastic.schedulers.docker import DockerScheduler, create_scheduler
 
+REPO = Path(__file__).resolve().parents[2]
 IMAGE = "torchx-elastic:latest"
 GET_ENGINE = "as root: ci/docker-engine.sh (installs Debian's docker.io, starts dockerd)"
 GET_IMAGE = "docker/build-image.sh (builds torchx-elastic:latest with no registry)"
@@ -57,9 +61,23 @@ def docker_client() -> Iterator[Any]:
 
 @pytest.fixture(scope="session")
 def docker_image(docker_client: Any) -> str:
-    """The project image on the real engine; skips (fails in CI) when it is not built."""
+    """The project image, built or brought up to date by docker/build-image.sh.
+
+    The script is cached (a hash of its inputs in a label): when the sources did not
+    change it returns in a second or two. TORCHX_ELASTIC_SKIP_IMAGE_BUILD=1 uses the
+    image as it is.
+    """
     import docker
 
+    if os.environ.get("TORCHX_ELASTIC_SKIP_IMAGE_BUILD") != "1":
+        build = subprocess.run(
+            [str(REPO / "docker" / "build-image.sh")],
+            env={**os.environ, "PYTHON": sys.executable},
+            capture_output=True,
+            text=True,
+        )
+        if build.returncode != 0:
+            skip_or_fail(f"{GET_IMAGE} failed:\n{build.stderr[-3000:]}")
     try:
         docker_client.images.get(IMAGE)
     except docker.errors.ImageNotFound:

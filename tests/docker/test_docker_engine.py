@@ -25,7 +25,8 @@ from torchx_elastic.schedulers.docker.errors import (
 )
 from torchx_elastic.schedulers.docker.request import LABEL_APP_ID
 
-pytestmark = [pytest.mark.docker, pytest.mark.slow]
+# the first test may build the image (docker/build-image.sh, a few minutes when stale)
+pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.timeout(900)]
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPTS = Path(__file__).resolve().parent / "scripts"

@@ -190,21 +190,12 @@ dist.destroy_process_group()
 """
 
 
-def _two_node_args(port: int, nnodes: str) -> list[str]:
+def _two_node_args(port: int, nnodes: str, host: bool) -> list[str]:
+    """Node args; the rendezvous store lives in the ``host`` agent, as on node 0 of a job."""
+    conf = f"last_call_timeout=1,join_timeout=20,is_host={str(host).lower()}"
     return [
-        "--nnodes",
-        nnodes,
-        "--nproc-per-node",
-        "1",
-        "--rdzv-endpoint",
-        f"127.0.0.1:{port}",
-        "--rdzv-id",
-        "job",
-        "--rdzv-conf",
-        "last_call_timeout=1,join_timeout=20",
-        "--max-restarts",
-        "3",
-        "steps.py",
+        "--nnodes", nnodes, "--nproc-per-node", "1", "--rdzv-endpoint", f"127.0.0.1:{port}",
+        "--rdzv-id", "job", "--rdzv-conf", conf, "--max-restarts", "3", "steps.py",
     ]
 
 
@@ -214,7 +205,8 @@ def test_lost_node_elastic_job_carries_on_with_a_smaller_world(tmp_path: Path) -
     env = {"STEPS": "150"}
     logs = [tmp_path / "a.log", tmp_path / "b.log"]
     agents = [
-        start_agent(*_two_node_args(port, "1:2"), cwd=tmp_path, log=log, env=env) for log in logs
+        start_agent(*_two_node_args(port, "1:2", host=i == 0), cwd=tmp_path, log=log, env=env)
+        for i, log in enumerate(logs)
     ]
     for log in logs:
         wait_for_text(log, "world 2")
@@ -232,9 +224,11 @@ def test_new_node_joins_a_running_elastic_job(tmp_path: Path) -> None:
     port = free_port()
     env = {"STEPS": "80"}
     logs = [tmp_path / "a.log", tmp_path / "b.log"]
-    first = start_agent(*_two_node_args(port, "1:2"), cwd=tmp_path, log=logs[0], env=env)
+    first = start_agent(*_two_node_args(port, "1:2", host=True), cwd=tmp_path, log=logs[0], env=env)
     wait_for_text(logs[0], "attempt 0 world 1")
-    second = start_agent(*_two_node_args(port, "1:2"), cwd=tmp_path, log=logs[1], env=env)
+    second = start_agent(
+        *_two_node_args(port, "1:2", host=False), cwd=tmp_path, log=logs[1], env=env
+    )
     assert first.wait(timeout=120) == 0, logs[0].read_text()
     assert second.wait(timeout=60) == 0, logs[1].read_text()
     assert "done attempt 0 world 2" in logs[0].read_text() or "world 2" in logs[0].read_text()
@@ -247,7 +241,8 @@ def test_lost_node_without_enough_nodes_fails_naming_the_endpoint(tmp_path: Path
     env = {"STEPS": "300"}
     logs = [tmp_path / "a.log", tmp_path / "b.log"]
     agents = [
-        start_agent(*_two_node_args(port, "2"), cwd=tmp_path, log=log, env=env) for log in logs
+        start_agent(*_two_node_args(port, "2", host=i == 0), cwd=tmp_path, log=log, env=env)
+        for i, log in enumerate(logs)
     ]
     for log in logs:
         wait_for_text(log, "world 2")

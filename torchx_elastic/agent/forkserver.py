@@ -20,7 +20,6 @@ the agent imported (``PRELOAD_MODULES``) while the agent rendezvouses.
 from __future__ import annotations
 
 import array
-import atexit
 import io
 import json
 import os
@@ -59,11 +58,16 @@ def _exit_code(status: int) -> int:
     return -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
 
 
+class WorkerExit(SystemExit):
+    """A forked worker is done: unwinds to the top of the process, which then finalizes
+    like ``python script.py`` does (atexit, destructors: a process group's pending sends
+    are flushed then; ``os._exit`` right after the script could lose them)."""
+
+
 def _run_child(
     request: dict[str, Any], stdout_fd: int, stderr_fd: int, sock: socket.socket
 ) -> None:
-    """In the forked child: become the worker, run it, never return."""
-    code = 1
+    """In the forked child: become the worker and run it; raises :class:`WorkerExit`."""
     try:
         sock.close()
         os.setsid()
@@ -77,13 +81,12 @@ def _run_child(
         os.environ.clear()
         os.environ.update(request["env"])
         _fresh_process_state()
-        code = _run_bootstrap(request["argv"])
-    except BaseException:  # noqa: BLE001 - report anything, then leave as the worker
+    except BaseException:  # noqa: BLE001 - the worker could not be set up
         import traceback
 
         traceback.print_exc()
-    finally:
-        os._exit(code)
+        os._exit(1)
+    raise WorkerExit(_run_bootstrap(request["argv"]))
 
 
 def _fresh_process_state() -> None:
@@ -132,12 +135,6 @@ def _run_bootstrap(argv: list[str]) -> int:
             code = 1
     except KeyboardInterrupt:
         code = 128 + signal.SIGINT
-    atexit._run_exitfuncs()
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (OSError, ValueError):
-            pass
     return code
 
 
@@ -203,16 +200,20 @@ class ForkServer:
         sys.stdout.flush()
         sys.stderr.flush()
         self._pid = os.fork()
-        if self._pid == 0:  # the server
-            code = 1
+        if self._pid == 0:  # the server; in its forked workers, WorkerExit passes through
             try:
                 ours.close()
                 os.setsid()  # a Ctrl-C in the terminal is for the agent
                 os.environ[bootstrap.AGENT_PID_ENV] = str(agent_pid)
                 serve(theirs)
-                code = 0
-            finally:
-                os._exit(code)
+            except WorkerExit:
+                raise
+            except BaseException:  # noqa: BLE001 - the server failed: say so, leave
+                import traceback
+
+                traceback.print_exc()
+                os._exit(1)
+            os._exit(0)
         theirs.close()
         self._sock = ours
         self._lock = threading.Lock()
