@@ -5,7 +5,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 JOB ?= -j 2x2
 
-.PHONY: setup example test test-fast lint bench clean
+.PHONY: setup example image test test-fast lint bench clean
 
 setup: $(VENV)/.installed
 
@@ -19,6 +19,11 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 # The main job: a real gloo DDP run through the torchx CLI on our local_cwd scheduler.
 example: setup
 	$(BIN)/torchx run -s local_cwd dist.ddp $(JOB) --script examples/main.py
+
+# torchx-elastic:latest for the docker scheduler (debootstrapped base + torch CPU + this
+# package); rebuilt only when its inputs change
+image: setup
+	PYTHON=$(BIN)/python docker/build-image.sh
 
 lint: setup
 	$(BIN)/ruff check torchx_elastic tests bench examples

@@ -90,7 +90,6 @@ def _steps(s: Settings) -> list[str]:
 # 1. launch -------------------------------------------------------------------------------
 
 RECORD_ENV = "BENCH_RECORD_FILE"
-SPAWN_ENV = "PET_START_METHOD"  # the agent reads PET_<FLAG> like torchrun; torchx passes it on
 
 
 def _launch(
@@ -129,10 +128,13 @@ def launch_torchrun(s: Settings, run_dir: Path) -> Sample:
 def launch_ours_spawn(s: Settings, run_dir: Path) -> Sample:
     """Ours with a fresh interpreter per worker (the agent's ``--start-method spawn``)."""
     command = commands.ours_torchx(
-        f"1x{s.nproc}", DDP_SCRIPT, _steps(s), log_dir=run_dir / "torchx_logs"
+        f"1x{s.nproc}",
+        DDP_SCRIPT,
+        _steps(s),
+        log_dir=run_dir / "torchx_logs",
+        component_args=["--start_method", "spawn"],
     )
-    env = {**s.env, SPAWN_ENV: "spawn"}
-    return _launch([command], s, run_dir, s.nproc, [env])
+    return _launch([command], s, run_dir, s.nproc)
 
 
 def launch_floor(s: Settings, run_dir: Path) -> Sample:
@@ -303,7 +305,7 @@ BENCHMARKS: dict[str, Benchmark] = {
             "s",
             {
                 "ours": ("ours: torchx run -s local_cwd dist.ddp -j 1xN", launch_ours),
-                "ours_spawn": ("the same, PET_START_METHOD=spawn", launch_ours_spawn),
+                "ours_spawn": ("the same, --start_method spawn", launch_ours_spawn),
                 "torchrun": ("torchrun --standalone --nproc_per_node N", launch_torchrun),
                 "floor": ("floor: N x python script.py", launch_floor),
             },

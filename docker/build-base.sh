@@ -32,8 +32,13 @@ rootfs="$(mktemp -d /var/tmp/torchx-elastic-rootfs.XXXXXX)"
 trap 'rm -rf "$rootfs"' EXIT
 
 start_s=$SECONDS
-echo "build-base: debootstrap $SUITE into $rootfs" >&2
-debootstrap --variant=minbase --include="$PACKAGES" "$SUITE" "$rootfs" >&2
+log_file=/var/tmp/torchx-elastic-debootstrap.log
+echo "build-base: debootstrap $SUITE into $rootfs (log: $log_file)" >&2
+if ! debootstrap --variant=minbase --include="$PACKAGES" "$SUITE" "$rootfs" >"$log_file" 2>&1; then
+    tail -n 30 "$log_file" >&2
+    echo "build-base: debootstrap failed (full log: $log_file)" >&2
+    exit 1
+fi
 
 # smaller image: no package lists, caches or docs
 rm -rf "$rootfs"/var/lib/apt/lists/* "$rootfs"/var/cache/apt/archives/*.deb \

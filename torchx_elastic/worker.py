@@ -40,6 +40,11 @@ class _Sender:
         self.next_progress_s = 0.0
         self.next_heartbeat_s = 0.0
         self._socket: socket.socket | None = None
+        if self.active:
+            import atexit
+
+            # "bye": the hang watchdog stops watching a rank whose script is done
+            atexit.register(self.send, "b")
 
     def send(self, message: str) -> None:
         try:

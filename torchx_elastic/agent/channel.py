@@ -2,7 +2,8 @@
 
 Workers send tiny text datagrams (see :mod:`torchx_elastic.worker`):
 ``p STEP TOTAL LOCAL_RANK ATTEMPT`` (progress, TOTAL -1 when unknown) and
-``h LOCAL_RANK ATTEMPT`` (heartbeat). :class:`RankActivity` keeps, per local rank, the latest
+``h LOCAL_RANK ATTEMPT`` (heartbeat), ``b LOCAL_RANK ATTEMPT`` (the script is done: sent at
+exit by a worker that reported anything). :class:`RankActivity` keeps, per local rank, the latest
 step/total and the monotonic time of the last message; the progress bar and the hang
 watchdog both read it.
 """
@@ -47,6 +48,7 @@ class _RankRecord:
         self.step: int | None = None
         self.total: int | None = None
         self.last_seen_s = now_s
+        self.finished = False
         self.samples: collections.deque[tuple[float, int]] = collections.deque()
 
     def rate_per_s(self) -> float | None:
@@ -82,6 +84,17 @@ class RankActivity:
         with self._lock:
             if self._current(attempt):
                 self._record(local_rank)
+
+    def finish(self, local_rank: int, attempt: int) -> None:
+        """The rank's script is done (it is exiting): nothing more to watch."""
+        with self._lock:
+            if self._current(attempt):
+                self._record(local_rank).finished = True
+
+    def is_finished(self, local_rank: int) -> bool:
+        with self._lock:
+            record = self._ranks.get(local_rank)
+            return record is not None and record.finished
 
     def progress(self, local_rank: int, attempt: int, step: int, total: int | None) -> None:
         with self._lock:
@@ -127,6 +140,8 @@ class RankActivity:
                 )
             elif parts[:1] == [b"h"] and len(parts) == 3:
                 self.heartbeat(int(parts[1]), int(parts[2]))
+            elif parts[:1] == [b"b"] and len(parts) == 3:
+                self.finish(int(parts[1]), int(parts[2]))
         except ValueError:
             pass
 

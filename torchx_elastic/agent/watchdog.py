@@ -17,7 +17,8 @@ class HangWatchdog:
 
     A rank's clock starts when its attempt starts and is reset by every ``progress()`` or
     ``heartbeat()`` it sends (``torchx_elastic.worker``); a rank that never reports counts as
-    silent from the start, so the watchdog is for scripts that report.
+    silent from the start, so the watchdog is for scripts that report. A rank whose script
+    is done (the worker API says so at exit) is not watched while its process winds down.
     """
 
     def __init__(
@@ -37,7 +38,8 @@ class HangWatchdog:
         return [
             local_rank
             for local_rank in local_ranks
-            if now_s - (self._activity.last_seen_s(local_rank) or self._attempt_started_s)
+            if not self._activity.is_finished(local_rank)
+            and now_s - (self._activity.last_seen_s(local_rank) or self._attempt_started_s)
             > self.timeout_s
         ]
 

@@ -66,7 +66,7 @@ def connect() -> DockerClient:
     return client
 
 
-class DockerScheduler(Scheduler[Mapping[str, CfgVal]]):  # type: ignore[misc]
+class DockerScheduler(Scheduler[Mapping[str, CfgVal]]):
     """torchx scheduler ``docker``: the job's replicas as containers on one Docker engine."""
 
     def __init__(self, session_name: str, client: Optional[DockerClient] = None) -> None:

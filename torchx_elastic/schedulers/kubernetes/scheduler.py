@@ -55,7 +55,7 @@ def build_request(app: AppDef, options: KubernetesOptions, suffix: str) -> Kuber
     return KubernetesRequest(options.backend, names, manifests.indexed_job(app, options, names))
 
 
-class KubernetesScheduler(Scheduler[Cfg]):  # type: ignore[misc]
+class KubernetesScheduler(Scheduler[Cfg]):
     """Runs torchx apps as Indexed Jobs (default) or Volcano Jobs.
 
     ``client`` is a ``kubernetes.client.ApiClient`` (default: from the current kubeconfig
