@@ -115,15 +115,15 @@ def test_spmd_elastic_nodes_on_gpu_host() -> None:
 
 
 def test_hang_timeout_and_start_method_reach_the_agent() -> None:
-    args = ddp(script="main.py", hang_timeout_s=600, start_method="spawn").roles[0].args
+    args = ddp(script="main.py", hang_timeout_s=600, start_method="fork-server").roles[0].args
     assert args[args.index("--hang-timeout-s") + 1] == "600"
-    assert args[args.index("--start-method") + 1] == "spawn"
+    assert args[args.index("--start-method") + 1] == "fork-server"
 
 
 def test_bad_start_method_and_hang_timeout_say_what_is_accepted() -> None:
     with pytest.raises(ValueError) as err:
         ddp(script="main.py", start_method="forkserver")
-    assert str(err.value) == "invalid start_method 'forkserver'; accepted: fork-server, spawn"
+    assert str(err.value) == "invalid start_method 'forkserver'; accepted: spawn, fork-server"
     with pytest.raises(ValueError) as err:
         ddp(script="main.py", hang_timeout_s=-1)
     assert str(err.value) == "invalid hang_timeout_s -1; accepted: 0 (off) or seconds > 0"

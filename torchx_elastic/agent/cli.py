@@ -148,9 +148,10 @@ def build_parser() -> argparse.ArgumentParser:
     _add(
         parser,
         "start-method",
-        "fork-server",
-        "how workers start: fork-server (forked from a process that imported torch once:"
-        " fast starts and restarts) or spawn (a fresh interpreter per worker)",
+        "spawn",
+        "how workers start: spawn (a fresh interpreter per worker) or fork-server (forked"
+        " from a process that imported torch once: much faster starts and restarts; see"
+        " docs/agent.md for a torch gloo shutdown race it makes more likely)",
         choices=("fork-server", "spawn"),
     )
     parser.add_argument(

@@ -10,7 +10,7 @@ from torchx_elastic.components.job_size import JobSize
 
 AGENT_MODULE = "torchx_elastic.agent"
 PYTHON = "python3"
-START_METHODS = ("fork-server", "spawn")
+START_METHODS = ("spawn", "fork-server")
 
 
 def _literal(arg: str) -> str:
@@ -31,7 +31,7 @@ class AgentCommand:
     max_restarts: int = 0
     tee: int = 3
     hang_timeout_s: float = 0
-    start_method: str = "fork-server"
+    start_method: str = "spawn"
 
     def __post_init__(self) -> None:
         if self.start_method not in START_METHODS:

@@ -47,7 +47,7 @@ def ddp(
     debug: bool = False,
     tee: int = 3,
     hang_timeout_s: float = 0,
-    start_method: str = "fork-server",
+    start_method: str = "spawn",
 ) -> specs.AppDef:
     """
     Distributed data parallel job (one role, several replicas = nodes), run by
@@ -80,8 +80,8 @@ def ddp(
             (the per-rank log files always keep both)
         hang_timeout_s: restart (or fail) when a rank sends no progress()/heartbeat() for this
             many seconds, after dumping every rank's stack to its log (0: off)
-        start_method: fork-server (workers forked from a process that imported torch once:
-            fast starts and restarts) or spawn (a fresh interpreter per worker)
+        start_method: spawn (a fresh interpreter per worker) or fork-server (forked from a
+            process that imported torch once: much faster starts and restarts)
     """
     size = JobSize.parse(j)
     command = AgentCommand(
