@@ -9,7 +9,6 @@ from torchx.schedulers.api import Stream
 from torchx.specs import AppState
 
 from torchx_elastic.schedulers.docker import create_scheduler
-from torchx_elastic.schedulers.docker.logs import whole_lines
 from torchx_elastic.schedulers.docker.options import DockerOptions, DockerOptionsError
 from torchx_elastic.schedulers.docker.request import (
     LABEL_APP_ID,
@@ -24,6 +23,7 @@ from torchx_elastic.schedulers.docker.status import (
     app_state,
     root_cause,
 )
+from torchx_elastic.schedulers.log_lines import whole_lines
 
 # -- options ------------------------------------------------------------------------------
 
@@ -204,7 +204,7 @@ def test_structured_error_message_is_torchx_reply_file_json() -> None:
 
 def test_whole_lines_rejoin_lines_split_over_chunks() -> None:
     chunks = [b"rank 0: he", b"llo\nrank 1: ", b"hi\n\nlast", b" words"]
-    assert list(whole_lines(chunks)) == ["rank 0: hello\n", "rank 1: hi\n", "\n", "last words"]
+    assert list(whole_lines(chunks)) == ["rank 0: hello\n", "rank 1: hi\n", "\n", "last words\n"]
 
 
 def test_whole_lines_keep_multibyte_characters_split_over_chunks() -> None:

@@ -17,8 +17,9 @@ from tests.kubernetes.fake_api import FakeCluster
 from torchx_elastic.components.dist import ddp
 from torchx_elastic.schedulers.kubernetes import create_scheduler
 from torchx_elastic.schedulers.kubernetes.client import KubernetesError
-from torchx_elastic.schedulers.kubernetes.logs import since_seconds, whole_lines
+from torchx_elastic.schedulers.kubernetes.logs import since_seconds
 from torchx_elastic.schedulers.kubernetes.scheduler import KubernetesScheduler
+from torchx_elastic.schedulers.log_lines import whole_lines
 
 JOB = f"main-{SUFFIX}"
 APP_ID = f"default:{JOB}"

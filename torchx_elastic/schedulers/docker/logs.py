@@ -4,28 +4,14 @@ from __future__ import annotations
 
 import re
 from datetime import datetime
-from typing import TYPE_CHECKING, Iterable, Iterator, Optional, Union
+from typing import TYPE_CHECKING, Iterator, Optional
 
 from torchx.schedulers.api import Stream
 
+from torchx_elastic.schedulers.log_lines import whole_lines
+
 if TYPE_CHECKING:
     from docker.models.containers import Container
-
-
-def whole_lines(chunks: Iterable[Union[bytes, str]]) -> Iterator[str]:
-    """Re-cut arbitrary chunks into lines that each end with ``\\n`` (the last may not).
-
-    Docker's log stream hands out chunks as they were written; a line can be split over
-    several chunks and a chunk can hold several lines. Undecodable bytes are replaced.
-    """
-    pending = b""
-    for chunk in chunks:
-        pending += chunk.encode() if isinstance(chunk, str) else chunk
-        *lines, pending = pending.split(b"\n")
-        for line in lines:
-            yield line.decode("utf-8", errors="replace") + "\n"
-    if pending:
-        yield pending.decode("utf-8", errors="replace")
 
 
 def container_log_lines(
