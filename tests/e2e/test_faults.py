@@ -194,8 +194,19 @@ def _two_node_args(port: int, nnodes: str, host: bool) -> list[str]:
     """Node args; the rendezvous store lives in the ``host`` agent, as on node 0 of a job."""
     conf = f"last_call_timeout=1,join_timeout=20,is_host={str(host).lower()}"
     return [
-        "--nnodes", nnodes, "--nproc-per-node", "1", "--rdzv-endpoint", f"127.0.0.1:{port}",
-        "--rdzv-id", "job", "--rdzv-conf", conf, "--max-restarts", "3", "steps.py",
+        "--nnodes",
+        nnodes,
+        "--nproc-per-node",
+        "1",
+        "--rdzv-endpoint",
+        f"127.0.0.1:{port}",
+        "--rdzv-id",
+        "job",
+        "--rdzv-conf",
+        conf,
+        "--max-restarts",
+        "3",
+        "steps.py",
     ]
 
 

@@ -6,6 +6,7 @@ import json
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -212,3 +213,37 @@ def test_max_retries_restarts_in_place_and_the_example_resumes(workdir: Path) ->
     assert "RuntimeError: simulated crash at step 25" in result.stderr
     assert "[n0 r0] attempt 1: resuming at step 20" in result.stderr
     assert "[n0 r0] finished 60 steps in attempt 1" in result.stderr
+
+
+def test_killing_torchx_stops_the_job(workdir: Path) -> None:
+    from tests.e2e.agents import alive, descendants, wait_for_text
+
+    (workdir / "sleepy.py").write_text("import time\nprint('ready', flush=True)\ntime.sleep(300)\n")
+    log = workdir / "torchx.log"
+    with open(log, "wb") as out:
+        cli = subprocess.Popen(
+            [
+                str(BIN / "torchx"),
+                "run",
+                "-s",
+                "local_cwd",
+                "dist.ddp",
+                "-j",
+                "2x1",
+                "--script",
+                "sleepy.py",
+            ],
+            cwd=workdir,
+            env=_env(),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    wait_for_text(log, "ready", count=2)
+    job = descendants(cli.pid)
+    assert len(job) >= 6  # 2 agents, their janitors, 2 workers
+    cli.kill()
+    cli.wait()
+    deadline = time.monotonic() + 30
+    while alive(job) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not alive(job)

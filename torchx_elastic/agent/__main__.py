@@ -7,11 +7,17 @@ torch again.
 
 from __future__ import annotations
 
+import signal
 import sys
 
 
 def main(argv: list[str] | None = None) -> None:
+    from torchx_elastic.agent.bootstrap import LAUNCHER_PID_ENV, die_with_parent
     from torchx_elastic.agent.cli import build_parser
+
+    # set by local_cwd: when the torchx process that started this agent dies (even by
+    # SIGKILL), the agent gets SIGTERM and stops its workers instead of running on
+    die_with_parent(LAUNCHER_PID_ENV, signal.SIGTERM)
 
     args = build_parser().parse_args(argv)
 

@@ -26,6 +26,7 @@ import traceback
 from types import TracebackType
 
 AGENT_PID_ENV = "TORCHX_ELASTIC_AGENT_PID"
+LAUNCHER_PID_ENV = "TORCHX_ELASTIC_LAUNCHER_PID"
 ERROR_FILE_ENV = "TORCHELASTIC_ERROR_FILE"
 DUMP_STACKS_SIGNAL = signal.SIGRTMIN + 4
 _PR_SET_PDEATHSIG = 1
@@ -34,17 +35,23 @@ _OWN_FILES = frozenset(
 )
 
 
-def die_with_agent() -> None:
-    """Ask the kernel to SIGKILL this process when the agent that started it dies."""
-    agent_pid = os.environ.get(AGENT_PID_ENV)
-    if not agent_pid or not sys.platform.startswith("linux"):
+def die_with_parent(parent_pid_env: str, sig: int) -> None:
+    """Ask the kernel to send ``sig`` to this process when its parent (the process whose
+    pid ``parent_pid_env`` holds) dies; exit at once if it is already gone."""
+    parent_pid = os.environ.get(parent_pid_env)
+    if not parent_pid or not sys.platform.startswith("linux"):
         return
     import ctypes
 
     libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    if os.getppid() != int(agent_pid):  # the agent died before prctl took effect
+    libc.prctl(_PR_SET_PDEATHSIG, sig, 0, 0, 0)
+    if os.getppid() != int(parent_pid):  # the parent died before prctl took effect
         os._exit(1)
+
+
+def die_with_agent() -> None:
+    """SIGKILL this worker when the agent that started it dies."""
+    die_with_parent(AGENT_PID_ENV, signal.SIGKILL)
 
 
 def record_error(exc: BaseException, tb: TracebackType | None) -> None:

@@ -10,6 +10,7 @@ On top of torchx's own ``local_cwd``:
   ``torchelastic/<role>/attempt_<k>/rank_<r>/``;
 - ``--max_retries`` of ``dist.ddp`` is honoured: it is the agent's ``--max-restarts`` (in-place
   restarts of the worker group); torchx 0.7's local scheduler ignores role retries;
+- the agents stop their workers when the process that runs torchx dies, even by SIGKILL;
 - ``torchx run`` returns as soon as the job ends: its status poll (once a second) waits up to
   ``STATUS_WAIT_S`` for the replicas to exit instead of answering "running" at once.
 """
@@ -32,6 +33,7 @@ from torchx.schedulers.local_scheduler import (
 from torchx.specs import AppDef, is_terminal, runopts
 
 RANK0_ENV = "TORCHX_RANK0_HOST"
+LAUNCHER_PID_ENV = "TORCHX_ELASTIC_LAUNCHER_PID"  # the agent's bootstrap.LAUNCHER_PID_ENV
 RANK0_HOST = "127.0.0.1"
 DEFAULT_LOG_DIR = "torchx_logs"
 _PYTHON_ENTRYPOINTS = frozenset({"python", "python3"})
@@ -59,6 +61,8 @@ class LocalCwdScheduler(LocalScheduler):
         for replicas in info.request.role_params.values():
             for replica in replicas:
                 replica.env[RANK0_ENV] = RANK0_HOST
+                # the agent stops its workers when this process dies, even by SIGKILL
+                replica.env[LAUNCHER_PID_ENV] = str(os.getpid())
                 if os.path.basename(replica.args[0]) in _PYTHON_ENTRYPOINTS:
                     replica.args[0] = sys.executable
         return info
