@@ -101,7 +101,6 @@ def build_parser() -> argparse.ArgumentParser:
         DEFAULT_PREFIX,
         "prefix of each worker line; fields {node}, {rank}, {local_rank}, {role}",
     )
-    # -- console (issue 3) --
     _add(
         parser,
         "console-ranks",
@@ -122,7 +121,6 @@ def build_parser() -> argparse.ArgumentParser:
         "seconds between plain progress lines when the console is not a terminal (0: none)",
         type=float,
     )
-    # -- end console --
     _add(
         parser,
         "exit-barrier-timeout",

@@ -95,7 +95,7 @@ class ElasticAgent(LocalElasticAgent):
             shutdown_timeout=shutdown_timeout,
         )
         self._make_sink = make_sink
-        self._events = events or EventLog(None)  # console (issue 3): event log
+        self._events = events or EventLog(None)
         self._worker_extra_env = dict(worker_extra_env or {})  # e.g. the progress channel
         self._supervision = supervision or Supervision()
         self.last_round_members: dict[int, str] = {}
@@ -112,12 +112,12 @@ class ElasticAgent(LocalElasticAgent):
     def _check_hang(self, worker_group: WorkerGroup) -> RunResult | None:
         """A FAILED result naming the stalled ranks, after every rank dumped its stack."""
         watchdog = self._supervision.watchdog
-        workers = assert_worker_processes(self._pcontext)
         if watchdog is None:
             return None
         stalled = watchdog.stalled(w.local_rank for w in worker_group.workers)
         if not stalled:
             return None
+        workers = assert_worker_processes(self._pcontext)
         workers.signal_workers(DUMP_STACKS_SIGNAL)
         time.sleep(STACK_DUMP_WAIT_S)  # let faulthandler's output reach the logs
         pids = workers.pids()
@@ -134,14 +134,13 @@ class ElasticAgent(LocalElasticAgent):
             )
         return RunResult(state=WorkerState.FAILED, failures=failures)
 
-    # -- console (issue 3): event log hooks --
     def _rendezvous(self, worker_group: WorkerGroup) -> None:
         super()._rendezvous(worker_group)
         self.last_round_members = round_members(worker_group.spec.rdzv_handler)
         self._events.node = worker_group.group_rank
         self._events.emit(
             "rendezvous",
-            attempt=worker_group.spec.max_restarts - self._remaining_restarts,
+            attempt=self.attempt,
             group_world_size=worker_group.group_world_size,
             ranks=[w.global_rank for w in worker_group.workers],
             master=f"{worker_group.master_addr}:{worker_group.master_port}",
@@ -154,7 +153,7 @@ class ElasticAgent(LocalElasticAgent):
         if result.is_failed():
             self._events.emit(
                 "failure",
-                attempt=worker_group.spec.max_restarts - self._remaining_restarts,
+                attempt=self.attempt,
                 failures={
                     rank: {"local_rank": f.local_rank, "pid": f.pid, "exitcode": f.exitcode}
                     for rank, f in result.failures.items()
@@ -165,19 +164,17 @@ class ElasticAgent(LocalElasticAgent):
     def _restart_workers(self, worker_group: WorkerGroup) -> None:
         self._events.emit(
             "restart",
-            attempt=worker_group.spec.max_restarts - self._remaining_restarts,
+            attempt=self.attempt,
             reason="membership change" if worker_group.state.name == "HEALTHY" else "failure",
         )
         super()._restart_workers(worker_group)
 
-    # -- end console --
-
     def _start_workers(self, worker_group: WorkerGroup) -> dict[int, Any]:
         spec = worker_group.spec
-        restart_count = spec.max_restarts - self._remaining_restarts
+        restart_count = self.attempt
         envs = worker_env(worker_group, restart_count)
         for env in envs.values():
-            env.update(self._worker_extra_env)  # console (issue 3)
+            env.update(self._worker_extra_env)
         args = {w.local_rank: tuple(spec.args) for w in worker_group.workers}
         workers = {w.local_rank: w for w in worker_group.workers}
 
@@ -210,7 +207,7 @@ class ElasticAgent(LocalElasticAgent):
             self._supervision.watchdog.attempt_started(restart_count)
         self._pcontext.start()
         pids = self._pcontext.pids()
-        self._events.emit(  # console (issue 3)
+        self._events.emit(
             "start",
             attempt=restart_count,
             pids={workers[local_rank].global_rank: pid for local_rank, pid in pids.items()},

@@ -75,7 +75,7 @@ def launch(args: argparse.Namespace, fork_server: ForkServer | None = None) -> i
     entrypoint, worker_args = worker_command(args)
     local_world_size = nproc_per_node(args.nproc_per_node)
     log_dir = args.log_dir or tempfile.mkdtemp(prefix="torchx_elastic_")
-    session = console_session(args, log_dir)  # console (issue 3)
+    session = console_session(args, log_dir)
     try:
         use_fresh_store_per_attempt()
         rdzv_handler = create_handler(rdzv_params)
@@ -168,7 +168,6 @@ def console_session(args: argparse.Namespace, log_dir: str) -> ConsoleSession:
         role=args.role,
         status_interval_s=args.status_interval_s,
     )
-    # -- end console --
 
 
 def run(args: argparse.Namespace, fork_server: ForkServer | None = None) -> None:
