@@ -77,7 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="lines per rank of the log-heavy job (default 100000)",
     )
     parser.add_argument(
-        "--timeout-s", type=float, default=120.0, help="limit of one run (default 120)"
+        "--timeout-s", type=float, default=90.0, help="limit of one run (default 90)"
     )
     parser.add_argument(
         "--restart-timeout-s",

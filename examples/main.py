@@ -35,7 +35,7 @@ def main() -> None:
     dist.all_reduce(weights)
     if rank == 0:
         print(f"done: {args.steps} steps, final loss {loss.item():.4f}")
-    # the last collective before shutting down: see docs/agent.md ("a torch shutdown race")
+    # every rank is done before the process group goes away
     dist.barrier()
     dist.destroy_process_group()
 

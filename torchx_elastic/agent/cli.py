@@ -148,8 +148,8 @@ def build_parser() -> argparse.ArgumentParser:
         "start-method",
         "spawn",
         "how workers start: spawn (a fresh interpreter per worker) or fork-server (forked"
-        " from a process that imported torch once: much faster starts and restarts; see"
-        " docs/agent.md for a torch gloo shutdown race it makes more likely)",
+        " from a process that imported torch once: much faster starts and restarts, but"
+        " forked workers sometimes hang at exit; see docs/agent.md)",
         choices=("fork-server", "spawn"),
     )
     parser.add_argument(
