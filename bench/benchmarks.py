@@ -189,7 +189,7 @@ def _restart_env(s: Settings) -> dict[str, str]:
     return {**s.env, **s.restart_env}
 
 
-def restart_ours(s: Settings, run_dir: Path) -> Sample:
+def _restart_ours(s: Settings, run_dir: Path, start_method: str) -> Sample:
     record_file = run_dir / "records.txt"
     command = commands.ours_agent(
         s.nproc,
@@ -197,9 +197,18 @@ def restart_ours(s: Settings, run_dir: Path) -> Sample:
         _crash_args(record_file),
         log_dir=run_dir / "logs",
         max_restarts=s.max_restarts,
+        start_method=start_method,
     )
     outcome = _run([command], s, run_dir, envs=[_restart_env(s)], timeout_s=s.restart_timeout_s)
     return _restart_sample(outcome, record_file, s.nproc)
+
+
+def restart_ours(s: Settings, run_dir: Path) -> Sample:
+    return _restart_ours(s, run_dir, "spawn")
+
+
+def restart_ours_fork(s: Settings, run_dir: Path) -> Sample:
+    return _restart_ours(s, run_dir, "fork-server")
 
 
 def restart_torchrun(s: Settings, run_dir: Path) -> Sample:
@@ -336,9 +345,13 @@ BENCHMARKS: dict[str, Benchmark] = {
             "s",
             {
                 "ours": ("ours: agent --max-restarts 3", restart_ours),
+                "ours_fork": ("the same, --start-method fork-server", restart_ours_fork),
                 "torchrun": ("torchrun --max-restarts 3", restart_torchrun),
             },
-            (Ratio("ours", "torchrun", goal_max=0.5),),
+            (
+                Ratio("ours", "torchrun", goal_max=0.5),
+                Ratio("ours_fork", "torchrun", goal_max=0.5),
+            ),
         ),
         Benchmark(
             "agent_rss",

@@ -57,6 +57,7 @@ def ours_agent(
     log_dir: Path,
     max_restarts: int = 0,
     tee: int = 3,
+    start_method: str = "spawn",
 ) -> list[str]:
     """Our agent started directly, single node: ``python -m torchx_elastic.agent --standalone``."""
     return [
@@ -72,6 +73,8 @@ def ours_agent(
         str(log_dir),
         "--tee",
         str(tee),
+        "--start-method",
+        start_method,
         script,
         *script_args,
     ]
