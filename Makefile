@@ -31,7 +31,7 @@ lint: setup
 
 # Everything, slow end-to-end runs included (Docker tests need an engine: ci/docker-engine.sh).
 test: lint
-	$(BIN)/pytest -q -rs
+	$(BIN)/pytest -q -rs --durations=15
 
 # Unit tests only.
 test-fast: setup
