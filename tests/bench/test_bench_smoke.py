@@ -13,7 +13,7 @@ REPO = Path(__file__).resolve().parents[2]
 VARIANTS = {
     "launch": {"ours", "ours_fork", "torchrun", "floor"},
     "two_nodes": {"ours", "torchrun"},
-    "restart": {"ours", "torchrun"},
+    "restart": {"ours", "ours_fork", "torchrun"},
     "agent_rss": {"ours", "torchrun"},
     "log_heavy": {"ours_console", "ours_quiet", "torchrun"},
 }
