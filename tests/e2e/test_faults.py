@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import signal
+import subprocess
 import time
 from pathlib import Path
 
@@ -210,17 +211,29 @@ def _two_node_args(port: int, nnodes: str, host: bool) -> list[str]:
     ]
 
 
-def test_lost_node_elastic_job_carries_on_with_a_smaller_world(tmp_path: Path) -> None:
+def _two_running_nodes(
+    tmp_path: Path, nnodes: str, steps: int
+) -> tuple[int, list[subprocess.Popen[bytes]], list[Path]]:
+    """Two agents (the first hosts the store) whose workers are training in world 2."""
     (tmp_path / "steps.py").write_text(STEPS)
     port = free_port()
-    env = {"STEPS": "150"}
     logs = [tmp_path / "a.log", tmp_path / "b.log"]
     agents = [
-        start_agent(*_two_node_args(port, "1:2", host=i == 0), cwd=tmp_path, log=log, env=env)
+        start_agent(
+            *_two_node_args(port, nnodes, host=i == 0),
+            cwd=tmp_path,
+            log=log,
+            env={"STEPS": str(steps)},
+        )
         for i, log in enumerate(logs)
     ]
     for log in logs:
         wait_for_text(log, "world 2")
+    return port, agents, logs
+
+
+def test_lost_node_elastic_job_carries_on_with_a_smaller_world(tmp_path: Path) -> None:
+    _, agents, logs = _two_running_nodes(tmp_path, "1:2", steps=150)
     killed_at = time.monotonic()
     agents[1].kill()
     survivor = agents[0]
@@ -247,16 +260,7 @@ def test_new_node_joins_a_running_elastic_job(tmp_path: Path) -> None:
 
 
 def test_lost_node_without_enough_nodes_fails_naming_the_endpoint(tmp_path: Path) -> None:
-    (tmp_path / "steps.py").write_text(STEPS)
-    port = free_port()
-    env = {"STEPS": "300"}
-    logs = [tmp_path / "a.log", tmp_path / "b.log"]
-    agents = [
-        start_agent(*_two_node_args(port, "2", host=i == 0), cwd=tmp_path, log=log, env=env)
-        for i, log in enumerate(logs)
-    ]
-    for log in logs:
-        wait_for_text(log, "world 2")
+    port, agents, logs = _two_running_nodes(tmp_path, "2", steps=300)
     started = time.monotonic()
     agents[1].kill()
     assert agents[0].wait(timeout=120) != 0
