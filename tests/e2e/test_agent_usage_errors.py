@@ -1,0 +1,45 @@
+"""The agent's command-line errors: exit 2 with a message that says what is accepted."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import run_agent
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--nnodes", "two"], "--nnodes 'two' is not N or MIN:MAX (e.g. 2 or 1:4)"),
+        (["--nnodes", "3:1"], "--nnodes '3:1': need 1 <= MIN <= MAX (e.g. 2 or 1:4)"),
+        (
+            ["--nproc-per-node", "x"],
+            "--nproc-per-node 'x' is not a whole number >= 1 (or auto, cpu, gpu)",
+        ),
+        (
+            ["--rdzv-conf", "join_timeout"],
+            "--rdzv-conf item 'join_timeout' is not KEY=VALUE (e.g. join_timeout=600)",
+        ),
+        (
+            ["--nnodes", "2", "--rdzv-endpoint", "localhost:0"],
+            "--rdzv-endpoint 'localhost:0': port 0 (a free port) only works for a single node,"
+            " but --nnodes is '2'; give the rank-0 node's port",
+        ),
+        (
+            ["--nnodes", "2", "--rdzv-endpoint", "node0:http"],
+            "rendezvous endpoint 'node0:http' has an invalid port 'http'; expected a number"
+            " from 0 to 65535 (0 picks a free port, single node only)",
+        ),
+        (["--no-python", "-m"], "--no-python and -m cannot be used together"),
+    ],
+)
+def test_bad_flags_exit_2_and_say_what_is_accepted(
+    tmp_path: Path, args: list[str], message: str
+) -> None:
+    result = run_agent(*args, "train.py", cwd=tmp_path)
+    assert result.returncode == 2
+    assert f"torchx-elastic: error: {message}" in result.stderr
