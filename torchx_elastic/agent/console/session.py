@@ -12,7 +12,7 @@ import logging
 import os
 import sys
 import time
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from typing import TextIO
 
 from torch.distributed.elastic.agent.server.api import RunResult
@@ -25,7 +25,14 @@ from torchx_elastic.agent.console.display import (
     make_console,
 )
 from torchx_elastic.agent.console.events import EventLog
-from torchx_elastic.agent.console.output import DEFAULT_PREFIX, RankOutput, RankSink
+from torchx_elastic.agent.console.job_progress import JobProgressExchange
+from torchx_elastic.agent.console.output import (
+    DEFAULT_PREFIX,
+    OutputSink,
+    RankOutput,
+    RankSink,
+    Stream,
+)
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +53,9 @@ class ConsoleSession:
         self.log_dir = log_dir
         self.activity = RankActivity()
         self.channel = ActivityChannel(self.activity)
-        self.console = make_console(mode, self.activity, status_interval_s)
+        # the whole job's progress, over the rendezvous store (see job_progress.py)
+        self.job_progress = JobProgressExchange(self.activity, log_dir)
+        self.console = make_console(mode, self.activity, status_interval_s, self.job_progress)
         self.events = EventLog.in_dir(log_dir)
         self._prefix_template = prefix_template
         self._tee = tee
@@ -59,18 +68,20 @@ class ConsoleSession:
         """Extra environment of every worker (the channel's address)."""
         return self.channel.env()
 
-    def make_sink(self, ranks: list[RankOutput]) -> RankSink:
+    def make_sink(self, ranks: list[RankOutput]) -> OutputSink:
         sink = RankSink(
             ranks, self.console, self._prefix_template, self._tee, self._show_ranks, self._role
         )
         self._sinks.append(sink)
-        return sink
+        self.job_progress.set_ranks({r.local_rank: r.global_rank for r in ranks})
+        return _EndingSink(sink, self.job_progress.workers_ended)
 
     def close(self) -> None:
         """Stop the console (a live bar is drawn one last time) and the channel."""
         if self._closed:
             return
         self._closed = True
+        self.job_progress.close()  # its final figures first: the console shows them last
         self.console.close()
         self.channel.close()
 
@@ -134,3 +145,21 @@ class ConsoleSession:
             report.write_summary(path, data)
         except OSError as err:
             log.warning("cannot write the error file %s: %s", path, err)
+
+
+class _EndingSink:
+    """A sink that also says when the attempt's workers are gone (it is closed then)."""
+
+    def __init__(self, sink: OutputSink, on_close: Callable[[], None]) -> None:
+        self._sink = sink
+        self._on_close = on_close
+
+    def feed(self, local_rank: int, stream: Stream, data: bytes) -> None:
+        self._sink.feed(local_rank, stream, data)
+
+    def end(self, local_rank: int, stream: Stream) -> None:
+        self._sink.end(local_rank, stream)
+
+    def close(self) -> None:
+        self._sink.close()
+        self._on_close()

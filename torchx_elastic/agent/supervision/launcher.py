@@ -25,6 +25,7 @@ from torchx_elastic.agent.rendezvous.handler import (
     rendezvous_parameters,
     use_fresh_store_per_attempt,
 )
+from torchx_elastic.agent.rendezvous.observed import ObservedRendezvous
 from torchx_elastic.agent.supervision.elastic_agent import ElasticAgent, Supervision
 from torchx_elastic.agent.supervision.watchdog import HangWatchdog
 from torchx_elastic.agent.workers import bootstrap
@@ -78,7 +79,10 @@ def launch(args: argparse.Namespace, fork_server: ForkServer | None = None) -> i
     session = console_session(args, log_dir)
     try:
         use_fresh_store_per_attempt()
-        rdzv_handler = create_handler(rdzv_params)
+        # every round's store reaches the cross-node progress exchange
+        rdzv_handler = ObservedRendezvous(
+            create_handler(rdzv_params), session.job_progress.start_round
+        )
     except BaseException:
         session.close()
         raise
