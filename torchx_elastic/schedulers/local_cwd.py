@@ -12,7 +12,9 @@ On top of torchx's own ``local_cwd``:
   restarts of the worker group); torchx 0.7's local scheduler ignores role retries;
 - the agents stop their workers when the process that runs torchx dies, even by SIGKILL;
 - ``torchx run`` returns as soon as the job ends: its status poll (once a second) waits up to
-  ``STATUS_WAIT_S`` for the replicas to exit instead of answering "running" at once.
+  ``STATUS_WAIT_S`` for the replicas to exit instead of answering "running" at once;
+- on a terminal, the followed logs scroll above one live progress bar of the whole job
+  (``job_bar.py``, ``progress_bar`` run option).
 """
 
 from __future__ import annotations
@@ -21,9 +23,10 @@ import os
 import sys
 import threading
 import time
-from typing import Any, Optional
+from datetime import datetime
+from typing import Any, Dict, Iterable, Optional
 
-from torchx.schedulers.api import AppDryRunInfo, DescribeAppResponse
+from torchx.schedulers.api import AppDryRunInfo, DescribeAppResponse, Stream
 from torchx.schedulers.local_scheduler import (
     CWDImageProvider,
     LocalOpts,
@@ -31,6 +34,13 @@ from torchx.schedulers.local_scheduler import (
     PopenRequest,
 )
 from torchx.specs import AppDef, is_terminal, runopts
+
+from torchx_elastic.schedulers.job_bar import (
+    SharedBar,
+    TerminalBar,
+    progress_files,
+    terminal_wanted,
+)
 
 RANK0_ENV = "TORCHX_RANK0_HOST"
 LAUNCHER_PID_ENV = "TORCHX_ELASTIC_LAUNCHER_PID"  # the agent's bootstrap.LAUNCHER_PID_ENV
@@ -44,6 +54,8 @@ _EXIT_POLL_S = 0.01
 class LocalCwdScheduler(LocalScheduler):
     def __init__(self, session_name: str, cache_size: int = 100) -> None:
         super().__init__(session_name, image_provider_class=CWDImageProvider, cache_size=cache_size)
+        self._bars: Dict[str, SharedBar] = {}
+        self._bar_wanted: Dict[str, bool] = {}
 
     def _run_opts(self) -> runopts:
         opts = super()._run_opts()
@@ -53,11 +65,18 @@ class LocalCwdScheduler(LocalScheduler):
             default=DEFAULT_LOG_DIR,
             help="directory for the logs of every run, kept after the run (relative to the cwd)",
         )
+        opts.add(
+            "progress_bar",
+            type_=bool,
+            default=True,
+            help="on a terminal, one live progress bar of the whole job below the followed logs",
+        )
         return opts
 
     def _submit_dryrun(self, app: AppDef, cfg: LocalOpts) -> AppDryRunInfo[PopenRequest]:
         cfg = {**cfg, "log_dir": os.path.abspath(cfg.get("log_dir") or DEFAULT_LOG_DIR)}
         info = super()._submit_dryrun(app, cfg)
+        self._bar_wanted[info.request.app_id] = bool(cfg.get("progress_bar", True))
         for replicas in info.request.role_params.values():
             for replica in replicas:
                 replica.env[RANK0_ENV] = RANK0_HOST
@@ -81,6 +100,30 @@ class LocalCwdScheduler(LocalScheduler):
         if app is not None and threading.current_thread() is threading.main_thread():
             self._wait_for_exit(app_id, STATUS_WAIT_S)
         return super().describe(app_id)
+
+    def log_iter(
+        self,
+        app_id: str,
+        role_name: str,
+        k: int = 0,
+        regex: Optional[str] = None,
+        since: Optional[datetime] = None,
+        until: Optional[datetime] = None,
+        should_tail: bool = False,
+        streams: Optional[Stream] = None,
+    ) -> Iterable[str]:
+        lines: Iterable[str] = super().log_iter(
+            app_id, role_name, k, regex, since, until, should_tail, streams
+        )
+        if not should_tail or not self._bar_wanted.get(app_id, True):
+            return lines
+        if not terminal_wanted(sys.stderr):
+            return lines
+        app_log_dir = self._apps[app_id].log_dir
+        bar = self._bars.setdefault(
+            app_id, SharedBar(TerminalBar(lambda: progress_files(app_log_dir)))
+        )
+        return bar.lines(lines)
 
     def _wait_for_exit(self, app_id: str, timeout_s: float) -> None:
         app = self._apps[app_id]
