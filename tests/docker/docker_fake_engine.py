@@ -168,11 +168,15 @@ class FakeContainer:
         since: Optional[datetime] = None,
         until: Optional[datetime] = None,
         tail: Union[str, int] = "all",
+        timestamps: bool = False,
     ) -> Union[bytes, Iterator[bytes]]:
         self.engine.log_calls.append({"since": since, "until": until, "follow": follow})
         wanted = {"stdout"} if stdout else set()
         wanted |= {"stderr"} if stderr else set()
         text = b"".join(data for stream_name, data in self.output if stream_name in wanted)
+        if timestamps:  # as the engine writes them; here every line is as old as the read
+            stamp = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f123Z ").encode()
+            text = b"".join(stamp + line for line in text.splitlines(keepends=True))
         if tail != "all":
             text = b"".join(text.splitlines(keepends=True)[-int(tail) :])
         if not stream:

@@ -290,3 +290,26 @@ def test_remove_without_an_engine(
     monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
     assert main(["remove", "--finished"]) == 1
     assert capsys.readouterr().err.startswith("error: no Docker engine reachable (")
+
+
+JOB_LINE = (
+    "[job progress] 120/200 (60.0%) of 4/4 ranks on 2/2 nodes, slowest r3 (n1) 120,"
+    " fastest r0 (n0) 131, 4.1 steps/s, ETA 29s\n"
+)
+
+
+def test_status_shows_the_jobs_progress_from_replica_0s_log(
+    scheduler: DockerScheduler, engine: FakeEngine
+) -> None:
+    app_id = submit(scheduler)
+    rank0 = engine.containers[f"{app_id}-main-0"]
+    assert scheduler.describe(app_id).msg == "<NONE>"  # type: ignore[union-attr]
+    rank0.write(JOB_LINE.replace("120/200 (60.0%)", "80/200 (40.0%)"), stream="stderr")
+    rank0.write(JOB_LINE, stream="stderr")
+    rank0.write("[n0 r0] step 130\n")
+    desc = scheduler.describe(app_id)
+    assert desc is not None and desc.state == AppState.RUNNING
+    assert desc.msg == (
+        "progress 120/200 (60.0%) of 4/4 ranks, 4.1 steps/s, ETA 29s"
+        f" (as of 0s ago, log of {app_id}-main-0)"
+    )

@@ -467,8 +467,18 @@ class FakeCluster:
             self.logs[pod["metadata"]["name"]].append((at, data))
             self._cond.notify_all()
 
-    def log_chunks(self, ns: str, name: str, follow: bool, since_s: Optional[int]) -> Any:
-        """The chunks of a pod's log, waiting for more while following a running pod."""
+    def log_chunks(
+        self,
+        ns: str,
+        name: str,
+        follow: bool,
+        since_s: Optional[int],
+        tail_lines: Optional[int] = None,
+        timestamps: bool = False,
+    ) -> Any:
+        """The chunks of a pod's log, waiting for more while following a running pod;
+        ``tail_lines`` (not following): the last lines only; ``timestamps``: each line
+        after its RFC 3339 time, as the API server writes it."""
         with self._cond:
             pod = self._get("pods", ns, name)
             if pod["status"]["phase"] == "Pending":
@@ -495,11 +505,19 @@ class FakeCluster:
                         continue
                 for at, data in new:
                     if start is None or at >= start:
-                        yield data
+                        yield data if not timestamps else _stamped(at, data)
                 if not follow or (done and sent == len(self.logs.get(name, []))):
                     return
 
+        if tail_lines is not None and not follow:
+            lines = b"".join(chunks()).splitlines(keepends=True)
+            return iter([b"".join(lines[-tail_lines:])] if tail_lines else [])
         return chunks()
+
+
+def _stamped(at: datetime, data: bytes) -> bytes:
+    stamp = at.strftime("%Y-%m-%dT%H:%M:%S.%f").encode() + b"123Z "
+    return b"".join(stamp + line for line in data.splitlines(keepends=True))
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -541,12 +559,15 @@ class _Handler(BaseHTTPRequestHandler):
         if ("get", "pods") in self.fake.forbidden:
             raise ApiError(403, "Forbidden", 'pods "log" is forbidden')
         since = query.get("sinceSeconds")
+        tail = query.get("tailLines")
+        # the API server parses booleans like Go: "true", "True", "1", ...
         chunks = self.fake.log_chunks(
             match["ns"],
             match["name"],
-            # the API server parses booleans like Go: "true", "True", "1", ...
             follow=(query.get("follow") or ["false"])[0].lower() in ("true", "t", "1"),
             since_s=int(since[0]) if since else None,
+            tail_lines=int(tail[0]) if tail else None,
+            timestamps=(query.get("timestamps") or ["false"])[0].lower() in ("true", "t", "1"),
         )
         self.send_response(200)
         self.send_header("Content-Type", "text/plain")

@@ -394,3 +394,27 @@ def test_line_splitting_and_since() -> None:
     now = datetime(2026, 1, 1, 12, 0, 0)
     assert since_seconds(now - timedelta(seconds=1.2), now) == 2
     assert since_seconds(now + timedelta(seconds=5), now) == 1
+
+
+def test_status_shows_the_jobs_progress_from_replica_0s_pod_log(
+    scheduler: KubernetesScheduler, fake: FakeCluster
+) -> None:
+    _submit(scheduler, j="2x2")
+    pod0 = fake.pod(JOB, 0)
+    fake.set_phase(pod0, "Running")
+    fake.set_phase(fake.pod(JOB, 1), "Running")
+    line = (
+        b"[job progress] 120/200 (60.0%) of 4/4 ranks on 2/2 nodes, slowest r3 (n1) 120,"
+        b" fastest r0 (n0) 131, 4.1 steps/s, ETA 29s\n"
+    )
+    fake.write_log(pod0, line, age_s=12)
+    fake.write_log(pod0, b"[n0 r0] step 125\n")
+    desc = scheduler.describe(APP_ID)
+    assert desc is not None and desc.state == AppState.RUNNING
+    assert desc.msg == (
+        "progress 120/200 (60.0%) of 4/4 ranks, 4.1 steps/s, ETA 29s"
+        f" (as of 12s ago, log of pod {pod0['metadata']['name']})"
+    )
+    # a log the scheduler may not read: the status says the rest, without progress
+    fake.forbidden.add(("get", "pods"))
+    assert scheduler.describe(APP_ID) is not None

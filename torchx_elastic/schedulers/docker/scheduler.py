@@ -38,11 +38,13 @@ from torchx_elastic.schedulers.docker.request import (
     build_job,
 )
 from torchx_elastic.schedulers.docker.status import (
+    NOT_SET,
     ContainerSnapshot,
     app_message,
     app_state,
     roles_and_statuses,
 )
+from torchx_elastic.schedulers.progress_status import TAIL_LINES, join_message, progress_message
 
 if TYPE_CHECKING:
     from docker.models.containers import Container
@@ -193,6 +195,18 @@ class DockerScheduler(Scheduler[Mapping[str, CfgVal]]):
             snapshot = ContainerSnapshot.from_attrs(container.attrs, log_tail=text)
         return snapshot
 
+    @staticmethod
+    def _progress(containers: List[Container], snapshots: List[ContainerSnapshot]) -> Optional[str]:
+        """The job's latest progress: the rank-0 agent's last ``[job progress]`` line in the
+        tail of replica 0's log (its agent's stderr), read through the engine."""
+        for container, snapshot in zip(containers, snapshots, strict=True):
+            if snapshot.replica_id != 0 or snapshot.status == "created":
+                continue
+            tail = container.logs(stdout=False, stderr=True, tail=TAIL_LINES, timestamps=True)
+            text = tail.decode("utf-8", errors="replace") if isinstance(tail, bytes) else tail
+            return progress_message(text.splitlines(), where=f"log of {snapshot.name}")
+        return None
+
     def describe(self, app_id: str) -> Optional[DescribeAppResponse]:
         """The job's state; a FAILED job's containers that still run are stopped.
 
@@ -212,6 +226,7 @@ class DockerScheduler(Scheduler[Mapping[str, CfgVal]]):
             logger.info("job %s failed: stopping its %d live containers", app_id, len(live))
             self._for_each(live, self._stop)
             msg += f"; stopped the {len(live)} replica(s) still running"
+        msg = join_message(msg, self._progress(containers, snapshots), NOT_SET)
         roles, statuses = roles_and_statuses(snapshots)
         return DescribeAppResponse(
             app_id=app_id,

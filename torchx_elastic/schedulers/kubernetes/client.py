@@ -220,6 +220,15 @@ class KubeApi:
             propagation_policy="Background",
         )
 
+    def pod_log_tail(self, namespace: str, pod: str, tail_lines: int) -> str:
+        """The last ``tail_lines`` lines of a pod's log, each after its timestamp."""
+        with api_errors(f"read the log of pod {pod} in namespace {namespace}", self.host):
+            response = self._core().read_namespaced_pod_log(
+                pod, namespace, tail_lines=tail_lines, timestamps=True, _preload_content=False
+            )
+        data = response.data
+        return data.decode("utf-8", "replace") if isinstance(data, bytes) else str(data)
+
     def pod_log(
         self,
         namespace: str,

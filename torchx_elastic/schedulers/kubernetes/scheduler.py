@@ -32,6 +32,7 @@ from torchx_elastic.schedulers.kubernetes.names import JobNames, dns_label, pars
 from torchx_elastic.schedulers.kubernetes.options import BACKEND_VOLCANO, KubernetesOptions
 from torchx_elastic.schedulers.kubernetes.request import KubernetesRequest
 from torchx_elastic.schedulers.log_lines import whole_lines
+from torchx_elastic.schedulers.progress_status import TAIL_LINES, join_message, progress_message
 
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient
@@ -157,9 +158,29 @@ class KubernetesScheduler(Scheduler[Cfg]):
         if found is None:
             return None
         backend, job = found
+        pods = self._pods(app_id)
         if backend == BACKEND_VOLCANO:
-            return status.describe_volcano_job(app_id, job, self._pods(app_id))
-        return status.describe_job(app_id, job, self._pods(app_id))
+            described = status.describe_volcano_job(app_id, job, pods)
+        else:
+            described = status.describe_job(app_id, job, pods)
+        described.msg = join_message(described.msg, self._progress(app_id, pods))
+        return described
+
+    def _progress(self, app_id: str, pods: List[Obj]) -> Optional[str]:
+        """The job's latest progress: the rank-0 agent's last ``[job progress]`` line in the
+        tail of replica 0's pod log, read through the API server (``progress_status.py``)."""
+        namespace, _ = parse_app_id(app_id)
+        for (_, index), pod in sorted(status.latest_pods(pods).items()):
+            if index != 0 or (pod.get("status") or {}).get("phase") in (None, "Pending"):
+                continue
+            name = pod["metadata"]["name"]
+            try:
+                text = self._api().pod_log_tail(namespace, name, TAIL_LINES)
+            except KubernetesError as e:  # gone, or not allowed: the status says the rest
+                logger.debug("no progress from pod %s: %s", name, e)
+                return None
+            return progress_message(text.splitlines(), where=f"log of pod {name}")
+        return None
 
     def list(self) -> List[ListAppResponse]:
         namespace = self._namespace or current_namespace()
