@@ -12,7 +12,7 @@ import logging
 import os
 import sys
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import TextIO
 
 from torch.distributed.elastic.agent.server.api import RunResult
@@ -33,10 +33,9 @@ from torchx_elastic.agent.console.output import (
     RankSink,
     Stream,
 )
+from torchx_elastic.agent.error_file import ERROR_FILE_ENV
 
 log = logging.getLogger(__name__)
-
-ERROR_FILE_ENV = "TORCHELASTIC_ERROR_FILE"
 
 
 class ConsoleSession:
@@ -45,10 +44,12 @@ class ConsoleSession:
         log_dir: str,
         mode: ConsoleMode = "auto",
         prefix_template: str = DEFAULT_PREFIX,
-        tee: int = 3,
+        tee: int | Mapping[int, int] = 3,
         show_ranks: Collection[int] | None = None,
         role: str = "",
         status_interval_s: float = DEFAULT_STATUS_INTERVAL_S,
+        show_local_ranks: Collection[int] | None = None,
+        duplicate_filters: Mapping[Stream, Sequence[str]] | None = None,
     ) -> None:
         self.log_dir = log_dir
         self.activity = RankActivity()
@@ -60,6 +61,8 @@ class ConsoleSession:
         self._prefix_template = prefix_template
         self._tee = tee
         self._show_ranks = show_ranks
+        self._show_local_ranks = show_local_ranks
+        self._duplicate_filters = duplicate_filters
         self._role = role
         self._sinks: list[RankSink] = []
         self._closed = False
@@ -69,8 +72,17 @@ class ConsoleSession:
         return self.channel.env()
 
     def make_sink(self, ranks: list[RankOutput]) -> OutputSink:
+        attempt_dir = os.path.dirname(os.path.dirname(ranks[0].stdout_path)) if ranks else "."
         sink = RankSink(
-            ranks, self.console, self._prefix_template, self._tee, self._show_ranks, self._role
+            ranks,
+            self.console,
+            self._prefix_template,
+            self._tee,
+            self._show_ranks,
+            self._role,
+            self._show_local_ranks,
+            self._duplicate_filters,
+            {s: os.path.join(attempt_dir, f"filtered_{s}.log") for s in ("stdout", "stderr")},
         )
         self._sinks.append(sink)
         self.job_progress.set_ranks({r.local_rank: r.global_rank for r in ranks})

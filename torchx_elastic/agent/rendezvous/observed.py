@@ -28,7 +28,10 @@ class ObservedRendezvous(RendezvousHandler):
     def next_rendezvous(self) -> RendezvousInfo:
         info = self.handler.next_rendezvous()
         try:
-            self._on_round(info.store, info.rank, info.world_size)
+            if isinstance(info, tuple):  # (store, rank, world_size) before RendezvousInfo
+                self._on_round(*info)
+            else:
+                self._on_round(info.store, info.rank, info.world_size)
         except Exception:  # the listener is an extra: never fail a rendezvous for it
             log.exception("rendezvous round listener failed")
         return info
