@@ -142,6 +142,34 @@ def test_2x2_runs_in_two_containers_with_world_size_4(
     assert leftovers(docker_client, app_id) == []
 
 
+PROGRESS = re.compile(
+    r"progress (\d+)/100000 \([\d.]+%\) of 4/4 ranks, [\d.]+ steps/s, ETA \w+"
+    r" \(as of \w+ ago, log of (\S+)\)"
+)
+
+
+def test_status_shows_the_progress_of_the_whole_job(handles: List[str]) -> None:
+    handle = run_job(
+        "-j", "2x2", "--script", "examples/progress.py",
+        "--", "--steps", "100000", "--step-s", "0.02", "--log-every", "100000",
+    )  # fmt: skip
+    handles.append(handle)
+    app_id = handle.rsplit("/", 1)[1]
+    seen: List[int] = []
+    deadline = time.monotonic() + 240
+    text = ""
+    while len(seen) < 2 and time.monotonic() < deadline:
+        text = status_text(handle)
+        assert "State: FAILED" not in text, text
+        match = PROGRESS.search(text)
+        if match and (not seen or int(match[1]) > seen[-1]):
+            assert match[2] == f"{app_id}-main-0", text  # the rank-0 agent's container
+            seen.append(int(match[1]))
+        time.sleep(2)
+    assert len(seen) == 2, f"no progress (or no new progress) in torchx status:\n{text}"
+    assert "State: RUNNING" in text
+
+
 def test_cancel_leaves_no_container_or_network(handles: List[str], docker_client: Any) -> None:
     handle = run_job("-j", "2x1", "--script", "examples/main.py", *LONG_RUN)
     handles.append(handle)
