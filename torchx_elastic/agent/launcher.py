@@ -104,18 +104,28 @@ def launch(args: argparse.Namespace, fork_server: ForkServer | None = None) -> i
     result: RunResult | None = None
     failure: RendezvousFailure | None = None
     code = 1
+    stopped_by_signal = False
     try:
         result = agent.run()
         code = 1 if result is not None and result.is_failed() else 0
     except SignalException as err:
         code = 128 + int(err.sigval)
+        stopped_by_signal = True
     except RendezvousError as err:
         failure = rendezvous_failure(err, agent, args, rdzv_params)
-    finally:
+    except BaseException:
         janitor.close()
         rdzv_handler.shutdown()
         session.close()
+        raise
+    janitor.close()
+    # the report comes before the rendezvous closes: the other nodes stop once it is out
     session.finish(result, code, attempt=agent.attempt)
+    if not stopped_by_signal:
+        # Closing the rendezvous stops every node. A node stopped by a signal (its pod
+        # deleted, evicted, preempted) leaves it open, as torch's launcher does, so that
+        # the other nodes wait for its replacement instead of failing the job.
+        rdzv_handler.shutdown()
     if failure is not None:
         raise failure
     return code

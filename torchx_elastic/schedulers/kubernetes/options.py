@@ -18,6 +18,9 @@ BACKEND_VOLCANO = "volcano"
 BACKENDS = (BACKEND_JOB, BACKEND_VOLCANO)
 
 _TOLERATION_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
+IMAGE_PULL_POLICIES = ("IfNotPresent", "Always", "Never")
+DEFAULT_IMAGE_PULL_POLICY = "IfNotPresent"
+DEFAULT_TTL_SECONDS_AFTER_FINISHED = 7 * 24 * 3600
 
 
 def _opt(type_: Type[CfgVal], help_text: str) -> Dict[str, Any]:
@@ -55,6 +58,23 @@ class KubernetesOptions:
         metadata=_opt(
             str,
             "ServiceAccount of the pods; without one the pods get no API token mounted",
+        ),
+    )
+    image_pull_policy: str = field(
+        default=DEFAULT_IMAGE_PULL_POLICY,
+        metadata=_opt(
+            str,
+            "when a node pulls the image: IfNotPresent (an image already on the node runs"
+            " as it is, also a :latest tag), Always (look up the tag in the registry on every"
+            " pod start) or Never (only images already on the node)",
+        ),
+    )
+    ttl_seconds_after_finished: int = field(
+        default=DEFAULT_TTL_SECONDS_AFTER_FINISHED,
+        metadata=_opt(
+            int,
+            "seconds after the job ends before Kubernetes deletes it with its pods, logs and"
+            " Service (default: 7 days; 0: at once)",
         ),
     )
     image_pull_secrets: List[str] = field(
@@ -103,6 +123,18 @@ class KubernetesOptions:
             raise ValueError(
                 f"invalid kubernetes run option backend={self.backend!r};"
                 f" valid values: {', '.join(BACKENDS)} (default: {BACKEND_JOB})"
+            )
+        if self.image_pull_policy not in IMAGE_PULL_POLICIES:
+            raise ValueError(
+                f"invalid kubernetes run option image_pull_policy={self.image_pull_policy!r};"
+                f" valid values: {', '.join(IMAGE_PULL_POLICIES)}"
+                f" (default: {DEFAULT_IMAGE_PULL_POLICY})"
+            )
+        if self.ttl_seconds_after_finished < 0:
+            raise ValueError(
+                "invalid kubernetes run option"
+                f" ttl_seconds_after_finished={self.ttl_seconds_after_finished}: expected"
+                f" seconds >= 0 (default: {DEFAULT_TTL_SECONDS_AFTER_FINISHED})"
             )
         for toleration in self.tolerations:
             parse_toleration(toleration)
