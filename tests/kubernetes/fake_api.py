@@ -498,11 +498,18 @@ class FakeCluster:
                 self._sync(job)
             self._cond.notify_all()
 
-    def set_phase(self, pod: Obj, phase: str, exit_code: int = 0, reason: str = "") -> None:
+    def set_phase(
+        self, pod: Obj, phase: str, exit_code: int = 0, reason: str = "", message: str = ""
+    ) -> None:
+        """``message``: the container's termination message (what it wrote, or its log's tail)."""
+
         def change(p: Obj) -> None:
             if phase in ("Succeeded", "Failed"):
                 code = exit_code if phase == "Failed" else 0
                 self._finish(p, phase, code, reason or ("Completed" if code == 0 else "Error"))
+                if message:
+                    for status in p["status"]["containerStatuses"]:
+                        status["state"]["terminated"]["message"] = message
             else:
                 p["status"]["phase"] = phase
                 p["spec"]["nodeName"] = "node-1"
