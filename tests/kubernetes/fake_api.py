@@ -364,9 +364,9 @@ class FakeCluster:
         counted = self._counted.setdefault(job["metadata"]["uid"], [])
         for pod in pods:
             name = pod["metadata"]["name"]
-            if pod["status"]["phase"] == "Failed" and name not in counted:
-                if not self._ignored(job, pod):
-                    counted.append(name)
+            failed = pod["status"]["phase"] == "Failed"
+            if failed and name not in counted and not self._ignored(job, pod):
+                counted.append(name)
         index_failures: Dict[int, int] = {}
         for name in counted:
             index = int(name.rsplit("-", 2)[-2])
@@ -439,7 +439,11 @@ class FakeCluster:
         def change(p: Obj) -> None:
             if disruption:
                 p["status"].setdefault("conditions", []).append(
-                    {"type": "DisruptionTarget", "status": "True", "reason": "EvictionByEvictionAPI"}
+                    {
+                        "type": "DisruptionTarget",
+                        "status": "True",
+                        "reason": "EvictionByEvictionAPI",
+                    }
                 )
             if p["status"]["phase"] in ("Pending", "Running"):
                 self._finish(p, "Failed", 143, "Error")

@@ -21,6 +21,7 @@ from tests.kubernetes.validation import (
     validate_volcano,
 )
 from torchx_elastic.components.dist import ddp
+from torchx_elastic.schedulers.kubernetes.manifests import for_server
 from torchx_elastic.schedulers.kubernetes.names import (
     DNS_LABEL_MAX,
     JobNames,
@@ -29,7 +30,6 @@ from torchx_elastic.schedulers.kubernetes.names import (
     new_suffix,
     parse_app_id,
 )
-from torchx_elastic.schedulers.kubernetes.manifests import for_server
 from torchx_elastic.schedulers.kubernetes.options import KubernetesOptions
 from torchx_elastic.schedulers.kubernetes.scheduler import KubernetesScheduler, build_request
 

@@ -175,9 +175,8 @@ def test_the_root_cause_reaches_status_from_the_termination_message(
     }
     fake.set_phase(root, "Failed", exit_code=1, message=json.dumps(reply))
     # a node stopped before it wrote a report: the tail of its log, from the report on
-    log_tail = "\n".join(
-        ["step 9", "", "=" * 72, "Root cause", "=" * 72, "  rank 2 failed first", "Logs of every rank: /tmp/x"]
-    )
+    report = ["=" * 72, "Root cause", "=" * 72, "  rank 2 failed first", "Logs of every rank: /x"]
+    log_tail = "\n".join(["step 9", "", *report])
     fake.set_phase(victim, "Failed", exit_code=1, message=log_tail)
     desc = scheduler.describe(APP_ID)
     assert desc is not None and desc.state == AppState.FAILED

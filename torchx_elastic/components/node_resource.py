@@ -15,5 +15,5 @@ def node_resource(cpu: float, gpu: int, memMB: int, h: Optional[str]) -> specs.R
         raise ValueError(f"--cpu {cpu}: expected a number of CPUs >= 0, e.g. 2 or 0.5")
     resource = specs.resource(cpu=1, gpu=gpu, memMB=memMB, h=h)
     if h is None:
-        resource.cpu = int(cpu) if float(cpu).is_integer() else cpu  # type: ignore[assignment]
+        resource.cpu = int(cpu) if float(cpu).is_integer() else cpu
     return resource
