@@ -59,13 +59,10 @@ class Cluster:
     env: Dict[str, str]
     workdir: Path
 
-    def kubectl(self, *args: str, check: bool = True) -> str:
-        result = subprocess.run(
-            ["kubectl", *args], env=self.env, capture_output=True, text=True, timeout=120
-        )
-        if check and result.returncode != 0:
-            raise AssertionError(f"kubectl {' '.join(args)} failed: {result.stderr}")
-        return result.stdout
+    def core(self) -> Any:
+        from kubernetes import client, config
+
+        return client.CoreV1Api(config.new_client_from_config(self.env["KUBECONFIG"]))
 
     def torchx(self, *args: str) -> subprocess.CompletedProcess[str]:
         """The real ``torchx`` CLI, in a directory without a .torchxconfig."""
@@ -91,10 +88,28 @@ class Cluster:
         return handle
 
     def pods(self, job: str) -> List[Dict[str, Any]]:
-        found = json.loads(
-            self.kubectl("get", "pods", "-l", f"app.kubernetes.io/instance={job}", "-o", "json")
+        """The pods of a job, oldest first, as the API's JSON."""
+        found = self.core().list_namespaced_pod(
+            "default", label_selector=f"app.kubernetes.io/instance={job}", _preload_content=False
         )
-        return sorted(found["items"], key=lambda p: str(p["metadata"]["creationTimestamp"]))
+        items = json.loads(found.data)["items"]
+        return sorted(items, key=lambda p: str(p["metadata"]["creationTimestamp"]))
+
+    def delete_pod(self, name: str) -> None:
+        """``kubectl delete pod NAME --wait=false``."""
+        self.core().delete_namespaced_pod(name, "default")
+
+    def pod_log(self, name: str) -> str:
+        from kubernetes.client.rest import ApiException
+
+        try:
+            return str(self.core().read_namespaced_pod_log(name, "default"))
+        except ApiException:
+            return ""  # not started yet
+
+    def services(self) -> List[str]:
+        found = self.core().list_namespaced_service("default", _preload_content=False)
+        return [item["metadata"]["name"] for item in json.loads(found.data)["items"]]
 
 
 def _cluster_sh(
@@ -175,8 +190,7 @@ def _wait_done(scheduler: KubernetesScheduler, handle: str) -> AppState:
 
 
 def _log_has(cluster: Cluster, pod: str, text: str) -> Optional[bool]:
-    logs = cluster.kubectl("logs", pod, check=False)
-    return True if text in logs else None
+    return True if text in cluster.pod_log(pod) else None
 
 
 def _no_traceback(result: subprocess.CompletedProcess[str]) -> None:
@@ -201,11 +215,10 @@ def test_2x2_job_on_a_loaded_latest_image(cluster: Cluster, scheduler: Kubernete
     assert {p["spec"]["containers"][0]["imagePullPolicy"] for p in pods} == {"IfNotPresent"}
     assert pods[0]["spec"]["containers"][0]["resources"]["limits"]["cpu"] == "500m"
 
-    cluster.kubectl(
-        "delete",
-        "pod",
-        f"-l=batch.kubernetes.io/job-completion-index=1,app.kubernetes.io/instance={job}",
-    )
+    index = "batch.kubernetes.io/job-completion-index"
+    (second,) = [p for p in pods if p["metadata"]["annotations"][index] == "1"]
+    cluster.delete_pod(second["metadata"]["name"])
+    _wait("the pod to go", lambda: True if len(cluster.pods(job)) == 1 else None, timeout_s=60)
     log = cluster.torchx("log", f"{handle}/main/1")
     _no_traceback(log)
     assert log.returncode == 0
@@ -284,7 +297,7 @@ def test_a_deleted_pod_is_replaced_and_the_job_goes_on(
 
     first_pods = _wait("both nodes to train", training)
     lost = next(n for n in first_pods if n.startswith(f"{job}-1-"))
-    cluster.kubectl("delete", "pod", lost, "--wait=false")
+    cluster.delete_pod(lost)
     assert _wait_done(scheduler, handle) == AppState.SUCCEEDED, cluster.torchx(
         "status", handle
     ).stdout
@@ -314,7 +327,7 @@ def test_cancel_while_running(cluster: Cluster, scheduler: KubernetesScheduler) 
     cancel = cluster.torchx("cancel", handle)
     assert cancel.returncode == 0, cancel.stderr
     _wait("the pods to go", lambda: True if not cluster.pods(job) else None, timeout_s=120)
-    assert cluster.kubectl("get", "job,service", "-o", "name", check=False).count(job) == 0
+    assert scheduler.describe(_app_id(handle)) is None and job not in cluster.services()
     status = cluster.torchx("status", handle)
     assert "does not exist or has been removed" in status.stdout + status.stderr
 
