@@ -21,16 +21,11 @@ from tests.kubernetes.validation import (
     validate_volcano,
 )
 from torchx_elastic.components.dist import ddp
-from torchx_elastic.schedulers.kubernetes.names import (
-    DNS_LABEL_MAX,
-    JobNames,
-    dns_label,
-    is_dns_label,
-    new_suffix,
-    parse_app_id,
-)
+from torchx_elastic.schedulers.kubernetes.manifests import for_server
+from torchx_elastic.schedulers.kubernetes.names import JobNames, new_suffix, parse_app_id
 from torchx_elastic.schedulers.kubernetes.options import KubernetesOptions
 from torchx_elastic.schedulers.kubernetes.scheduler import KubernetesScheduler, build_request
+from torchx_elastic.schedulers.names import DNS_LABEL_MAX, dns_label, is_dns_label
 
 GOLDEN = Path(__file__).parent / "golden"
 SUFFIX = "bcdfghjk"
@@ -222,9 +217,55 @@ def test_secret_env_is_a_reference_never_a_value() -> None:
     }
 
 
-def test_retries_map_to_the_backoff_limit() -> None:
+def test_retries_are_attempts_of_the_job_counted_per_index() -> None:
     job = build_request(_ddp(max_retries=3), KubernetesOptions(), SUFFIX).manifests[0]
-    assert job["spec"]["backoffLimit"] == 3
+    spec = job["spec"]
+    assert spec["backoffLimitPerIndex"] == 3 and "backoffLimit" not in spec
+    assert "maxFailedIndexes" not in spec  # no pod is deleted while writing its report
+    assert spec["podFailurePolicy"]["rules"] == [
+        {
+            "action": "Ignore",
+            "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}],
+        }
+    ]
+    assert for_server(job, (1, 36)) is job and for_server(job, (1, 29)) is job
+
+
+def test_servers_without_per_index_limits_get_a_pod_count_for_the_same_attempts() -> None:
+    # 4 nodes, 3 retries: 4 attempts in which every node fails, less one failure
+    job = build_request(_ddp(max_retries=3), KubernetesOptions(), SUFFIX).manifests[0]
+    old = for_server(job, (1, 28))
+    assert old["spec"]["backoffLimit"] == 4 * 4 - 1
+    assert "backoffLimitPerIndex" not in old["spec"] and "backoffLimitPerIndex" in job["spec"]
+    assert old["spec"]["podFailurePolicy"] == job["spec"]["podFailurePolicy"]
+    validate_all([old])
+
+
+def test_pull_policy_ttl_and_the_root_cause_in_the_termination_message() -> None:
+    job = build_request(_ddp(), KubernetesOptions(), SUFFIX).manifests[0]
+    (container,) = job["spec"]["template"]["spec"]["containers"]
+    assert container["imagePullPolicy"] == "IfNotPresent"
+    assert job["spec"]["ttlSecondsAfterFinished"] == 7 * 24 * 3600
+    assert container["terminationMessagePolicy"] == "FallbackToLogsOnError"
+    assert {"name": "TORCHELASTIC_ERROR_FILE", "value": "/dev/termination-log"} in container[
+        "env"
+    ]
+    options = KubernetesOptions(image_pull_policy="Never", ttl_seconds_after_finished=0)
+    job = build_request(_ddp(), options, SUFFIX).manifests[0]
+    assert job["spec"]["template"]["spec"]["containers"][0]["imagePullPolicy"] == "Never"
+    assert job["spec"]["ttlSecondsAfterFinished"] == 0
+    volcano = build_request(_ddp(), KubernetesOptions(backend="volcano"), SUFFIX).manifests[0]
+    assert volcano["spec"]["ttlSecondsAfterFinished"] == 7 * 24 * 3600
+
+
+def test_fractional_cpus_are_millicpus() -> None:
+    app = ddp(script="main.py", j="2x1", cpu=0.5)
+    job = build_request(app, KubernetesOptions(), SUFFIX).manifests[0]
+    resources = job["spec"]["template"]["spec"]["containers"][0]["resources"]
+    assert resources["requests"]["cpu"] == resources["limits"]["cpu"] == "500m"
+    app = ddp(script="main.py", j="2x1", cpu=2)
+    job = build_request(app, KubernetesOptions(), SUFFIX).manifests[0]
+    assert job["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["cpu"] == "2"
 
 
 def test_kueue_queue_label_and_partial_admission() -> None:
@@ -313,7 +354,8 @@ def test_names_are_deterministic_and_unique_per_run() -> None:
 
 
 def test_dns_label() -> None:
-    assert dns_label("My_App.v2") == "myappv2"
+    assert dns_label("My_App.v2") == "my-app-v2"
+    assert dns_label("__a__--b") == "a-b"
     assert dns_label("7up") == "app-7up"
     assert dns_label("") == "app"
     assert len(dns_label("x" * 100)) == DNS_LABEL_MAX
@@ -342,6 +384,8 @@ def test_runopts_come_from_the_options_dataclass() -> None:
         "queue",
         "priority_class",
         "service_account",
+        "image_pull_policy",
+        "ttl_seconds_after_finished",
         "image_pull_secrets",
         "node_selector",
         "tolerations",
@@ -362,18 +406,29 @@ def test_runopts_come_from_the_options_dataclass() -> None:
     [
         (
             {"backend": "kueue"},
-            "invalid kubernetes run option backend='kueue'; valid values: job, volcano"
+            "invalid kubernetes run option backend='kueue'; accepted: job, volcano"
             " (default: job)",
         ),
         (
+            {"image_pull_policy": "Sometimes"},
+            "invalid kubernetes run option image_pull_policy='Sometimes'; accepted:"
+            " IfNotPresent, Always, Never (default: IfNotPresent)",
+        ),
+        (
+            {"ttl_seconds_after_finished": -1},
+            "invalid kubernetes run option ttl_seconds_after_finished=-1; accepted: a number"
+            " >= 0 (default: 604800)",
+        ),
+        (
             {"tolerations": ["gpu:Sometimes"]},
-            "invalid toleration 'gpu:Sometimes': expected key[=value][:Effect] with Effect one"
-            " of NoSchedule, PreferNoSchedule, NoExecute (e.g. nvidia.com/gpu:NoSchedule)",
+            "invalid kubernetes run option tolerations='gpu:Sometimes'; expected"
+            " key[=value][:Effect] with Effect one of NoSchedule, PreferNoSchedule, NoExecute"
+            " (e.g. nvidia.com/gpu:NoSchedule)",
         ),
         (
             {"secret_env": {"TOKEN": "just-a-name"}},
-            "invalid secret_env entry TOKEN:just-a-name: expected NAME:secret/key"
-            " (e.g. HF_TOKEN:hf/token)",
+            "invalid kubernetes run option secret_env='TOKEN:just-a-name'; expected"
+            " NAME:secret/key (e.g. HF_TOKEN:hf/token)",
         ),
     ],
 )

@@ -17,6 +17,7 @@ from torchx.components.structured_arg import StructuredNameArgument
 
 from torchx_elastic.components.agent_command import AgentCommand
 from torchx_elastic.components.job_size import JobSize
+from torchx_elastic.components.node_resource import node_resource
 
 DEFAULT_IMAGE = "torchx-elastic:latest"
 
@@ -35,7 +36,7 @@ def ddp(
     image: str = DEFAULT_IMAGE,
     name: str = "/",
     h: Optional[str] = None,
-    cpu: int = 2,
+    cpu: float = 2,
     gpu: int = 0,
     memMB: int = 1024,
     j: str = "1x2",
@@ -64,7 +65,7 @@ def ddp(
         name: job name: ``{experimentname}/{runname}``, ``{experimentname}/``,
             ``/{runname}`` or ``{runname}``
         h: a registered named resource (takes precedence over cpu, gpu, memMB)
-        cpu: number of cpus per node
+        cpu: number of cpus per node; fractions too (0.5: kubernetes asks for 500m)
         gpu: number of gpus per node
         memMB: cpu memory in MB per node
         j: [{min_nodes}:]{max_nodes}x{procs_per_node}, e.g. 2x4 or 2:4x8; a bare M means 1xM
@@ -114,7 +115,7 @@ def ddp(
                 args=command.args(),
                 min_replicas=size.min_nodes,
                 num_replicas=size.max_nodes,
-                resource=specs.resource(cpu=cpu, gpu=gpu, memMB=memMB, h=h),
+                resource=node_resource(cpu=cpu, gpu=gpu, memMB=memMB, h=h),
                 env=role_env,
                 port_map={"c10d": rdzv_port},
                 max_retries=max_retries,

@@ -13,70 +13,115 @@ On top of torchx's own ``local_cwd``:
 - the agents stop their workers when the process that runs torchx dies, even by SIGKILL;
 - ``torchx run`` returns as soon as the job ends: its status poll (once a second) waits up to
   ``STATUS_WAIT_S`` for the replicas to exit instead of answering "running" at once;
+- ``torchx log`` and the log tail of ``torchx run`` hand out whole lines only: a line that is
+  half written when the log is read waits for its end (torchx's own tail splits it);
 - on a terminal, the followed logs scroll above one live progress bar of the whole job
   (``job_bar.py``, ``progress_bar`` run option).
+
+Run options: torchx's local ones (``log_dir``, ``prepend_cwd``, ``auto_set_cuda_visible_devices``)
+with the same meaning, declared once in :class:`LocalCwdOptions`.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import sys
 import threading
 import time
+import warnings
+from dataclasses import asdict, dataclass
 from datetime import datetime
-from typing import Any, Dict, Iterable, Optional
+from typing import Any, Callable, ClassVar, Dict, Iterable, List, Mapping, Optional
 
 from torchx.schedulers.api import AppDryRunInfo, DescribeAppResponse, Stream
 from torchx.schedulers.local_scheduler import (
     CWDImageProvider,
-    LocalOpts,
+    ImageProvider,
     LocalScheduler,
     PopenRequest,
 )
-from torchx.specs import AppDef, is_terminal, runopts
+from torchx.specs import AppDef, CfgVal, is_terminal, runopts
 
+from torchx_elastic.schedulers.file_lines import follow_lines
 from torchx_elastic.schedulers.job_bar import (
     SharedBar,
     TerminalBar,
     progress_files,
     terminal_wanted,
 )
+from torchx_elastic.schedulers.names import RANK0_ENV
+from torchx_elastic.schedulers.options import RunOptions, option
 
-RANK0_ENV = "TORCHX_RANK0_HOST"
 LAUNCHER_PID_ENV = "TORCHX_ELASTIC_LAUNCHER_PID"  # the agent's bootstrap.LAUNCHER_PID_ENV
 RANK0_HOST = "127.0.0.1"
 DEFAULT_LOG_DIR = "torchx_logs"
 _PYTHON_ENTRYPOINTS = frozenset({"python", "python3"})
 STATUS_WAIT_S = 0.9
 _EXIT_POLL_S = 0.01
+# the files torchx's local scheduler writes per replica (``<log_dir>/<role>/<replica>/``)
+_STREAM_FILES = {
+    Stream.STDOUT: ("stdout.log",),
+    Stream.STDERR: ("stderr.log",),
+    Stream.COMBINED: ("stdout.log", "stderr.log"),
+}
+
+
+@dataclass(frozen=True)
+class LocalCwdOptions(RunOptions):
+    """torchx's ``local_cwd`` run options; only ``log_dir``'s default differs."""
+
+    SCHEDULER: ClassVar[str] = "local_cwd"
+
+    log_dir: str = option(  # torchx's default is a temporary directory deleted at exit
+        DEFAULT_LOG_DIR,
+        type_=str,
+        help="directory for the logs of every run, kept after the run (relative to the cwd)",
+    )
+    prepend_cwd: bool = option(
+        False,
+        type_=bool,
+        help="if set, prepends CWD to replica's PATH env var"
+        " making any binaries in CWD take precedence over those in PATH",
+    )
+    auto_set_cuda_visible_devices: bool = option(
+        False,
+        type_=bool,
+        help="sets CUDA_VISIBLE_DEVICES for roles that request GPUs: each replica gets"
+        " its own GPUs (nothing is set when there are fewer GPUs than asked for)",
+    )
+    progress_bar: bool = option(
+        True,
+        type_=bool,
+        help="on a terminal, one live progress bar of the whole job below the followed logs",
+    )
 
 
 class LocalCwdScheduler(LocalScheduler):
-    def __init__(self, session_name: str, cache_size: int = 100) -> None:
-        super().__init__(session_name, image_provider_class=CWDImageProvider, cache_size=cache_size)
+    def __init__(
+        self,
+        session_name: str,
+        cache_size: int = 100,
+        extra_paths: Optional[List[str]] = None,
+        image_provider_class: Callable[[Mapping[str, CfgVal]], ImageProvider] = CWDImageProvider,
+    ) -> None:
+        super().__init__(
+            session_name,
+            image_provider_class=image_provider_class,
+            cache_size=cache_size,
+            extra_paths=extra_paths,
+        )
         self._bars: Dict[str, SharedBar] = {}
         self._bar_wanted: Dict[str, bool] = {}
 
     def _run_opts(self) -> runopts:
-        opts = super()._run_opts()
-        opts.add(  # replaces torchx's log_dir, whose default is deleted at exit
-            "log_dir",
-            type_=str,
-            default=DEFAULT_LOG_DIR,
-            help="directory for the logs of every run, kept after the run (relative to the cwd)",
-        )
-        opts.add(
-            "progress_bar",
-            type_=bool,
-            default=True,
-            help="on a terminal, one live progress bar of the whole job below the followed logs",
-        )
-        return opts
+        return LocalCwdOptions.runopts()
 
-    def _submit_dryrun(self, app: AppDef, cfg: LocalOpts) -> AppDryRunInfo[PopenRequest]:
-        cfg = {**cfg, "log_dir": os.path.abspath(cfg.get("log_dir") or DEFAULT_LOG_DIR)}
-        info = super()._submit_dryrun(app, cfg)
-        self._bar_wanted[info.request.app_id] = bool(cfg.get("progress_bar", True))
+    def _submit_dryrun(self, app: AppDef, cfg: Mapping[str, CfgVal]) -> AppDryRunInfo[PopenRequest]:
+        options = LocalCwdOptions.from_cfg(cfg)
+        resolved = {**asdict(options), "log_dir": os.path.abspath(options.log_dir)}
+        info = super()._submit_dryrun(app, resolved)
+        self._bar_wanted[info.request.app_id] = options.progress_bar
         for replicas in info.request.role_params.values():
             for replica in replicas:
                 replica.env[RANK0_ENV] = RANK0_HOST
@@ -94,13 +139,6 @@ class LocalCwdScheduler(LocalScheduler):
         )
         return app_id
 
-    def describe(self, app_id: str) -> Optional[DescribeAppResponse]:
-        app = self._apps.get(app_id)
-        # only the CLI's status poll (main thread) waits; its log thread must not be held up
-        if app is not None and threading.current_thread() is threading.main_thread():
-            self._wait_for_exit(app_id, STATUS_WAIT_S)
-        return super().describe(app_id)
-
     def log_iter(
         self,
         app_id: str,
@@ -112,18 +150,47 @@ class LocalCwdScheduler(LocalScheduler):
         should_tail: bool = False,
         streams: Optional[Stream] = None,
     ) -> Iterable[str]:
-        lines: Iterable[str] = super().log_iter(
-            app_id, role_name, k, regex, since, until, should_tail, streams
+        """Whole lines of a replica's log, followed until the job ends (as torchx does).
+
+        Local log lines carry no times: ``since``/``until`` are ignored with a warning, as
+        torchx does.
+        """
+        if since or until:
+            warnings.warn(
+                "since/until are ignored by local_cwd's logs (its lines carry no times);"
+                " all lines are returned",
+                stacklevel=2,
+            )
+        app = self._apps.get(app_id)
+        if app is None:
+            raise ValueError(f"unknown app {app_id!r} in this torchx session")
+        replica_dir = os.path.join(app.log_dir, role_name, str(k))
+        names = _STREAM_FILES[streams or Stream.COMBINED]
+        lines = follow_lines(
+            [os.path.join(replica_dir, name) for name in names],
+            finished=lambda: self._finished(app_id),
         )
-        if not should_tail or not self._bar_wanted.get(app_id, True):
-            return lines
-        if not terminal_wanted(sys.stderr):
-            return lines
-        app_log_dir = self._apps[app_id].log_dir
-        bar = self._bars.setdefault(
-            app_id, SharedBar(TerminalBar(lambda: progress_files(app_log_dir)))
-        )
-        return bar.lines(lines)
+        if regex:
+            pattern = re.compile(regex)
+            lines = (line for line in lines if pattern.search(line))
+        if should_tail and self._bar_wanted.get(app_id, True) and terminal_wanted(sys.stderr):
+            app_log_dir = app.log_dir
+            bar = self._bars.setdefault(
+                app_id, SharedBar(TerminalBar(lambda: progress_files(app_log_dir)))
+            )
+            return bar.lines(lines)
+        return lines
+
+    def _finished(self, app_id: str) -> bool:
+        desc = super().describe(app_id)
+        return desc is None or is_terminal(desc.state)
+
+    def describe(self, app_id: str) -> Optional[DescribeAppResponse]:
+        app = self._apps.get(app_id)
+        # only the CLI's status poll (main thread) waits; its log thread must not be held up
+        if app is not None and threading.current_thread() is threading.main_thread():
+            self._wait_for_exit(app_id, STATUS_WAIT_S)
+        return super().describe(app_id)
 
     def _wait_for_exit(self, app_id: str, timeout_s: float) -> None:
         app = self._apps[app_id]
@@ -135,5 +202,17 @@ class LocalCwdScheduler(LocalScheduler):
             time.sleep(_EXIT_POLL_S)
 
 
-def create_scheduler(session_name: str, cache_size: int = 100, **kwargs: Any) -> LocalCwdScheduler:
-    return LocalCwdScheduler(session_name=session_name, cache_size=cache_size)
+def create_scheduler(
+    session_name: str,
+    cache_size: int = 100,
+    extra_paths: Optional[List[str]] = None,
+    image_provider_class: Callable[[Mapping[str, CfgVal]], ImageProvider] = CWDImageProvider,
+    **kwargs: Any,
+) -> LocalCwdScheduler:
+    """torchx's ``local_cwd`` factory, with every argument of torchx's own."""
+    return LocalCwdScheduler(
+        session_name=session_name,
+        cache_size=cache_size,
+        extra_paths=extra_paths,
+        image_provider_class=image_provider_class,
+    )

@@ -15,12 +15,12 @@ from typing import Any, Dict, List, Optional
 
 from torchx.specs import BindMount, DeviceMount, Resource, Role, VolumeMount
 
-from torchx_elastic.schedulers.kubernetes.names import dns_label
 from torchx_elastic.schedulers.kubernetes.options import (
     KubernetesOptions,
     parse_secret_ref,
     parse_toleration,
 )
+from torchx_elastic.schedulers.names import dns_label
 
 logger = logging.getLogger(__name__)
 
@@ -164,6 +164,7 @@ def pod_template(
     container: Manifest = {
         "name": dns_label(role.name, fallback="worker"),
         "image": role.image,
+        "imagePullPolicy": options.image_pull_policy,
         "command": [k8s_literal(role.entrypoint)],
         "args": [literal(arg) for arg in role.args],
         "env": env,
@@ -173,6 +174,9 @@ def pod_template(
         ],
         "resources": resources(role.resource),
         "volumeMounts": volumes.mounts,
+        # a failed container's last log lines (the agent's root-cause report) are kept in
+        # the pod's status, where `torchx status` reads them
+        "terminationMessagePolicy": "FallbackToLogsOnError",
         "securityContext": (
             {"privileged": True} if volumes.privileged else {"allowPrivilegeEscalation": False}
         ),
