@@ -18,6 +18,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -369,4 +370,32 @@ def test_a_missing_image_says_why_the_job_waits(
     log = cluster.torchx("log", handle)
     _no_traceback(log)
     assert log.returncode == 0
+    assert cluster.torchx("cancel", handle).returncode == 0
+
+
+def test_status_shows_the_progress_of_the_whole_job(
+    cluster: Cluster, scheduler: KubernetesScheduler
+) -> None:
+    """The rank-0 agent's job-wide line, read from replica 0's pod log by torchx status."""
+    handle = cluster.run(
+        "-j", "2x2", "--cpu", "0.5", "--memMB", "1500", "--script", "examples/progress.py",
+        "--", "--steps", "100000", "--step-s", "0.02", "--log-every", "100000",
+    )  # fmt: skip
+    job = _app_id(handle).partition(":")[2]
+    progress = re.compile(
+        r"progress (\d+)/100000 \([\d.]+%\) of 4/4 ranks, [\d.]+ steps/s, ETA \w+"
+        rf" \(as of \w+ ago, log of pod {re.escape(job)}-0-\w+\)"
+    )
+    steps: List[int] = []
+
+    def more_progress() -> Optional[bool]:
+        status = cluster.torchx("status", handle)
+        assert "State: FAILED" not in status.stdout, status.stdout
+        match = progress.search(status.stdout)
+        if match and (not steps or int(match[1]) > steps[-1]):
+            steps.append(int(match[1]))
+        return True if len(steps) >= 2 else None
+
+    _wait("two growing progress figures in torchx status", more_progress)
+    assert "State: RUNNING" in cluster.torchx("status", handle).stdout
     assert cluster.torchx("cancel", handle).returncode == 0
