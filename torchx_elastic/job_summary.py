@@ -9,7 +9,8 @@
 - :meth:`JobSummary.to_json` / :func:`read_file`: the small file the rank-0 agent rewrites
   in its log directory (:data:`FILE_NAME`), which ``local_cwd`` draws as a live bar.
 
-Standard library only: the agent and the schedulers both import it.
+Standard library only (``rich`` is imported inside :func:`rich_bar`, when a bar is drawn):
+the agent and the schedulers both import it.
 """
 
 from __future__ import annotations
@@ -18,7 +19,10 @@ import json
 import os
 import re
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rich.console import RenderableType
 
 LINE_PREFIX = "[job progress] "
 FILE_NAME = "job_progress.json"
@@ -115,6 +119,22 @@ def format_duration(seconds: float) -> str:
     if whole < 3600:
         return f"{whole // 60}m{whole % 60:02d}s"
     return f"{whole // 3600}h{whole % 3600 // 60:02d}m"
+
+
+def rich_bar(summary: JobSummary, label: str = "job") -> RenderableType:
+    """``job ━━━━━━━━ 120/200 of 4/4 ranks on 2/2 nodes, slowest r3 (n1) 120, ...``"""
+    from rich.progress_bar import ProgressBar
+    from rich.table import Table
+    from rich.text import Text
+
+    grid = Table.grid(padding=(0, 1))
+    grid.add_row(
+        Text(label, style="bold"),
+        ProgressBar(total=summary.total, completed=summary.step, width=30),
+        Text(f"{summary.step}/{summary.total or '?'}"),
+        Text(f"{summary.counts()}, {summary.details()}", style="dim"),
+    )
+    return grid
 
 
 def write_file(directory: str, summary: JobSummary) -> str:

@@ -276,3 +276,29 @@ def test_status_message_keeps_what_was_there() -> None:
     assert join_message("", "progress 1/2") == "progress 1/2"
     assert join_message("r1 failed", "progress 1/2") == "r1 failed\nprogress 1/2"
     assert join_message("r1 failed", None) == "r1 failed"
+
+
+def test_only_the_rank_0_node_prints_the_job_line(stores: tuple[Any, Any]) -> None:
+    import io
+
+    from torchx_elastic.agent.console.display import PlainConsole
+
+    store0, store1 = stores
+    printed: dict[int, bytes] = {}
+    for node, store in ((1, store1), (0, store0)):
+        activity = RankActivity()
+        exchange = JobProgressExchange(activity, None, interval_s=60)
+        exchange.start_round(store, node, 2)
+        exchange.set_ranks({0: 2 * node, 1: 2 * node + 1})
+        _feed(activity, 0, 10 + node), _feed(activity, 1, 20 + node)
+        err = io.BytesIO()
+        console = PlainConsole(activity, io.BytesIO(), err, status_interval_s=0, job=exchange)
+        exchange.exchange()
+        console.print_status()
+        printed[node] = err.getvalue()
+        exchange.close()
+    assert printed[1] == b""  # one line per job, not one per node
+    assert printed[0] == (
+        b"[job progress] 10/100 (10.0%) of 4/4 ranks on 2/2 nodes, slowest r0 (n0) 10,"
+        b" fastest r3 (n1) 21\n"
+    )

@@ -22,7 +22,7 @@ import sys
 import threading
 from typing import IO, TYPE_CHECKING, Callable, Dict, Iterable, Iterator, List, Optional
 
-from torchx_elastic.job_summary import LINE_PREFIX, JobSummary, read_file
+from torchx_elastic.job_summary import LINE_PREFIX, JobSummary, read_file, rich_bar
 
 if TYPE_CHECKING:
     from rich.console import Console, RenderableType
@@ -46,22 +46,6 @@ def terminal_wanted(stream: IO[str]) -> bool:
     except (AttributeError, ValueError):
         return False
     return tty and os.environ.get("TERM", "") != "dumb"
-
-
-def render_bar(summary: JobSummary, label: str = "job") -> RenderableType:
-    """``job ━━━━━━━━ 120/200 of 4/4 ranks on 2/2 nodes, slowest r3 (n1) 120, ...``"""
-    from rich.progress_bar import ProgressBar
-    from rich.table import Table
-    from rich.text import Text
-
-    grid = Table.grid(padding=(0, 1))
-    grid.add_row(
-        Text(label, style="bold"),
-        ProgressBar(total=summary.total, completed=summary.step, width=30),
-        Text(f"{summary.step}/{summary.total or '?'}"),
-        Text(f"{summary.counts()}, {summary.details()}", style="dim"),
-    )
-    return grid
 
 
 class _Bar:
@@ -94,7 +78,7 @@ class _Bar:
             self._console.size = os.get_terminal_size(self._term_fd)
         summaries = self.summaries()
         one = len(summaries) == 1
-        return Group(*(render_bar(s, "job" if one else role) for role, s in summaries))
+        return Group(*(rich_bar(s, "job" if one else role) for role, s in summaries))
 
 
 class TerminalBar:

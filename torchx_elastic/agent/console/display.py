@@ -19,7 +19,7 @@ from torchx_elastic.agent.console.channel import RankActivity
 from torchx_elastic.agent.console.job_progress import JobProgressExchange
 from torchx_elastic.agent.console.output import Stream
 from torchx_elastic.agent.console.progress_bar import JobProgress, details, status_line, summarize
-from torchx_elastic.job_summary import JobSummary
+from torchx_elastic.job_summary import JobSummary, rich_bar
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
@@ -226,7 +226,7 @@ class LiveConsole:
         job = self._progress.job_summary()
         progress = None if job is not None else self._progress.summary()
         if job is not None:
-            parts.append(job_bar(job))
+            parts.append(rich_bar(job))
         elif progress is not None:
             grid = Table.grid(padding=(0, 1))
             grid.add_row(
@@ -247,22 +247,6 @@ class LiveConsole:
         if started:
             self._live.refresh()
             self._live.stop()
-
-
-def job_bar(job: JobSummary, label: str = "job") -> RenderableType:
-    """``job ━━━━━━━━ 120/200 of 4/4 ranks on 2/2 nodes, slowest r3 (n1) 120, ...``"""
-    from rich.progress_bar import ProgressBar
-    from rich.table import Table
-    from rich.text import Text
-
-    grid = Table.grid(padding=(0, 1))
-    grid.add_row(
-        Text(label, style="bold"),
-        ProgressBar(total=job.total, completed=job.step, width=30),
-        Text(f"{job.step}/{job.total or '?'}"),
-        Text(f"{job.counts()}, {job.details()}", style="dim"),
-    )
-    return grid
 
 
 class _Renderable:
