@@ -199,6 +199,8 @@ def _two_node_args(port: int, nnodes: str, host: bool) -> list[str]:
         nnodes,
         "--nproc-per-node",
         "1",
+        "--rdzv-backend",
+        "c10d",
         "--rdzv-endpoint",
         f"127.0.0.1:{port}",
         "--rdzv-id",
@@ -277,6 +279,8 @@ def test_unreachable_endpoint_fails_within_the_timeout_naming_it(tmp_path: Path)
     result = run_agent(
         "--nnodes",
         "2",
+        "--rdzv-backend",
+        "c10d",
         "--rdzv-endpoint",
         f"localhost:{port}",
         "--rdzv-conf",
@@ -294,6 +298,8 @@ def test_unresolvable_endpoint_names_the_host(tmp_path: Path) -> None:
     result = run_agent(
         "--nnodes",
         "2",
+        "--rdzv-backend",
+        "c10d",
         "--rdzv-endpoint",
         "no-such-node.invalid:29500",
         "--rdzv-conf",

@@ -322,10 +322,6 @@ def build_parser() -> argparse.ArgumentParser:
         " every rank's Python stack is dumped to its log first (0: off)",
         type=float,
     )
-    parser.add_argument(
-        "training_script", metavar="SCRIPT", help="script (or module with -m) to run"
-    )
-    parser.add_argument(
-        "training_script_args", metavar="ARGS", nargs=argparse.REMAINDER, help="its arguments"
-    )
+    parser.add_argument("training_script", help="script (or module with -m) to run")
+    parser.add_argument("training_script_args", nargs=argparse.REMAINDER, help="its arguments")
     return parser
