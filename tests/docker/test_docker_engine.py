@@ -163,7 +163,8 @@ def test_status_shows_the_progress_of_the_whole_job(handles: List[str]) -> None:
         assert "State: FAILED" not in text, text
         match = PROGRESS.search(text)
         if match and (not seen or int(match[1]) > seen[-1]):
-            assert match[2] == f"{app_id}-main-0", text  # the rank-0 agent's container
+            # the rank-0 agent's container (the role is named after the script)
+            assert match[2] == f"{app_id}-progress-0", text
             seen.append(int(match[1]))
         time.sleep(2)
     assert len(seen) == 2, f"no progress (or no new progress) in torchx status:\n{text}"
