@@ -38,17 +38,15 @@ lint: setup
 	$(BIN)/ruff check torchx_elastic tests bench examples
 	$(BIN)/mypy
 
-# Everything, slow end-to-end runs included (Docker tests need an engine: ci/docker-engine.sh),
-# then the agent's end-to-end tests on the other torch versions.
+# Everything, slow end-to-end runs included (Docker tests need an engine: ci/docker-engine.sh).
 test: lint
 	$(BIN)/pytest -q -rs --durations=15
-	$(MAKE) test-torch-versions
 
 test-torch-versions: $(foreach v,$(TORCH_VERSIONS),.venv-torch$(v)/.installed)
-	set -e; for v in $(TORCH_VERSIONS); do \
+	status=0; for v in $(TORCH_VERSIONS); do \
 		echo "== agent end-to-end tests on torch $$v"; \
-		.venv-torch$$v/bin/pytest -q -rs -p no:cacheprovider $(AGENT_E2E_TESTS); \
-	done
+		.venv-torch$$v/bin/pytest -q -rs -p no:cacheprovider $(AGENT_E2E_TESTS) || status=1; \
+	done; exit $$status
 
 .venv-torch%/.installed: pyproject.toml
 	$(PYTHON) -m venv .venv-torch$*
