@@ -9,7 +9,7 @@ JOB ?= -j 2x2
 # newest release, each in a venv of its own (.venv-torch<version>): torch first, then this
 # package with its test extra under constraints that keep that torch and torchx 0.7.
 # These two pull CUDA builds (about 5 GB each on disk; pip's cache keeps the downloads).
-TORCH_VERSIONS ?= 2.4.1 2.15.0
+TORCH_VERSIONS ?= 2.4.0 2.15.0
 AGENT_E2E_TESTS ?= tests/agent tests/e2e/test_faults.py tests/e2e/test_start_methods.py \
 	tests/e2e/test_agent_usage_errors.py tests/e2e/test_torchrun_compat.py
 export PIP_CACHE_DIR ?= $(HOME)/.cache/pip
