@@ -24,8 +24,8 @@ from pathlib import Path
 from tests.e2e.compat_runner import Node
 
 W = "compat_worker.py"
-FAIL_ONCE = (("COMPAT_FAIL_RANK", "1"), ("COMPAT_FAIL_ATTEMPTS", "1"))
-FAIL_ALWAYS = (("COMPAT_FAIL_RANK", "1"), ("COMPAT_FAIL_ATTEMPTS", "99"))
+FAIL_ONCE = (("COMPAT_FAIL_LOCAL_RANK", "1"), ("COMPAT_FAIL_ATTEMPTS", "1"))
+FAIL_ALWAYS = (("COMPAT_FAIL_LOCAL_RANK", "1"), ("COMPAT_FAIL_ATTEMPTS", "99"))
 
 
 @dataclass(frozen=True)

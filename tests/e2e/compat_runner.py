@@ -154,9 +154,8 @@ def start(outcome: Outcome, nodes: tuple[Node, ...]) -> list[subprocess.Popen[by
     return processes
 
 
-def finish(outcome: Outcome, processes: list[subprocess.Popen[bytes]]) -> Outcome:
-    """Wait for every node (killing what outlives the timeout) and read the records."""
-    deadline = time.monotonic() + LAUNCH_TIMEOUT_S
+def finish(outcome: Outcome, processes: list[subprocess.Popen[bytes]], deadline: float) -> Outcome:
+    """Wait for every node (killing what outlives the deadline) and read the records."""
     for process in processes:
         try:
             process.wait(timeout=max(1.0, deadline - time.monotonic()))
@@ -179,9 +178,10 @@ def run_both(nodes: tuple[Node, ...], root: Path, together: bool = True) -> tupl
     ours = prepare("agent", root / "agent")
     if together:
         started = [start(reference, nodes), start(ours, nodes)]
-        return finish(reference, started[0]), finish(ours, started[1])
-    finish(reference, start(reference, nodes))
-    finish(ours, start(ours, nodes))
+        deadline = time.monotonic() + LAUNCH_TIMEOUT_S
+        return finish(reference, started[0], deadline), finish(ours, started[1], deadline)
+    finish(reference, start(reference, nodes), time.monotonic() + LAUNCH_TIMEOUT_S / 2)
+    finish(ours, start(ours, nodes), time.monotonic() + LAUNCH_TIMEOUT_S / 2)
     return reference, ours
 
 

@@ -5,9 +5,9 @@ Standard library only, no torch, so a worker starts in a fraction of a second. I
 environment, ``sys.argv``, working directory, interpreter and whether stdout writes through
 (``python -u``), prints one marker line to stdout and one to stderr, then:
 
-- ``COMPAT_FAIL_RANK=R`` and ``COMPAT_FAIL_ATTEMPTS=K``: rank R exits 3 in attempts 0..K-1,
-  once every rank of its attempt has written its record (so no record is lost to the race
-  between a failing rank and its peers being stopped).
+- ``COMPAT_FAIL_LOCAL_RANK=R`` and ``COMPAT_FAIL_ATTEMPTS=K``: local rank R of every node
+  exits 3 in attempts 0..K-1, once every rank of its attempt has written its record (so no
+  record is lost to the race between a failing rank and its peers being stopped).
 
 It runs as a script, as ``-m compat_worker``, through ``--run-path`` (``runpy``) and from the
 shell wrapper ``compat_worker.sh`` (``--no-python``).
@@ -53,9 +53,10 @@ def main() -> int:
     _record(dump_dir, rank, attempt)
     print(f"compat-stdout rank={rank} attempt={attempt}", flush=True)
     print(f"compat-stderr rank={rank} attempt={attempt}", file=sys.stderr, flush=True)
-    failing_rank = os.environ.get("COMPAT_FAIL_RANK")
+    failing_rank = os.environ.get("COMPAT_FAIL_LOCAL_RANK")
     failing_attempts = int(os.environ.get("COMPAT_FAIL_ATTEMPTS", "0"))
-    if rank == failing_rank and attempt.isdigit() and int(attempt) < failing_attempts:
+    local_rank = os.environ.get("LOCAL_RANK")
+    if local_rank == failing_rank and attempt.isdigit() and int(attempt) < failing_attempts:
         _wait_for_attempt(dump_dir, attempt, int(os.environ.get("WORLD_SIZE", "1")))
         return 3
     return 0
