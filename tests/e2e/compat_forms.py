@@ -55,6 +55,25 @@ def torchrun_flags() -> frozenset[str]:
     return frozenset(str(flag) for flag in flags)
 
 
+def torchrun_default_port_is_fixed() -> bool:
+    """Up to torch 2.9 at least, torchrun without rendezvous flags uses static rendezvous on
+    127.0.0.1:29500 even for one node; later releases take a free port for one node."""
+    spec = importlib.util.find_spec("torch")
+    assert spec is not None and spec.origin is not None
+    source = (Path(spec.origin).parent / "distributed" / "run.py").read_text()
+    return "args.master_port is None" not in source
+
+
+RENDEZVOUS_WORDS = ("standalone", "rdzv-endpoint", "rdzv_endpoint", "master-port", "master_port")
+
+
+def uses_default_rendezvous(form: Form) -> bool:
+    """No flag or PET_* variable of the form says where to rendezvous."""
+    texts = [text.lower() for node in form.nodes for text in (*node.args, *dict(node.env))]
+    words = (*RENDEZVOUS_WORDS, "pet_rdzv_endpoint", "pet_standalone", "pet_master_port")
+    return not any(word in text for text in texts for word in words)
+
+
 def one(form_id: str, *args: str, env: tuple[tuple[str, str], ...] = (), **options: object) -> Form:
     return Form(form_id, (Node(args, env),), **options)  # type: ignore[arg-type]
 

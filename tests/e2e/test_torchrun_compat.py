@@ -28,7 +28,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.compat_forms import FORMS, Form, torchrun_flags
+from tests.e2e.compat_forms import (
+    FORMS,
+    Form,
+    torchrun_default_port_is_fixed,
+    torchrun_flags,
+    uses_default_rendezvous,
+)
 from tests.e2e.compat_runner import (
     record_differences,
     run_both,
@@ -43,7 +49,9 @@ COLLECTED = [form for form in FORMS if set(form.needs) <= torchrun_flags()]
 
 @pytest.mark.parametrize("form", COLLECTED, ids=[form.id for form in COLLECTED])
 def test_form_gives_workers_what_torchrun_gives(form: Form, tmp_path: Path) -> None:
-    torchrun, ours = run_both(form.nodes, tmp_path, together=form.together)
+    # on a fixed port (torchrun's default on older releases), the launchers take turns
+    fixed_port = uses_default_rendezvous(form) and torchrun_default_port_is_fixed()
+    torchrun, ours = run_both(form.nodes, tmp_path, together=form.together and not fixed_port)
     both = f"{torchrun.describe()}\n{ours.describe()}"
 
     assert ours.exit_codes == torchrun.exit_codes, both
