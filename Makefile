@@ -5,7 +5,16 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 JOB ?= -j 2x2
 
-.PHONY: setup example image test test-fast lint bench clean
+# The agent's end-to-end tests also run on the oldest torch the package declares and on the
+# newest release, each in a venv of its own (.venv-torch<version>): torch first, then this
+# package with its test extra under constraints that keep that torch and torchx 0.7.
+# These two pull CUDA builds (about 5 GB each on disk; pip's cache keeps the downloads).
+TORCH_VERSIONS ?= 2.4.0 2.15.0
+AGENT_E2E_TESTS ?= tests/agent tests/e2e/test_faults.py tests/e2e/test_start_methods.py \
+	tests/e2e/test_agent_usage_errors.py tests/e2e/test_torchrun_compat.py
+export PIP_CACHE_DIR ?= $(HOME)/.cache/pip
+
+.PHONY: setup example image test test-fast test-torch-versions lint bench clean
 
 setup: $(VENV)/.installed
 
@@ -33,6 +42,20 @@ lint: setup
 test: lint
 	$(BIN)/pytest -q -rs --durations=15
 
+test-torch-versions: $(foreach v,$(TORCH_VERSIONS),.venv-torch$(v)/.installed)
+	status=0; for v in $(TORCH_VERSIONS); do \
+		echo "== agent end-to-end tests on torch $$v"; \
+		.venv-torch$$v/bin/pytest -q -rs -p no:cacheprovider $(AGENT_E2E_TESTS) || status=1; \
+	done; exit $$status
+
+.venv-torch%/.installed: pyproject.toml
+	$(PYTHON) -m venv .venv-torch$*
+	.venv-torch$*/bin/python -m pip install -q --upgrade pip
+	printf 'torch==%s\ntorchx>=0.7,<0.8\n' $* > .venv-torch$*/constraints.txt
+	.venv-torch$*/bin/python -m pip install -q -c .venv-torch$*/constraints.txt torch==$*
+	.venv-torch$*/bin/python -m pip install -q -c .venv-torch$*/constraints.txt -e '.[test]'
+	touch $@
+
 # Unit tests only.
 test-fast: setup
 	$(BIN)/pytest -q -m "not slow"
@@ -41,4 +64,4 @@ bench: setup
 	$(BIN)/python bench/run.py
 
 clean:
-	rm -rf $(VENV) torchx_logs .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .venv-torch* torchx_logs .pytest_cache .mypy_cache .ruff_cache
