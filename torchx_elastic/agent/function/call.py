@@ -125,7 +125,7 @@ def _write_result(path: str, value: object) -> None:
     except Exception as err:  # noqa: BLE001 - pickle raises many kinds
         raise CallPicklingError(
             f"the return value of rank {rank} ({describe(value)}) cannot be pickled to send it"
-            f" back to the caller: {err}. Return values that pickle (numbers, strings, lists,"
+            f" back to the caller: {err}; return a value that pickles (numbers, strings, lists,"
             " dicts, tensors, ...)"
         ) from None
     os.makedirs(os.path.dirname(path), exist_ok=True)
