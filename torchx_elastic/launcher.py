@@ -86,7 +86,9 @@ def node_range(nnodes: str | int) -> tuple[int, int]:
     except ValueError:
         min_nodes = max_nodes = 0
     if not 1 <= min_nodes <= max_nodes:
-        raise ValueError(f"nnodes={nnodes!r} is not N or MIN:MAX with 1 <= MIN <= MAX (e.g. 2, 1:4)")
+        raise ValueError(
+            f"nnodes={nnodes!r} is not N or MIN:MAX with 1 <= MIN <= MAX (e.g. 2, 1:4)"
+        )
     return min_nodes, max_nodes
 
 

@@ -14,8 +14,8 @@ from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 from torch.distributed.launcher import api as torch_launcher
 
 import torchx_elastic
-from torchx_elastic.launcher import FunctionFailedError, LaunchConfig, elastic_launch
 from tests.function import functions
+from torchx_elastic.launcher import FunctionFailedError, LaunchConfig, elastic_launch
 
 pytestmark = pytest.mark.slow
 
@@ -41,8 +41,9 @@ def test_all_reduce_returns_every_ranks_value(
     tmp_path: Path, method: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     handler_before = signal.getsignal(signal.SIGTERM)
-    results = elastic_launch(config(tmp_path, start_method=method, max_restarts=0),
-                             functions.all_reduce_rank)(10.0)
+    results = elastic_launch(
+        config(tmp_path, start_method=method, max_restarts=0), functions.all_reduce_rank
+    )(10.0)
     assert results == {0: {"rank": 0.0, "sum": 30.0}, 1: {"rank": 1.0, "sum": 30.0}}
     out = capsys.readouterr().out
     assert "[n0 r0] sum on rank 0: 3.0" in out
@@ -89,10 +90,14 @@ def test_same_dict_as_torchs_elastic_launch(tmp_path: Path) -> None:
     for name, launcher in (("torch", torch_launcher.elastic_launch), ("ours", elastic_launch)):
         cfg = config(tmp_path / name, max_restarts=0)
         results[name] = launcher(cfg, functions.all_reduce_rank)(2.0)
-    assert results["ours"] == results["torch"] == {
-        0: {"rank": 0.0, "sum": 6.0},
-        1: {"rank": 1.0, "sum": 6.0},
-    }
+    assert (
+        results["ours"]
+        == results["torch"]
+        == {
+            0: {"rank": 0.0, "sum": 6.0},
+            1: {"rank": 1.0, "sum": 6.0},
+        }
+    )
 
 
 def test_unpicklable_return_value_names_rank_and_type(tmp_path: Path) -> None:

@@ -46,9 +46,11 @@ class Call:
 
 
 def describe(value: object) -> str:
-    """``a generator`` / ``an instance of mymod.Thing``: a value's type for messages."""
+    """``generator object`` / ``mymod.Thing object``: a value's type for messages."""
     kind = type(value)
-    name = kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
+    name = kind.__qualname__
+    if kind.__module__ != "builtins":
+        name = f"{kind.__module__}.{name}"
     return f"{name} object"
 
 
@@ -71,7 +73,7 @@ def preparation_data() -> dict[str, Any]:
     if importing_main:
         raise RuntimeError(
             "a function launch was started while a worker was importing the caller's main"
-            " script; start the launch under `if __name__ == \"__main__\":` in that script"
+            ' script; start the launch under `if __name__ == "__main__":` in that script'
             " (as with multiprocessing's spawn)"
         )
     data: dict[str, Any] = spawn.get_preparation_data("torchx-elastic-worker")
@@ -143,7 +145,7 @@ def _unpickle_call(call: Call) -> tuple[Callable[..., Any], tuple[Any, ...]]:
             f"rank {os.environ.get('RANK', '?')} cannot unpickle the function or its"
             f" arguments: {type(err).__name__}: {err}. A worker started by spawn imports them"
             " by name, as multiprocessing does: define them in a module the workers can"
-            " import, or in the main script (its launch under `if __name__ == \"__main__\":`);"
+            ' import, or in the main script (its launch under `if __name__ == "__main__":`);'
             " what a notebook or the REPL defines cannot be imported"
         ) from err
     return function, tuple(args)

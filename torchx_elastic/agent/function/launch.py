@@ -15,6 +15,7 @@ import signal
 import sys
 import tempfile
 import threading
+import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -24,7 +25,7 @@ from torch.distributed.elastic.multiprocessing.errors import ProcessFailure
 from torch.distributed.launcher.api import LaunchConfig
 
 from torchx_elastic.agent.function import call as function_call
-from torchx_elastic.agent.function.agent_run import Outcome, WorkerTarget, run_agent
+from torchx_elastic.agent.function.agent_run import Outcome, WorkerTarget, agent_config, run_agent
 from torchx_elastic.agent.function.errors import FunctionFailedError
 from torchx_elastic.agent.function.options import AgentOptions, check_start_method
 from torchx_elastic.agent.workers.forkserver import ForkServer, WorkerExit
@@ -51,12 +52,12 @@ def program_target(entrypoint: str, args: Sequence[Any]) -> WorkerTarget:
     bootstrap (so an uncaught exception reaches the root-cause report); anything else is
     executed as it is.
     """
-    words = [str(arg) for arg in args]
+    words = tuple(str(arg) for arg in args)
     if entrypoint == sys.executable and words and words[0] == "-m" and len(words) > 1:
-        return WorkerTarget(words[1], tuple(words[2:]), module=True)
+        return WorkerTarget(words)
     if entrypoint == sys.executable and words and not words[0].startswith("-"):
-        return WorkerTarget(words[0], tuple(words[1:]))
-    return WorkerTarget(entrypoint, tuple(words), no_python=True)
+        return WorkerTarget(words)
+    return WorkerTarget(("--exec", entrypoint, *words))
 
 
 def _exit_forked_worker(code: object) -> None:
@@ -136,9 +137,7 @@ def raise_for_outcome(outcome: Outcome, name: str, log_dir: str) -> None:
     )
 
 
-def collect_results(
-    call_file: str, attempt: int, nproc_per_node: int, name: str
-) -> dict[int, Any]:
+def collect_results(call_file: str, attempt: int, nproc_per_node: int, name: str) -> dict[int, Any]:
     """Every local worker's return value by global rank, from the last attempt's files."""
     try:
         results = function_call.read_results(call_file, attempt)
@@ -149,8 +148,7 @@ def collect_results(
         ) from err
     if len(results) < nproc_per_node:
         log.warning(
-            "%d of %d workers of %s sent no return value (ended by os._exit?); ranks that"
-            " did: %s",
+            "%d of %d workers of %s sent no return value (ended by os._exit?); ranks that did: %s",
             nproc_per_node - len(results),
             nproc_per_node,
             name,
@@ -177,26 +175,25 @@ def launch_agent(
     """Run ``entrypoint(*args)`` on ``config.nproc_per_node`` workers of this node; see
     :func:`torchx_elastic.launcher.elastic_launch`."""
     if not callable(entrypoint) and not isinstance(entrypoint, str):
-        raise TypeError(
-            f"entrypoint {entrypoint!r} is neither a function nor a program name (str)"
-        )
+        raise TypeError(f"entrypoint {entrypoint!r} is neither a function nor a program name (str)")
     start_method = check_start_method(config.start_method)
     name = entrypoint_name(entrypoint, args)
-    run_id = config.run_id or f"{name}_{os.getpid()}"
+    run_id = config.run_id or str(uuid.uuid4().int)  # torch's launcher: a random one
     call_dir = tempfile.mkdtemp(prefix="torchx_elastic_call_")
     try:
         if callable(entrypoint):
             call_file = os.path.join(call_dir, "call.pkl")
             function_call.write_call(function_call.make_call(entrypoint, args), call_file)
-            target = WorkerTarget("--call", (call_file,))
+            target = WorkerTarget(("--call", call_file))
         else:
             call_file = ""
             target = program_target(entrypoint, args)
         log_dir = _log_dir(config, run_id)
+        agent = agent_config(config, options or AgentOptions(), target, log_dir, run_id)
         fork_server = start_fork_server(start_method) if callable(entrypoint) else None
         try:
             with signal_handlers_restored():
-                outcome = run_agent(config, options or AgentOptions(), target, log_dir, fork_server)
+                outcome = run_agent(agent, fork_server)
         finally:
             if fork_server is not None:
                 fork_server.close()

@@ -28,9 +28,7 @@ class AgentOptions:
 
     def __post_init__(self) -> None:
         if self.console not in CONSOLE_MODES:
-            raise ValueError(
-                f"console={self.console!r} is not one of {', '.join(CONSOLE_MODES)}"
-            )
+            raise ValueError(f"console={self.console!r} is not one of {', '.join(CONSOLE_MODES)}")
         if self.tee not in (0, 1, 2, 3):
             raise ValueError(
                 f"tee={self.tee!r} is not 0 (no worker output on the console), 1 (stdout),"
@@ -40,7 +38,5 @@ class AgentOptions:
 
 def check_start_method(start_method: str) -> str:
     if start_method not in START_METHODS:
-        raise ValueError(
-            f"start_method={start_method!r} is not one of {', '.join(START_METHODS)}"
-        )
+        raise ValueError(f"start_method={start_method!r} is not one of {', '.join(START_METHODS)}")
     return start_method
