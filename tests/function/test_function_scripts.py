@@ -1,0 +1,108 @@
+"""A function launch from a script of its own (``python script.py``): a function defined in
+``__main__`` under spawn, and no orphans when that caller is SIGKILLed."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import _env
+from tests.e2e.agents import alive, descendants
+
+pytestmark = pytest.mark.slow
+
+MAIN_SCRIPT = """
+import json, os, sys
+import torch, torch.distributed as dist
+from torch.distributed.launcher.api import LaunchConfig
+from torchx_elastic.launcher import elastic_launch
+
+print("module code runs as", __name__, flush=True)
+
+def total(offset):
+    dist.init_process_group("gloo")
+    value = torch.tensor([float(dist.get_rank())])
+    dist.all_reduce(value)
+    dist.destroy_process_group()
+    return value.item() + offset
+
+if __name__ == "__main__":
+    config = LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=2, rdzv_backend="c10d",
+                          rdzv_endpoint="localhost:0", start_method=sys.argv[1])
+    print("RESULTS", json.dumps(elastic_launch(config, total)(100)), flush=True)
+"""
+
+SLEEPER_SCRIPT = """
+import os, sys, time
+import torchx_elastic
+
+def sleep_forever(directory):
+    open(os.path.join(directory, "worker.%s.pid" % os.environ["RANK"]), "w").write(
+        str(os.getpid()))
+    time.sleep(300)
+
+if __name__ == "__main__":
+    torchx_elastic.launch(sleep_forever, sys.argv[1], nproc_per_node=2, start_method=sys.argv[2])
+"""
+
+
+@pytest.mark.parametrize("method", ["spawn", "fork"])
+def test_function_in_main_of_a_script(tmp_path: Path, method: str) -> None:
+    (tmp_path / "job.py").write_text(MAIN_SCRIPT)
+    result = subprocess.run(
+        [sys.executable, "job.py", method],
+        cwd=tmp_path,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    results = next(ln for ln in result.stdout.splitlines() if ln.startswith("RESULTS "))
+    assert json.loads(results[len("RESULTS ") :]) == {"0": 101.0, "1": 101.0}
+    assert result.stdout.count("module code runs as __main__") == 1  # the caller
+    # spawn: each worker re-runs the script's module code as __mp_main__ (multiprocessing's
+    # spawn does the same); fork: workers are copies of the caller and run none of it
+    reruns = result.stdout.count("module code runs as __mp_main__")
+    assert reruns == (2 if method == "spawn" else 0)
+    if method == "spawn":
+        assert "[n0 r1] module code runs as __mp_main__" in result.stdout
+
+
+@pytest.mark.parametrize("method", ["spawn", "fork"])
+def test_sigkilled_caller_leaves_no_orphans(tmp_path: Path, method: str) -> None:
+    (tmp_path / "sleeper.py").write_text(SLEEPER_SCRIPT)
+    with open(tmp_path / "caller.log", "wb") as log:
+        caller = subprocess.Popen(
+            [sys.executable, "sleeper.py", str(tmp_path), method],
+            cwd=tmp_path,
+            env=_env(),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        deadline = time.monotonic() + 180
+        pid_files = [tmp_path / f"worker.{rank}.pid" for rank in (0, 1)]
+        while not all(path.exists() and path.read_text() for path in pid_files):
+            assert caller.poll() is None, (tmp_path / "caller.log").read_text()
+            assert time.monotonic() < deadline, (tmp_path / "caller.log").read_text()
+            time.sleep(0.2)
+        workers = {int(path.read_text()) for path in pid_files}
+        tree = descendants(caller.pid)
+        assert workers <= tree
+        os.kill(caller.pid, signal.SIGKILL)
+        caller.wait(timeout=30)
+        deadline = time.monotonic() + 30
+        while alive(tree) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert alive(tree) == set(), (tmp_path / "caller.log").read_text()
+    finally:
+        if caller.poll() is None:
+            caller.kill()
