@@ -13,6 +13,7 @@ from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
 import torchx_elastic
+from tests.function import functions
 from torchx_elastic.agent.function import call as function_call
 from torchx_elastic.agent.function.agent_run import Outcome, WorkerTarget, agent_config
 from torchx_elastic.agent.function.launch import (
@@ -29,7 +30,6 @@ from torchx_elastic.launcher import (
     launch,
     node_range,
 )
-from tests.function import functions
 
 
 def config(tmp_path: Path, **kwargs: object) -> LaunchConfig:
