@@ -76,6 +76,36 @@ def test_function_in_main_of_a_script(tmp_path: Path, method: str) -> None:
         assert "[n0 r1] module code runs as __mp_main__" in result.stdout
 
 
+UNGUARDED_SCRIPT = """
+import torchx_elastic
+
+def one():
+    return 1
+
+print(torchx_elastic.launch(one, nproc_per_node=1))
+"""
+
+
+def test_unguarded_launch_in_a_script_fails_clearly_under_spawn(tmp_path: Path) -> None:
+    (tmp_path / "job.py").write_text(UNGUARDED_SCRIPT)
+    result = subprocess.run(
+        [sys.executable, "job.py"],
+        cwd=tmp_path,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert result.returncode == 1
+    assert (
+        "one failed on rank 0 (node 0, local rank 0, pid " in result.stderr
+        and "): RuntimeError: a function launch was started while a worker was importing the"
+        ' caller\'s main script; start the launch under `if __name__ == "__main__":` in that'
+        " script (as with multiprocessing's spawn)"
+        in result.stderr
+    ), result.stderr[-3000:]
+
+
 @pytest.mark.parametrize("method", ["spawn", "fork"])
 def test_sigkilled_caller_leaves_no_orphans(tmp_path: Path, method: str) -> None:
     (tmp_path / "sleeper.py").write_text(SLEEPER_SCRIPT)
