@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import _env
-from tests.e2e.agents import alive, descendants
+from tests.e2e.agents import alive, descendants, free_port
 
 pytestmark = pytest.mark.slow
 
@@ -74,6 +74,56 @@ def test_function_in_main_of_a_script(tmp_path: Path, method: str) -> None:
     assert reruns == (2 if method == "spawn" else 0)
     if method == "spawn":
         assert "[n0 r1] module code runs as __mp_main__" in result.stdout
+
+
+TWO_NODE_SCRIPT = """
+import json, sys
+import torch, torch.distributed as dist
+import torchx_elastic
+
+def world_sum():
+    dist.init_process_group("gloo")
+    value = torch.tensor([float(dist.get_rank())])
+    dist.all_reduce(value)
+    dist.destroy_process_group()
+    return [dist_rank_env(), value.item()]
+
+def dist_rank_env():
+    import os
+    return int(os.environ["RANK"])
+
+if __name__ == "__main__":
+    results = torchx_elastic.launch(world_sum, nproc_per_node=2, nnodes="2",
+                                    rdzv_endpoint=sys.argv[1], run_id="two-nodes")
+    print("RESULTS", json.dumps(results), flush=True)
+"""
+
+
+def test_two_nodes_each_get_their_own_ranks_values(tmp_path: Path) -> None:
+    (tmp_path / "node.py").write_text(TWO_NODE_SCRIPT)
+    endpoint = f"127.0.0.1:{free_port()}"
+    nodes = [
+        subprocess.Popen(
+            [sys.executable, "node.py", endpoint],
+            cwd=tmp_path,
+            env=_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
+    outputs = [node.communicate(timeout=240) for node in nodes]
+    results = []
+    for node, (out, err) in zip(nodes, outputs):
+        assert node.returncode == 0, out[-2000:] + err[-2000:]
+        line = next(ln for ln in out.splitlines() if ln.startswith("RESULTS "))
+        results.append(json.loads(line[len("RESULTS ") :]))
+    # 0+1+2+3 = 6 on every rank; each caller gets the values of its own node's two ranks
+    assert sorted(results, key=lambda r: min(r)) == [
+        {"0": [0, 6.0], "1": [1, 6.0]},
+        {"2": [2, 6.0], "3": [3, 6.0]},
+    ]
 
 
 UNGUARDED_SCRIPT = """

@@ -4,6 +4,7 @@ caller's exception. Every user-facing message is read here."""
 from __future__ import annotations
 
 import json
+import pickle
 import sys
 import threading
 from pathlib import Path
@@ -287,6 +288,8 @@ def test_failed_run_becomes_one_child_failed_error(tmp_path: Path) -> None:
     assert sorted(error.failures) == [2, 3]
     assert error.failures[3].exitcode == 1 and error.failures[2].exitcode == -15
     assert error.get_first_failure()[0] == 3
+    copy = pickle.loads(pickle.dumps(error))
+    assert (str(copy), copy.rank, sorted(copy.failures)) == (str(error), 3, [2, 3])
 
 
 def test_a_rank_killed_by_a_signal_shows_its_stderr(tmp_path: Path) -> None:

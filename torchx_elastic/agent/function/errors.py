@@ -39,6 +39,10 @@ class FunctionFailedError(ChildFailedError):
         self._root_cause = dict(root_cause)
         super().__init__(name, failures)
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Picklable (a pipeline step may hand the error to another process)."""
+        return (type(self), (self.name, self.failures, self._root_cause, self.log_dir))
+
     def get_first_failure(self) -> tuple[int, ProcessFailure]:
         """The root cause by our report (not only the earliest timestamp)."""
         if self.rank in self.failures:
