@@ -115,7 +115,7 @@ def test_two_nodes_each_get_their_own_ranks_values(tmp_path: Path) -> None:
     ]
     outputs = [node.communicate(timeout=240) for node in nodes]
     results = []
-    for node, (out, err) in zip(nodes, outputs):
+    for node, (out, err) in zip(nodes, outputs, strict=True):
         assert node.returncode == 0, out[-2000:] + err[-2000:]
         line = next(ln for ln in out.splitlines() if ln.startswith("RESULTS "))
         results.append(json.loads(line[len("RESULTS ") :]))
