@@ -40,7 +40,7 @@ if __name__ == "__main__":
 """
 
 SLEEPER_SCRIPT = """
-import os, sys, time
+import os, signal, sys, time
 import torchx_elastic
 
 def sleep_forever(directory):
@@ -49,7 +49,12 @@ def sleep_forever(directory):
     time.sleep(300)
 
 if __name__ == "__main__":
-    torchx_elastic.launch(sleep_forever, sys.argv[1], nproc_per_node=2, start_method=sys.argv[2])
+    try:
+        torchx_elastic.launch(sleep_forever, sys.argv[1], nproc_per_node=2,
+                              start_method=sys.argv[2])
+    except KeyboardInterrupt:
+        handler = signal.getsignal(signal.SIGINT)
+        print("KeyboardInterrupt; SIGINT handler back:", handler is signal.default_int_handler)
 """
 
 
@@ -156,8 +161,8 @@ def test_unguarded_launch_in_a_script_fails_clearly_under_spawn(tmp_path: Path) 
     ), result.stderr[-3000:]
 
 
-@pytest.mark.parametrize("method", ["spawn", "fork"])
-def test_sigkilled_caller_leaves_no_orphans(tmp_path: Path, method: str) -> None:
+def start_sleepers(tmp_path: Path, method: str) -> tuple[subprocess.Popen[bytes], set[int]]:
+    """A caller whose two workers sleep; its pid and its whole process tree."""
     (tmp_path / "sleeper.py").write_text(SLEEPER_SCRIPT)
     with open(tmp_path / "caller.log", "wb") as log:
         caller = subprocess.Popen(
@@ -177,12 +182,39 @@ def test_sigkilled_caller_leaves_no_orphans(tmp_path: Path, method: str) -> None
         workers = {int(path.read_text()) for path in pid_files}
         tree = descendants(caller.pid)
         assert workers <= tree
+        return caller, tree
+    except BaseException:
+        caller.kill()
+        raise
+
+
+def wait_gone(tree: set[int], log: Path) -> None:
+    deadline = time.monotonic() + 30
+    while alive(tree) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert alive(tree) == set(), log.read_text()
+
+
+@pytest.mark.parametrize("method", ["spawn", "fork"])
+def test_sigkilled_caller_leaves_no_orphans(tmp_path: Path, method: str) -> None:
+    caller, tree = start_sleepers(tmp_path, method)
+    try:
         os.kill(caller.pid, signal.SIGKILL)
         caller.wait(timeout=30)
-        deadline = time.monotonic() + 30
-        while alive(tree) and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert alive(tree) == set(), (tmp_path / "caller.log").read_text()
+        wait_gone(tree, tmp_path / "caller.log")
+    finally:
+        if caller.poll() is None:
+            caller.kill()
+
+
+def test_ctrl_c_stops_the_workers_and_raises_keyboard_interrupt(tmp_path: Path) -> None:
+    caller, tree = start_sleepers(tmp_path, "spawn")
+    try:
+        os.kill(caller.pid, signal.SIGINT)
+        assert caller.wait(timeout=120) == 0
+        wait_gone(tree, tmp_path / "caller.log")
+        log = (tmp_path / "caller.log").read_text()
+        assert "KeyboardInterrupt; SIGINT handler back: True" in log, log
     finally:
         if caller.poll() is None:
             caller.kill()
