@@ -27,9 +27,9 @@ def main(argv: list[str] | None = None) -> None:
     )
     try:
         args = build_parser().parse_args(argv)
-    except ValueError as err:  # a PET_* switch that is not 0 or 1
+    except ValueError as err:  # a PET_* switch that is not 0 or 1 (torchrun: exit 1)
         print(f"torchx-elastic: error: {err}", file=sys.stderr)
-        sys.exit(2)
+        sys.exit(1)
 
     from torchx_elastic.agent.config.launch import UsageError, config_from_args
     from torchx_elastic.agent.supervision.launcher import run
@@ -37,9 +37,9 @@ def main(argv: list[str] | None = None) -> None:
 
     try:
         config = config_from_args(args)
-    except UsageError as err:
+    except UsageError as err:  # torchrun's config_from_args errors exit 1 too
         print(f"torchx-elastic: error: {err}", file=sys.stderr)
-        sys.exit(2)
+        sys.exit(1)
     fork_server = None
     if config.start_method == "fork-server" and config.worker.through_bootstrap:
         if config.worker.entrypoint != sys.executable or "--exec" in config.worker.args[2:3]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import argparse
 import os
-from typing import Any
+from typing import Any, Protocol
 
 from torchx_elastic.agent.console.display import CONSOLE_MODES, DEFAULT_STATUS_INTERVAL_S
 
@@ -21,7 +21,10 @@ START_METHODS = ("spawn", "fork", "forkserver", "fork-server")
 NUMA_BINDING_MODES = ("node", "socket", "exclusive", "core-complex")
 
 
-_Adder = argparse._ActionsContainer
+class _Adder(Protocol):
+    """An argument parser or one of its groups."""
+
+    def add_argument(self, *args: Any, **kwargs: Any) -> argparse.Action: ...
 
 
 def env_name(dest: str) -> str:
@@ -322,10 +325,6 @@ def build_parser() -> argparse.ArgumentParser:
         " every rank's Python stack is dumped to its log first (0: off)",
         type=float,
     )
-    parser.add_argument(
-        "training_script", metavar="SCRIPT", help="script (or module with -m) to run"
-    )
-    parser.add_argument(
-        "training_script_args", metavar="ARGS", nargs=argparse.REMAINDER, help="its arguments"
-    )
+    parser.add_argument("training_script", help="script (or module with -m) to run")
+    parser.add_argument("training_script_args", nargs=argparse.REMAINDER, help="its arguments")
     return parser

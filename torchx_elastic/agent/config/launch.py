@@ -40,7 +40,8 @@ OMP_WARNING = (
 
 
 class UsageError(Exception):
-    """Bad input on the agent's command line: exit 2 with the message."""
+    """Bad input on the agent's command line: exit 1 with the message (as torchrun's
+    ``config_from_args`` errors; ``argparse``'s own errors exit 2)."""
 
 
 @dataclass(frozen=True)
@@ -244,7 +245,7 @@ def _local_ranks(text: str) -> frozenset[int] | None:
         ranks = frozenset(int(part) for part in text.split(","))
     except ValueError:
         raise UsageError(
-            "--local_ranks_filter must be a comma-separated list of integers e.g."
+            f"--local_ranks_filter {text!r}: must be a comma-separated list of integers e.g."
             " --local_ranks_filter=0,1,2"
         ) from None
     return ranks

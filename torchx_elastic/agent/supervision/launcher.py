@@ -136,7 +136,7 @@ def run(config: AgentConfig, fork_server: ForkServer | None = None) -> None:
         code = launch(config, fork_server)
     except UsageError as err:
         print(f"torchx-elastic: error: {err}", file=sys.stderr)
-        code = 2
+        code = 1
     except RendezvousFailure as err:
         print(f"torchx-elastic: error: {err}", file=sys.stderr)
         code = 1
