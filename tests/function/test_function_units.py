@@ -167,6 +167,13 @@ def test_entrypoint_must_be_a_function_or_a_program(tmp_path: Path) -> None:
     assert str(caught.value) == "entrypoint 42 is neither a function nor a program name (str)"
 
 
+def test_empty_endpoint_is_localhost_as_torchs(tmp_path: Path) -> None:
+    agent = agent_config(
+        config(tmp_path, rdzv_endpoint=""), AgentOptions(), WorkerTarget(()), "/l", "r"
+    )
+    assert str(agent.rdzv_endpoint) == "localhost:29400"
+
+
 def test_node_range() -> None:
     assert node_range("2") == (2, 2)
     assert node_range("1:4") == (1, 4)
@@ -213,9 +220,10 @@ def test_launch_config_maps_onto_the_agent_config(tmp_path: Path) -> None:
     ("kwargs", "message"),
     [
         (
-            {"rdzv_endpoint": ""},
-            "rendezvous endpoint '' is empty after expanding variables; expected HOST[:PORT],"
-            " e.g. node0:29500 (LaunchConfig.rdzv_endpoint; for one node: rdzv_backend='c10d',"
+            {"rdzv_endpoint": "localhost:99999"},
+            "rendezvous endpoint 'localhost:99999' has an invalid port '99999'; expected a"
+            " number from 0 to 65535 (0 picks a free port, single node only)"
+            " (LaunchConfig.rdzv_endpoint; for one node: rdzv_backend='c10d',"
             " rdzv_endpoint='localhost:0')",
         ),
         (
