@@ -84,10 +84,14 @@ def preparation_data() -> dict[str, Any]:
 def make_call(function: Callable[..., Any], args: Sequence[Any]) -> Call:
     """The call of ``function(*args)``; :class:`CallPicklingError` names what does not pickle."""
     name = getattr(function, "__qualname__", repr(function))
-    _pickle(function, f"the function {name}")
-    for index, arg in enumerate(args):
-        _pickle(arg, f"argument {index} of {name}")
-    return Call(preparation_data(), _pickle((function, tuple(args)), f"the call of {name}"))
+    try:
+        payload = pickle.dumps((function, tuple(args)), protocol=_PROTOCOL)
+    except Exception:  # noqa: BLE001 - find the culprit to name it (pickled once otherwise)
+        _pickle(function, f"the function {name}")
+        for index, arg in enumerate(args):
+            _pickle(arg, f"argument {index} of {name}")
+        payload = _pickle((function, tuple(args)), f"the call of {name}")
+    return Call(preparation_data(), payload)
 
 
 def write_call(call: Call, path: str) -> None:
