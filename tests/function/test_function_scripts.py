@@ -131,6 +131,47 @@ def test_two_nodes_each_get_their_own_ranks_values(tmp_path: Path) -> None:
     ]
 
 
+INTERACTIVE_CODE = """
+import sys
+import torchx_elastic
+from torchx_elastic.launcher import FunctionFailedError
+
+def triple(x):  # defined in an interactive __main__ (python -c), as in a notebook
+    return 3 * x
+
+try:
+    print("RESULTS", torchx_elastic.launch(triple, 5, nproc_per_node=2,
+                                           start_method=sys.argv[1]), flush=True)
+except FunctionFailedError as error:
+    print("FAILED", error.rank, error.exception, flush=True)
+"""
+
+
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_function_of_an_interactive_session(tmp_path: Path, method: str) -> None:
+    result = subprocess.run(
+        [sys.executable, "-c", INTERACTIVE_CODE, method],
+        cwd=tmp_path,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    if method == "fork":  # the workers are copies of the caller: its functions are there
+        assert "RESULTS {0: 15, 1: 15}" in result.stdout
+    else:  # a fresh interpreter cannot import what `python -c` or a notebook defined
+        failed = next(ln for ln in result.stdout.splitlines() if ln.startswith("FAILED "))
+        assert failed.startswith(
+            "FAILED 0 CallPicklingError: rank 0 cannot unpickle the function or its arguments:"
+            " AttributeError: "
+        ) or failed.startswith(
+            "FAILED 1 CallPicklingError: rank 1 cannot unpickle the function or its arguments:"
+            " AttributeError: "
+        ), failed
+        assert "what a notebook or the REPL defines cannot be imported" in failed
+
+
 UNGUARDED_SCRIPT = """
 import torchx_elastic
 
