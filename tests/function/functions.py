@@ -58,3 +58,12 @@ def exit_early() -> None:
 def write_pid_and_sleep(directory: str) -> None:
     Path(directory, f"worker.{os.environ['RANK']}.pid").write_text(str(os.getpid()))
     time.sleep(300)
+
+
+def report_progress(steps: int) -> int:
+    from torchx_elastic import progress
+
+    for step in range(steps):
+        time.sleep(0.05)
+        progress(step + 1, steps)
+    return steps

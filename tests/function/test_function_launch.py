@@ -3,6 +3,7 @@ torchx_elastic.launch, with real gloo workers (the pytest process is the caller)
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 import threading
@@ -15,7 +16,12 @@ from torch.distributed.launcher import api as torch_launcher
 
 import torchx_elastic
 from tests.function import functions
-from torchx_elastic.launcher import FunctionFailedError, LaunchConfig, elastic_launch
+from torchx_elastic.launcher import (
+    AgentOptions,
+    FunctionFailedError,
+    LaunchConfig,
+    elastic_launch,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -41,6 +47,7 @@ def test_all_reduce_returns_every_ranks_value(
     tmp_path: Path, method: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     handler_before = signal.getsignal(signal.SIGTERM)
+    omp_before = os.environ.get("OMP_NUM_THREADS")
     results = elastic_launch(
         config(tmp_path, start_method=method, max_restarts=0), functions.all_reduce_rank
     )(10.0)
@@ -49,6 +56,17 @@ def test_all_reduce_returns_every_ranks_value(
     assert "[n0 r0] sum on rank 0: 3.0" in out
     assert "[n0 r1] sum on rank 1: 3.0" in out
     assert signal.getsignal(signal.SIGTERM) == handler_before  # the caller's handler is back
+    assert os.environ.get("OMP_NUM_THREADS") == omp_before  # torchrun's setting, not ours
+
+
+def test_progress_of_a_function_reaches_the_console(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    options = AgentOptions(console="plain", status_interval_s=0.5)
+    results = elastic_launch(config(tmp_path), functions.report_progress, options)(20)
+    assert results == {0: 20, 1: 20}
+    err = capsys.readouterr().err  # the agent's status lines go to stderr
+    assert "[n0 progress] 20/20 (100.0%) of 2 ranks" in err
 
 
 def test_raise_on_rank_1_names_rank_exception_and_traceback(tmp_path: Path) -> None:
