@@ -47,11 +47,11 @@ def _torchx_opts(name: str) -> runopts:
 
 
 def _bare(type_: Any) -> Any:
-    """``Optional[X]`` / ``X | None`` as ``X``."""
+    """``Optional[X]`` / ``X | None`` as ``X``; ``List[str]`` and ``list[str]`` alike."""
     args = [a for a in typing.get_args(type_) if a is not type(None)]
     if type(None) in typing.get_args(type_) and len(args) == 1:
-        return args[0]
-    return type_
+        type_ = args[0]
+    return (typing.get_origin(type_) or type_, typing.get_args(type_))
 
 
 @pytest.mark.parametrize("name", sorted(REPLACED))
