@@ -82,8 +82,9 @@ def test_plugin_registry_has_ours_without_errors() -> None:
 
 @pytest.mark.slow
 def test_local_run_of_torchrun(workdir: Path) -> None:
+    """``-j 0:1x2``: torchx's form of a job that may wait for its node (MIN 0)."""
     result = run_torchx(
-        "run", "-s", "local_cwd", "dist.torchrun", "-j", "1x2", "--script", "main.py", cwd=workdir
+        "run", "-s", "local_cwd", "dist.torchrun", "-j", "0:1x2", "--script", "main.py", cwd=workdir
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert sorted(re.findall(r"rank \d+ of world size \d+", result.stderr)) == [
