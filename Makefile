@@ -5,9 +5,19 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 JOB ?= -j 2x2
 
+# The agent's end-to-end tests also run on the oldest torch the package declares and on the
+# newest release, each in a venv of its own (.venv-torch<version>): torch first, then this
+# package with its test extra under constraints that keep that torch and torchx 0.7.
+# These two pull CUDA builds (about 5 GB each on disk; pip's cache keeps the downloads).
+TORCH_VERSIONS ?= 2.4.0 2.15.0
+AGENT_E2E_TESTS ?= tests/agent tests/e2e/test_faults.py tests/e2e/test_start_methods.py \
+	tests/e2e/test_agent_usage_errors.py tests/e2e/test_torchrun_compat.py
+export PIP_CACHE_DIR ?= $(HOME)/.cache/pip
+
 DEV_VENV ?= .venv-torchx-nightly
 
-.PHONY: setup setup-torchx-dev test-torchx-dev example image test test-fast lint bench clean
+.PHONY: setup setup-torchx-dev test-torchx-dev example image test test-fast test-torch-versions lint bench
+.PHONY: clean
 
 setup: $(VENV)/.installed
 
@@ -48,6 +58,20 @@ lint: setup
 test: lint
 	$(BIN)/pytest -q -rs --durations=15
 
+test-torch-versions: $(foreach v,$(TORCH_VERSIONS),.venv-torch$(v)/.installed)
+	status=0; for v in $(TORCH_VERSIONS); do \
+		echo "== agent end-to-end tests on torch $$v"; \
+		.venv-torch$$v/bin/pytest -q -rs -p no:cacheprovider $(AGENT_E2E_TESTS) || status=1; \
+	done; exit $$status
+
+.venv-torch%/.installed: pyproject.toml
+	$(PYTHON) -m venv .venv-torch$*
+	.venv-torch$*/bin/python -m pip install -q --upgrade pip
+	printf 'torch==%s\ntorchx>=0.7,<0.8\n' $* > .venv-torch$*/constraints.txt
+	.venv-torch$*/bin/python -m pip install -q -c .venv-torch$*/constraints.txt torch==$*
+	.venv-torch$*/bin/python -m pip install -q -c .venv-torch$*/constraints.txt -e '.[test]'
+	touch $@
+
 # Unit tests only.
 test-fast: setup
 	$(BIN)/pytest -q -m "not slow"
@@ -56,4 +80,4 @@ bench: setup
 	$(BIN)/python bench/run.py
 
 clean:
-	rm -rf $(VENV) $(DEV_VENV) torchx_logs .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .venv-torch* torchx_logs .pytest_cache .mypy_cache .ruff_cache
