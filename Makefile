@@ -14,16 +14,32 @@ AGENT_E2E_TESTS ?= tests/agent tests/e2e/test_faults.py tests/e2e/test_start_met
 	tests/e2e/test_agent_usage_errors.py tests/e2e/test_torchrun_compat.py
 export PIP_CACHE_DIR ?= $(HOME)/.cache/pip
 
-.PHONY: setup example image test test-fast test-torch-versions lint bench clean
+DEV_VENV ?= .venv-torchx-nightly
+
+.PHONY: setup setup-torchx-dev test-torchx-dev example image test test-fast test-torch-versions lint bench
+.PHONY: clean
 
 setup: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml constraints.txt
+$(VENV)/.installed: pyproject.toml hatch_build.py constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -c constraints.txt torch==2.13.0
 	$(BIN)/python -m pip install -q -c constraints.txt -e '.[test]'
 	touch $@
+
+# torchx's development line (torchx-nightly) in a second venv, this package built for it
+setup-torchx-dev: $(DEV_VENV)/.installed
+
+$(DEV_VENV)/.installed: pyproject.toml hatch_build.py constraints.txt ci/torchx-nightly-venv.sh
+	ci/torchx-nightly-venv.sh $(DEV_VENV) $(PYTHON)
+	touch $@
+
+# The compatibility tests (CLI, components, run options, whole lines of a local run) with
+# torchx's development line; `make test` runs them (and everything else) with torchx 0.7.
+COMPAT_TESTS := tests/compat tests/unit/test_cli_integration.py tests/e2e/test_local_cwd_lines.py
+test-torchx-dev: setup-torchx-dev
+	$(DEV_VENV)/bin/pytest -q -p no:cacheprovider $(COMPAT_TESTS)
 
 # The main job: a real gloo DDP run through the torchx CLI on our local_cwd scheduler.
 example: setup
@@ -35,7 +51,7 @@ image: setup
 	PYTHON=$(BIN)/python docker/build-image.sh
 
 lint: setup
-	$(BIN)/ruff check torchx_elastic tests bench examples
+	$(BIN)/ruff check torchx_elastic torchx_plugins hatch_build.py tests bench examples
 	$(BIN)/mypy
 
 # Everything, slow end-to-end runs included (Docker tests need an engine: ci/docker-engine.sh).
