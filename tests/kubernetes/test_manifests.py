@@ -262,10 +262,11 @@ def test_fractional_cpus_are_millicpus() -> None:
     app = ddp(script="main.py", j="2x1", cpu=0.5)
     job = build_request(app, KubernetesOptions(), SUFFIX).manifests[0]
     resources = job["spec"]["template"]["spec"]["containers"][0]["resources"]
-    assert resources["requests"]["cpu"] == resources["limits"]["cpu"] == "500m"
+    # requests: the limits less torchx's reservation for the node's daemons (100m)
+    assert (resources["limits"]["cpu"], resources["requests"]["cpu"]) == ("500m", "400m")
     app = ddp(script="main.py", j="2x1", cpu=2)
     job = build_request(app, KubernetesOptions(), SUFFIX).manifests[0]
-    assert job["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["cpu"] == "2"
+    assert job["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["cpu"] == "2000m"
 
 
 def test_kueue_queue_label_and_partial_admission() -> None:
