@@ -343,6 +343,8 @@ def test_runopts_come_from_the_options_dataclass() -> None:
         "priority_class",
         "service_account",
         "image_pull_secrets",
+        "image_repo",
+        "quiet",
         "node_selector",
         "tolerations",
         "secret_env",

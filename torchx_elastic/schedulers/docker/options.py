@@ -66,6 +66,14 @@ class DockerOptions:
     privileged: bool = _option(
         False, bool, "run the containers privileged (docker run --privileged)"
     )
+    image_repo: Optional[str] = _option(
+        None,
+        str,
+        "repository of the workspace image (torchx run --workspace, default: the current"
+        " directory, built on the role's image), tagged by its content digest;"
+        " default: torchx-workspace",
+    )
+    quiet: bool = _option(False, bool, "do not print the output of the workspace image build")
 
     def __post_init__(self) -> None:
         if self.image_pull not in IMAGE_PULL_POLICIES:

@@ -98,6 +98,21 @@ class KubernetesOptions:
         ),
     )
 
+    image_repo: Optional[str] = field(
+        default=None,
+        metadata=_opt(
+            str,
+            "registry repository the workspace image is pushed to, tagged by its content"
+            " digest (e.g. registry.example/me/train); needs push access (docker login) and,"
+            " for a private registry, image_pull_secrets. Required with a workspace"
+            " (torchx run --workspace, default: the current directory)",
+        ),
+    )
+    quiet: bool = field(
+        default=False,
+        metadata=_opt(bool, "do not print the output of the workspace image build and push"),
+    )
+
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
             raise ValueError(
