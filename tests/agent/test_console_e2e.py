@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO, _env, run_agent, run_torchx
-from torchx_elastic.agent.cli import build_parser
-from torchx_elastic.agent.launcher import UsageError, console_session
+from torchx_elastic.agent.config.cli import build_parser
+from torchx_elastic.agent.supervision.launcher import UsageError, console_session
 
 LINES_PER_RANK = 10_000
 

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from torchx_elastic.agent.channel import RankActivity
-from torchx_elastic.agent.console import PlainConsole, parse_rank_filter
-from torchx_elastic.agent.output import (
+from torchx_elastic.agent.console.channel import RankActivity
+from torchx_elastic.agent.console.display import PlainConsole, parse_rank_filter
+from torchx_elastic.agent.console.output import (
     MAX_LINE_BYTES,
     LineAssembler,
     RankOutput,
@@ -174,7 +174,7 @@ def test_plain_console_writes_lines_and_a_status_line_when_progress_moves() -> N
 
 
 def test_live_console_colours_prefixes_and_draws_the_bar_below(tmp_path: Path) -> None:
-    from torchx_elastic.agent.console import LiveConsole
+    from torchx_elastic.agent.console.display import LiveConsole
 
     activity = RankActivity()
     screen = io.StringIO()
@@ -195,7 +195,7 @@ def test_live_console_colours_prefixes_and_draws_the_bar_below(tmp_path: Path) -
 
 
 def test_live_console_draws_nothing_before_the_workers_start() -> None:
-    from torchx_elastic.agent.console import LiveConsole
+    from torchx_elastic.agent.console.display import LiveConsole
 
     screen = io.StringIO()
     console = LiveConsole(RankActivity(), file=screen)
@@ -206,7 +206,7 @@ def test_live_console_draws_nothing_before_the_workers_start() -> None:
 @pytest.mark.slow
 def test_a_plain_console_does_not_import_rich(tmp_path: Path) -> None:
     code = (
-        "import sys; from torchx_elastic.agent.session import ConsoleSession;"
+        "import sys; from torchx_elastic.agent.console.session import ConsoleSession;"
         f" s = ConsoleSession({str(tmp_path)!r}, mode='auto'); s.close();"
         " print(type(s.console).__name__, 'rich' in sys.modules)"
     )

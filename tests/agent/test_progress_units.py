@@ -11,8 +11,8 @@ from collections.abc import Iterator
 import pytest
 
 from torchx_elastic import worker
-from torchx_elastic.agent.channel import ActivityChannel, RankActivity, RankProgress
-from torchx_elastic.agent.progress_bar import format_duration, status_line, summarize
+from torchx_elastic.agent.console.channel import ActivityChannel, RankActivity, RankProgress
+from torchx_elastic.agent.console.progress_bar import format_duration, status_line, summarize
 
 
 @pytest.fixture

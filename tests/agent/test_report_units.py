@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 from torch.distributed.elastic.multiprocessing.errors import ProcessFailure
 
-from torchx_elastic.agent import report
-from torchx_elastic.agent.events import EventLog
-from torchx_elastic.agent.output import RankOutput
-from torchx_elastic.agent.report import RankFailure, classify, victim_reason
+from torchx_elastic.agent.console import report
+from torchx_elastic.agent.console.events import EventLog
+from torchx_elastic.agent.console.output import RankOutput
+from torchx_elastic.agent.console.report import RankFailure, classify, victim_reason
 
 TRACEBACK = (
     "Traceback (most recent call last):\n"
@@ -216,7 +216,7 @@ def test_a_long_peer_error_line_is_shortened_in_the_reason() -> None:
 def test_reply_file_names_the_root_cause_for_the_scheduler(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from torchx_elastic.agent.session import ConsoleSession
+    from torchx_elastic.agent.console.session import ConsoleSession
 
     raiser = failure(1, 1, error_time_s=7.0, traceback=TRACEBACK, message="ValueError: bad batch")
     verdict = classify([raiser, failure(0, SIGTERM)])
@@ -242,7 +242,7 @@ def test_reply_file_names_the_root_cause_for_the_scheduler(
 def test_an_unwritable_log_dir_is_warned_about_not_fatal(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from torchx_elastic.agent.session import ConsoleSession
+    from torchx_elastic.agent.console.session import ConsoleSession
 
     blocker = tmp_path / "file"
     blocker.write_text("")
@@ -256,7 +256,7 @@ def test_an_unwritable_log_dir_is_warned_about_not_fatal(
 def test_an_unwritable_reply_file_is_warned_about(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from torchx_elastic.agent.session import ConsoleSession
+    from torchx_elastic.agent.console.session import ConsoleSession
 
     blocker = tmp_path / "file"
     blocker.write_text("")

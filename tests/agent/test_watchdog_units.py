@@ -1,5 +1,5 @@
-from torchx_elastic.agent.channel import RankActivity
-from torchx_elastic.agent.watchdog import HangWatchdog
+from torchx_elastic.agent.console.channel import RankActivity
+from torchx_elastic.agent.supervision.watchdog import HangWatchdog
 
 
 class Clock:

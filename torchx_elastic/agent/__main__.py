@@ -12,8 +12,8 @@ import sys
 
 
 def main(argv: list[str] | None = None) -> None:
-    from torchx_elastic.agent.bootstrap import LAUNCHER_PID_ENV, die_with_parent
-    from torchx_elastic.agent.cli import build_parser
+    from torchx_elastic.agent.config.cli import build_parser
+    from torchx_elastic.agent.workers.bootstrap import LAUNCHER_PID_ENV, die_with_parent
 
     # set by local_cwd: when the torchx process that started this agent dies (even by
     # SIGKILL), the agent gets SIGTERM and stops its workers instead of running on
@@ -21,8 +21,8 @@ def main(argv: list[str] | None = None) -> None:
 
     args = build_parser().parse_args(argv)
 
-    from torchx_elastic.agent.forkserver import ForkServer
-    from torchx_elastic.agent.launcher import run
+    from torchx_elastic.agent.supervision.launcher import run
+    from torchx_elastic.agent.workers.forkserver import ForkServer
 
     fork_server = None
     if args.start_method == "fork-server" and not args.no_python:

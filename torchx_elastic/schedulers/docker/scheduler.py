@@ -86,7 +86,7 @@ class DockerScheduler(WorkspaceImages, Scheduler[Mapping[str, CfgVal]]):
         return self._docker
 
     def _run_opts(self) -> runopts:
-        return DockerOptions.run_opts()
+        return DockerOptions.runopts()
 
     def workspace_docker_client(self) -> DockerClient:
         return self.client

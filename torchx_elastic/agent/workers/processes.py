@@ -26,10 +26,10 @@ from torch.distributed.elastic.multiprocessing.api import (
 )
 from torch.distributed.elastic.multiprocessing.errors import ProcessFailure
 
-from torchx_elastic.agent import bootstrap
-from torchx_elastic.agent.forkserver import ForkServer
-from torchx_elastic.agent.janitor import Janitor
-from torchx_elastic.agent.output import OutputSink, Stream
+from torchx_elastic.agent.console.output import OutputSink, Stream
+from torchx_elastic.agent.workers import bootstrap
+from torchx_elastic.agent.workers.forkserver import ForkServer
+from torchx_elastic.agent.workers.janitor import Janitor
 
 log = logging.getLogger(__name__)
 

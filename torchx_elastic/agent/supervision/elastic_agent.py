@@ -18,15 +18,15 @@ from torch.distributed.elastic.agent.server.api import (
 from torch.distributed.elastic.agent.server.local_elastic_agent import LocalElasticAgent
 from torch.distributed.elastic.multiprocessing.errors import ProcessFailure
 
-from torchx_elastic.agent.bootstrap import AGENT_PID_ENV, DUMP_STACKS_SIGNAL
-from torchx_elastic.agent.events import EventLog
-from torchx_elastic.agent.forkserver import ForkServer
-from torchx_elastic.agent.janitor import Janitor
-from torchx_elastic.agent.logs import RankLogsSpecs
-from torchx_elastic.agent.output import OutputSink, RankOutput
-from torchx_elastic.agent.processes import WorkerProcesses
-from torchx_elastic.agent.rendezvous import round_members
-from torchx_elastic.agent.watchdog import HangWatchdog, write_hang_error
+from torchx_elastic.agent.console.events import EventLog
+from torchx_elastic.agent.console.output import OutputSink, RankOutput
+from torchx_elastic.agent.rendezvous.handler import round_members
+from torchx_elastic.agent.supervision.watchdog import HangWatchdog, write_hang_error
+from torchx_elastic.agent.workers.bootstrap import AGENT_PID_ENV, DUMP_STACKS_SIGNAL
+from torchx_elastic.agent.workers.forkserver import ForkServer
+from torchx_elastic.agent.workers.janitor import Janitor
+from torchx_elastic.agent.workers.logs import RankLogsSpecs
+from torchx_elastic.agent.workers.processes import WorkerProcesses
 
 SinkFactory = Callable[[list[RankOutput]], OutputSink]
 STACK_DUMP_WAIT_S = 1.0

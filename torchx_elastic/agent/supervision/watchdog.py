@@ -7,7 +7,7 @@ import os
 import time
 from collections.abc import Callable, Iterable
 
-from torchx_elastic.agent.channel import RankActivity
+from torchx_elastic.agent.console.channel import RankActivity
 
 HANG_MESSAGE_PREFIX = "hang:"
 

@@ -22,7 +22,7 @@ from typing import Any
 
 from torch.distributed.elastic.multiprocessing.errors import ProcessFailure
 
-from torchx_elastic.agent.output import RankOutput
+from torchx_elastic.agent.console.output import RankOutput
 
 STDERR_TAIL_LINES = 10
 _TAIL_BYTES = 64 * 1024

@@ -6,7 +6,7 @@ once per agent, keeps the list of live worker process groups on its stdin; when 
 dies without saying goodbye (even by SIGKILL) its stdin reaches end of file and it kills
 every group still listed. Protocol, one line each: ``+PGID``, ``-PGID``, ``bye``.
 
-Run as ``python -m torchx_elastic.agent.janitor``; standard library only.
+Run as ``python -m torchx_elastic.agent.workers.janitor``; standard library only.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """One progress summary for a node's ranks: slowest and fastest rank, rate, ETA.
 
-Pure functions over :class:`~torchx_elastic.agent.channel.RankProgress` snapshots; the
+Pure functions over :class:`~torchx_elastic.agent.console.channel.RankProgress` snapshots; the
 console draws the result as a live bar on a terminal or prints :func:`status_line`.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from torchx_elastic.agent.channel import RankProgress
+from torchx_elastic.agent.console.channel import RankProgress
 
 
 @dataclass(frozen=True)

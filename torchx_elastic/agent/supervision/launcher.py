@@ -12,14 +12,11 @@ from torch.distributed.elastic.agent.server.api import RunResult, WorkerSpec
 from torch.distributed.elastic.multiprocessing.api import SignalException
 from torch.distributed.elastic.rendezvous import RendezvousError, RendezvousParameters
 
-from torchx_elastic.agent import bootstrap
-from torchx_elastic.agent.cli import NodeRange
-from torchx_elastic.agent.console import parse_rank_filter
-from torchx_elastic.agent.elastic_agent import ElasticAgent, Supervision
-from torchx_elastic.agent.forkserver import ForkServer
-from torchx_elastic.agent.janitor import Janitor
-from torchx_elastic.agent.output import format_prefix
-from torchx_elastic.agent.rendezvous import (
+from torchx_elastic.agent.config.cli import NodeRange
+from torchx_elastic.agent.console.display import parse_rank_filter
+from torchx_elastic.agent.console.output import format_prefix
+from torchx_elastic.agent.console.session import ConsoleSession
+from torchx_elastic.agent.rendezvous.handler import (
     RendezvousFailure,
     create_handler,
     describe_error,
@@ -28,8 +25,11 @@ from torchx_elastic.agent.rendezvous import (
     rendezvous_parameters,
     use_fresh_store_per_attempt,
 )
-from torchx_elastic.agent.session import ConsoleSession
-from torchx_elastic.agent.watchdog import HangWatchdog
+from torchx_elastic.agent.supervision.elastic_agent import ElasticAgent, Supervision
+from torchx_elastic.agent.supervision.watchdog import HangWatchdog
+from torchx_elastic.agent.workers import bootstrap
+from torchx_elastic.agent.workers.forkserver import ForkServer
+from torchx_elastic.agent.workers.janitor import Janitor
 
 log = logging.getLogger(__name__)
 

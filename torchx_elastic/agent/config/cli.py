@@ -10,8 +10,8 @@ import argparse
 import os
 from dataclasses import dataclass
 
-from torchx_elastic.agent.console import CONSOLE_MODES, DEFAULT_STATUS_INTERVAL_S
-from torchx_elastic.agent.output import DEFAULT_PREFIX
+from torchx_elastic.agent.console.display import CONSOLE_MODES, DEFAULT_STATUS_INTERVAL_S
+from torchx_elastic.agent.console.output import DEFAULT_PREFIX
 
 
 @dataclass(frozen=True)

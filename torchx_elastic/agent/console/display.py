@@ -15,9 +15,9 @@ import threading
 from collections.abc import Callable
 from typing import IO, TYPE_CHECKING, Any, BinaryIO, Literal
 
-from torchx_elastic.agent.channel import RankActivity
-from torchx_elastic.agent.output import Stream
-from torchx_elastic.agent.progress_bar import JobProgress, details, status_line, summarize
+from torchx_elastic.agent.console.channel import RankActivity
+from torchx_elastic.agent.console.output import Stream
+from torchx_elastic.agent.console.progress_bar import JobProgress, details, status_line, summarize
 
 if TYPE_CHECKING:
     from rich.console import RenderableType

@@ -3,7 +3,7 @@
 One :class:`ConsoleSession` per agent run owns the worker -> agent channel (progress,
 heartbeats), the console (live bar or plain lines), the event log, and at the end writes the
 JSON summary and prints the "Root cause" report. Each attempt's workers get a fresh
-:class:`~torchx_elastic.agent.output.RankSink` from :meth:`make_sink`.
+:class:`~torchx_elastic.agent.console.output.RankSink` from :meth:`make_sink`.
 """
 
 from __future__ import annotations
@@ -17,11 +17,15 @@ from typing import TextIO
 
 from torch.distributed.elastic.agent.server.api import RunResult
 
-from torchx_elastic.agent import report
-from torchx_elastic.agent.channel import ActivityChannel, RankActivity
-from torchx_elastic.agent.console import DEFAULT_STATUS_INTERVAL_S, ConsoleMode, make_console
-from torchx_elastic.agent.events import EventLog
-from torchx_elastic.agent.output import DEFAULT_PREFIX, RankOutput, RankSink
+from torchx_elastic.agent.console import report
+from torchx_elastic.agent.console.channel import ActivityChannel, RankActivity
+from torchx_elastic.agent.console.display import (
+    DEFAULT_STATUS_INTERVAL_S,
+    ConsoleMode,
+    make_console,
+)
+from torchx_elastic.agent.console.events import EventLog
+from torchx_elastic.agent.console.output import DEFAULT_PREFIX, RankOutput, RankSink
 
 log = logging.getLogger(__name__)
 

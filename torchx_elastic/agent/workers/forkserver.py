@@ -31,7 +31,7 @@ import sys
 import threading
 from typing import Any
 
-from torchx_elastic.agent import bootstrap
+from torchx_elastic.agent.workers import bootstrap
 
 _MAX_MESSAGE_BYTES = 1 << 20
 # what a DDP training script imports, directly or when it builds DistributedDataParallel

@@ -1,4 +1,4 @@
-"""First code of every worker: ``python -m torchx_elastic.agent.bootstrap SCRIPT ARGS``.
+"""First code of every worker: ``python -m torchx_elastic.agent.workers.bootstrap SCRIPT ARGS``.
 
 Runs the user's script or module exactly as ``python SCRIPT ARGS`` / ``python -m MODULE ARGS``
 would (``__main__``, ``sys.argv``, ``__file__``, ``sys.path[0]``), or executes a program
@@ -110,7 +110,7 @@ def run(argv: list[str]) -> None:
         runpy.run_path(script, run_name="__main__")
     else:
         raise SystemExit(
-            "usage: python -m torchx_elastic.agent.bootstrap"
+            "usage: python -m torchx_elastic.agent.workers.bootstrap"
             " (SCRIPT | -m MODULE | --exec PROGRAM) [ARGS...]"
         )
 

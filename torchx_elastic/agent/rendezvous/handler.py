@@ -15,8 +15,8 @@ from torch.distributed.elastic.rendezvous import (
 )
 from torch.distributed.elastic.rendezvous.registry import get_rendezvous_handler
 
-from torchx_elastic.agent.cli import NodeRange, parse_rdzv_conf
-from torchx_elastic.agent.endpoint import Endpoint
+from torchx_elastic.agent.config.cli import NodeRange, parse_rdzv_conf
+from torchx_elastic.agent.config.endpoint import Endpoint
 
 DEFAULT_JOIN_TIMEOUT_S = 600.0
 _CHECK = (

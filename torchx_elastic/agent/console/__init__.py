@@ -1,0 +1,1 @@
+"""What the user sees: prefixed worker lines, progress, events, the root-cause report."""

@@ -1,0 +1,1 @@
+"""Rendezvous with the other nodes through torch's public rendezvous handlers."""

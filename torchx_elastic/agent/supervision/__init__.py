@@ -1,0 +1,1 @@
+"""The agent's run: rendezvous, start, monitor, restart, stop, exit code."""
