@@ -100,3 +100,35 @@ def test_no_engine_says_how_to_run_without_a_workspace(
     assert message.endswith(
         "); start one (see docs/docker.md), or pass --workspace '' to run the role's image as it is"
     )
+
+
+def test_the_dry_run_names_the_image_to_build_and_push() -> None:
+    from torchx_elastic.schedulers.kubernetes.names import JobNames
+    from torchx_elastic.schedulers.kubernetes.request import KubernetesRequest
+    from torchx_elastic.schedulers.workspace import WorkspaceBuild
+
+    image = "localhost:5000/me/train:" + "ab" * 32
+    build = WorkspaceBuild(
+        image=image,
+        base_image="torchx-elastic:latest",
+        base_image_id="sha256:" + "cd" * 32,
+        workspace="file:///home/me/project",
+        dockerfile="Dockerfile.torchx",
+        context_files=3,
+        context_bytes=10240,
+        built=False,
+        push=True,
+    )
+    request = KubernetesRequest(
+        "job",
+        JobNames("train-x", "default"),
+        [],
+        workspace_builds=(build,),
+        images_to_push={image: ("localhost:5000/me/train", "ab" * 32)},
+    )
+    assert request.header() == (
+        f"# workspace image {image} (to build): file:///home/me/project (3 files,"
+        " Dockerfile.torchx) on torchx-elastic:latest\n"
+        f"# push {image} before creating the job\n"
+    )
+    assert str(request).startswith(request.header())
