@@ -193,6 +193,8 @@ def test_termination_messages() -> None:
     assert termination_summary(cut) == 'rank 0 (node 1) failed first: boom "x"'
     assert termination_summary("a\nb\nc\nd\ne\nf\ng\n") == "b\nc\nd\ne\nf\ng"
     assert termination_summary("  ") == ""
+    agent_error = "torchx-elastic: error: rendezvous at h:29500 failed: RendezvousClosedError"
+    assert termination_summary(f"Traceback\n  gloo: closed\n{agent_error}\n") == agent_error
 
 
 def test_a_replica_whose_pod_is_gone_says_so(
@@ -310,10 +312,12 @@ def test_log_of_a_pending_replica(scheduler: KubernetesScheduler, fake: FakeClus
     _submit(scheduler, j="2x1")
     assert list(scheduler.log_iter(APP_ID, "main", 0)) == []
     fake.wait_image(fake.pod(JOB, 0))
-    assert list(scheduler.log_iter(APP_ID, "main", 0, should_tail=True)) == [
+    not_started = [
         f"torchx-elastic: replica main/0 of {APP_ID} has not started: ImagePullBackOff:"
         ' Back-off pulling image "torchx-elastic:latest"\n'
     ]
+    assert list(scheduler.log_iter(APP_ID, "main", 0, should_tail=True)) == not_started
+    assert list(scheduler.log_iter(APP_ID, "main", 0)) == not_started
     assert list(scheduler.log_iter(APP_ID, "main", 7)) == [
         f"torchx-elastic: replica main/7 of {APP_ID} has no pod: not created yet"
         " (replicas with a pod: main/0, main/1)\n"

@@ -28,9 +28,7 @@ class KubernetesOptions(RunOptions):
 
     SCHEDULER: ClassVar[str] = "kubernetes"
 
-    namespace: str = option(
-        "default", type_=str, help="Kubernetes namespace to create the job in"
-    )
+    namespace: str = option("default", type_=str, help="Kubernetes namespace to create the job in")
     backend: str = option(
         BACKEND_JOB,
         type_=str,
@@ -44,9 +42,7 @@ class KubernetesOptions(RunOptions):
         help="backend=job: Kueue LocalQueue name (set as the kueue.x-k8s.io/queue-name label);"
         " backend=volcano: Volcano queue (default: 'default')",
     )
-    priority_class: Optional[str] = option(
-        None, type_=str, help="PriorityClass name of the pods"
-    )
+    priority_class: Optional[str] = option(None, type_=str, help="PriorityClass name of the pods")
     service_account: Optional[str] = option(
         None,
         type_=str,
@@ -132,8 +128,5 @@ def parse_secret_ref(env_name: str, ref: str) -> tuple[str, str]:
     """``secret/key`` of a ``secret_env`` entry as (secret name, key)."""
     secret, _, key = ref.partition("/")
     if not secret or not key:
-        raise ValueError(
-            "expected NAME:secret/key"
-            " (e.g. HF_TOKEN:hf/token)"
-        )
+        raise ValueError("expected NAME:secret/key (e.g. HF_TOKEN:hf/token)")
     return secret, key

@@ -246,6 +246,10 @@ class KubernetesScheduler(Scheduler[Cfg]):
             # said in the log itself: torchx prints a failing log thread as tracebacks
             return iter([f"torchx-elastic: {why_none}\n"])
         if pod["status"].get("phase") == "Pending" and not should_tail:
+            problems = status.pod_problems(pod)
+            if problems:
+                replica = f"replica {role_name}/{k} of {app_id}"
+                return iter([f"torchx-elastic: {replica} has not started: {'; '.join(problems)}\n"])
             return iter(())
         response = self._api().pod_log(
             namespace,

@@ -49,6 +49,7 @@ ANNOTATION_INDEX_IGNORED_FAILURES = "batch.kubernetes.io/job-index-ignored-failu
 # lines of a log tail (the termination message of a container without a report) kept
 TERMINATION_TAIL_LINES = 6
 _REPORT_HEADER = "Root cause"
+_AGENT_ERROR = "torchx-elastic: error:"
 _REPORT_END = ("Logs of every rank:", "Summary (JSON):")
 _JSON_MESSAGE = re.compile(r'"message":\s*"((?:[^"\\]|\\.)*)"')
 VOLCANO_STATE: Dict[str, AppState] = {
@@ -128,6 +129,10 @@ def termination_summary(message: str) -> str:
         section = lines[lines.index(_REPORT_HEADER) + 2 :]
         kept = [ln for ln in section if ln.strip() and not ln.startswith(_REPORT_END)]
         return "\n".join(kept)
+    # the agent's own last word (e.g. why its rendezvous failed) says more than the lines above
+    errors = [ln for ln in lines if ln.startswith(_AGENT_ERROR)]
+    if errors:
+        return errors[-1]
     return "\n".join(ln for ln in lines[-TERMINATION_TAIL_LINES:] if ln.strip())
 
 
