@@ -7,7 +7,7 @@ import json
 import threading
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any, List
+from typing import Any, Dict, List, Optional
 
 import pytest
 from torchx.schedulers.api import Stream
@@ -20,7 +20,7 @@ from torchx_elastic.schedulers.kubernetes import create_scheduler
 from torchx_elastic.schedulers.kubernetes.client import KubernetesError
 from torchx_elastic.schedulers.kubernetes.logs import since_seconds
 from torchx_elastic.schedulers.kubernetes.scheduler import KubernetesScheduler
-from torchx_elastic.schedulers.kubernetes.status import termination_summary
+from torchx_elastic.schedulers.kubernetes.status import attempts_restarted, termination_summary
 from torchx_elastic.schedulers.log_lines import whole_lines
 
 JOB = f"main-{SUFFIX}"
@@ -186,6 +186,21 @@ def test_the_root_cause_reaches_status_from_the_termination_message(
         f"main[1] pod {victim['metadata']['name']}: Error (container main, exit code 1):"
         "   rank 2 failed first",
     ]
+
+
+def test_restarts_are_the_most_replacements_of_one_replica_in_any_pod_order() -> None:
+    def pod(index: int, failures: Optional[int]) -> Dict[str, Any]:
+        annotations = {"batch.kubernetes.io/job-completion-index": str(index)}
+        if failures is not None:
+            annotations["batch.kubernetes.io/job-index-failure-count"] = str(failures)
+        labels = {"torchx.pytorch.org/role-name": "main"}
+        return {"metadata": {"annotations": annotations, "labels": labels}}
+
+    # newest first, as a list may come: one replacement of each node is one restart
+    assert attempts_restarted([pod(0, 1), pod(0, 0), pod(1, 1), pod(1, 0)]) == 1
+    # a server without the annotation: older pods of the replica still count
+    assert attempts_restarted([pod(0, None), pod(0, None), pod(0, None), pod(1, None)]) == 2
+    assert attempts_restarted([]) == 0
 
 
 def test_termination_messages() -> None:

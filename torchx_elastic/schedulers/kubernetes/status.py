@@ -152,15 +152,16 @@ def attempts_restarted(pods: List[Obj]) -> int:
     One failure fails every node of a job at once, so it counts once, not once per pod.
     Servers that do not annotate pods with their index's failures: older pods of a replica.
     """
-    per_replica: Dict[Tuple[str, int], int] = {}
+    pods_of: Dict[Tuple[str, int], int] = {}
+    annotated: Dict[Tuple[str, int], int] = {}
     for pod in pods:
         index = replica_id(pod)
         if index is None:
             continue
         key = ((_get(pod, "metadata", "labels") or {}).get(LABEL_ROLE_NAME, ""), index)
-        older = per_replica.get(key, -1) + 1
-        per_replica[key] = max(older, restarts_of(pod))
-    return max(per_replica.values(), default=0)
+        pods_of[key] = pods_of.get(key, 0) + 1
+        annotated[key] = max(annotated.get(key, 0), restarts_of(pod))
+    return max((max(n - 1, annotated[key]) for key, n in pods_of.items()), default=0)
 
 
 def replica_id(pod: Obj) -> Optional[int]:
