@@ -258,12 +258,12 @@ def test_pull_policy_ttl_and_the_root_cause_in_the_termination_message() -> None
 
 def test_fractional_cpus_are_millicpus() -> None:
     app = ddp(script="main.py", j="2x1", cpu=0.5)
-    job = build_request(app, KubernetesOptions(), SUFFIX).manifests[0]
+    job = build_request(app, KubernetesOptions(reserved_millicpu=0), SUFFIX).manifests[0]
     resources = job["spec"]["template"]["spec"]["containers"][0]["resources"]
     assert resources["requests"]["cpu"] == resources["limits"]["cpu"] == "500m"
     app = ddp(script="main.py", j="2x1", cpu=2)
-    job = build_request(app, KubernetesOptions(), SUFFIX).manifests[0]
-    assert job["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["cpu"] == "2"
+    job = build_request(app, KubernetesOptions(reserved_millicpu=0), SUFFIX).manifests[0]
+    assert job["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["cpu"] == "2000m"
 
 
 def test_kueue_queue_label_and_partial_admission() -> None:
@@ -384,6 +384,12 @@ def test_runopts_come_from_the_options_dataclass() -> None:
         "service_account",
         "image_pull_policy",
         "ttl_seconds_after_finished",
+        "reserved_millicpu",
+        "reserved_memmb",
+        "efa_device_count",
+        "validate_spec",
+        "image_repo",
+        "quiet",
         "image_pull_secrets",
         "node_selector",
         "tolerations",

@@ -89,8 +89,8 @@ class Cluster:
             examples = f"type=bind,src={REPO / 'examples'},dst={IMAGE_WORKDIR}/examples,readonly"
             component_args = ("--mounts", f"{package},{examples}", *component_args)
         result = self.torchx(
-            "run", "-s", "kubernetes", *cfg_args, "dist.ddp", "--image", NODE_IMAGE,
-            *component_args,
+            "run", "--workspace", "", "-s", "kubernetes", *cfg_args,
+            "dist.ddp", "--image", NODE_IMAGE, *component_args,
         )  # fmt: skip
         assert result.returncode == 0, result.stderr
         handle = result.stdout.strip().splitlines()[-1]
@@ -360,7 +360,7 @@ def test_a_missing_image_says_why_the_job_waits(
     cluster: Cluster, scheduler: KubernetesScheduler
 ) -> None:
     result = cluster.torchx(
-        "run", "-s", "kubernetes", "dist.ddp", "-j", "2x1", "--cpu", "0.5",
+        "run", "--workspace", "", "-s", "kubernetes", "dist.ddp", "-j", "2x1", "--cpu", "0.5",
         "--image", "torchx-elastic-e2e:no-such-tag", "--script", "examples/main.py",
     )  # fmt: skip
     assert result.returncode == 0, result.stderr

@@ -28,6 +28,7 @@ class AgentCommand:
     script_args: tuple[str, ...] = ()
     rdzv_port: int = 29500
     rdzv_backend: str = "c10d"
+    rdzv_conf: str = ""  # KEY=VALUE,... (e.g. join_timeout=600)
     max_restarts: int = 0
     tee: int = 3
     hang_timeout_s: float = 0
@@ -50,8 +51,9 @@ class AgentCommand:
 
     @property
     def rdzv_endpoint(self) -> str:
-        if self.size.max_nodes == 1:
-            # one agent: port 0 lets it pick a free port, so jobs never collide
+        if self.size.max_nodes == 1 and self.rdzv_backend != "static":
+            # one agent: port 0 lets it pick a free port, so jobs never collide (static
+            # rendezvous hands its port to the workers: it needs a fixed one)
             return "localhost:0"
         # "$$" survives torchx's macro substitution as "$": the agent expands
         # ${<rank0 env var>:-localhost} itself, no shell involved
@@ -72,6 +74,7 @@ class AgentCommand:
             self.rdzv_backend,
             "--rdzv-endpoint",
             self.rdzv_endpoint,
+            *(["--rdzv-conf", self.rdzv_conf] if self.rdzv_conf else []),
             "--rdzv-id",
             macros.app_id,
             "--max-restarts",
@@ -83,6 +86,13 @@ class AgentCommand:
             "--start-method",
             self.start_method,
         ]
+        if self.tee != 3:
+            # the console shows the streams in --tee (torchrun's meaning: all others are
+            # redirected to the log files only)
+            args += ["--redirects", "3"]
+        if self.rdzv_backend == "static":
+            # static rendezvous: each node is told its rank (the replica id), as torchx's own
+            args += ["--node-rank", macros.replica_id]
         if self.module is not None:
             args += ["-m", _literal(self.module)]
         else:

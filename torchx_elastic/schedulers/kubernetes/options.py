@@ -20,6 +20,10 @@ _TOLERATION_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 IMAGE_PULL_POLICIES = ("IfNotPresent", "Always", "Never")
 DEFAULT_IMAGE_PULL_POLICY = "IfNotPresent"
 DEFAULT_TTL_SECONDS_AFTER_FINISHED = 7 * 24 * 3600
+# torchx's reservation for the node's own daemons (kubelet, container runtime, ...): a pod
+# of a named resource asks for the whole host less this, so it fits the node the resource names
+RESERVED_MILLICPU = 100
+RESERVED_MEMMB = 1024
 
 
 @dataclass(frozen=True)
@@ -62,6 +66,44 @@ class KubernetesOptions(RunOptions):
         minimum=0,
         help="seconds after the job ends before Kubernetes deletes it with its pods, logs and"
         " Service (default: 7 days; 0: at once)",
+    )
+    reserved_millicpu: int = option(
+        RESERVED_MILLICPU,
+        type_=int,
+        minimum=0,
+        help="millicores of each pod's cpu left to the node's own daemons: the pod requests"
+        " its cpu less this (as torchx)",
+    )
+    reserved_memmb: int = option(
+        RESERVED_MEMMB,
+        type_=int,
+        minimum=0,
+        help="MB of each pod's memory left to the node's own daemons: the pod requests its"
+        " memMB less this (as torchx)",
+    )
+    efa_device_count: Optional[int] = option(
+        None,
+        type_=int,
+        minimum=0,
+        help="EFA devices (vpc.amazonaws.com/efa) per pod: unset: the resource's own count,"
+        " 0: none, N: N (as torchx)",
+    )
+    validate_spec: bool = option(
+        True,
+        type_=bool,
+        help="torchx's dry-run check before submission: here the API server always checks the"
+        " whole request when it is created, and an invalid one leaves nothing behind",
+    )
+    image_repo: Optional[str] = option(
+        None,
+        type_=str,
+        help="registry repository the workspace image is pushed to, tagged by its content"
+        " digest (e.g. registry.example/me/train); needs push access (docker login) and,"
+        " for a private registry, image_pull_secrets. Required with a workspace"
+        " (torchx run --workspace, default: the current directory)",
+    )
+    quiet: bool = option(
+        False, type_=bool, help="do not print the output of the workspace image build and push"
     )
     image_pull_secrets: List[str] = option(
         [], type_=List[str], help="names of docker-registry Secrets to pull the image with"
