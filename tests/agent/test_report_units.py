@@ -243,7 +243,7 @@ def test_reply_file_fills_an_empty_file_in_place(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Kubernetes mounts an empty /dev/termination-log: written in place, not replaced."""
-    from torchx_elastic.agent.session import ConsoleSession
+    from torchx_elastic.agent.console.session import ConsoleSession
 
     verdict = classify([failure(1, 1, message="ValueError: bad batch")])
     termination_log = tmp_path / "termination-log"
