@@ -182,9 +182,7 @@ def test_run_options_from_the_command_line(
 
 def test_run_option_errors_reach_the_user(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(ValueError) as error:
-        _torchx(
-            capsys, *RUN[:5], "-cfg", "backend=kueue", *RUN[5:], "--script", "m.py"
-        )
+        _torchx(capsys, *RUN[:5], "-cfg", "backend=kueue", *RUN[5:], "--script", "m.py")
     assert str(error.value).startswith("invalid kubernetes run option backend='kueue'")
 
 

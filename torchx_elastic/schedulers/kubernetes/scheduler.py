@@ -17,7 +17,7 @@ from torchx.schedulers.api import (
     Stream,
     filter_regex,
 )
-from torchx.specs import AppDef, CfgVal, runopts
+from torchx.specs import AppDef, AppState, CfgVal, runopts
 
 from torchx_elastic.schedulers.kubernetes import manifests, status
 from torchx_elastic.schedulers.kubernetes import names as job_names
@@ -114,8 +114,9 @@ class KubernetesScheduler(WorkspaceImages, Scheduler[Cfg]):
         self.push_images(request.images_to_push)
         api = self._api()
         names = request.names
+        server_version = api.server_version()
         try:
-            owner = api.create(request.manifests[0])
+            owner = api.create(manifests.for_server(request.manifests[0], server_version))
         except KubernetesError as e:
             raise self._clash(e, names, "Job") from e
         for dependent in request.manifests[1:]:
@@ -201,25 +202,42 @@ class KubernetesScheduler(WorkspaceImages, Scheduler[Cfg]):
             if e.status != 404:  # already collected with its Job
                 raise
 
-    def _replica_pod(self, app_id: str, role_name: str, k: int, wait: bool) -> Obj:
+    def _replica_pod(
+        self, app_id: str, role_name: str, k: int, wait: bool
+    ) -> tuple[Optional[Obj], str]:
+        """The newest pod of a replica, or None and why there is none to read."""
+        replica = f"replica {role_name}/{k} of {app_id}"
         while True:
             pods = status.latest_pods(self._pods(app_id))
             # pods carry the role name as a label value: as the user typed it or normalized
             pod = pods.get((role_name, k)) or pods.get((dns_label(role_name, fallback="worker"), k))
             started = pod is not None and (pod.get("status") or {}).get("phase") != "Pending"
             if started or (pod is not None and not wait):
-                return pod  # type: ignore[return-value]
-            if not wait or self._read(app_id) is None:
-                replicas = ", ".join(f"{r}/{i}" for r, i in sorted(pods)) or "none"
-                raise KubernetesError(
-                    f"no pod of replica {role_name}/{k} in {app_id} (pods: {replicas})", 404
-                )
+                return pod, ""
+            found = self._read(app_id)
+            if pod is None and (not wait or found is None or self._finished(found)):
+                others = ", ".join(f"{r}/{i}" for r, i in sorted(pods)) or "none"
+                if found is None:
+                    why = "the job does not exist (any more)"
+                elif self._finished(found):
+                    why = (
+                        "it was deleted, with its log (the Job controller deletes the pods"
+                        " still running when a Job fails)"
+                    )
+                else:
+                    why = "not created yet"
+                return None, f"{replica} has no pod: {why} (replicas with a pod: {others})"
             if pod is not None and status.pod_problems(pod):
-                raise KubernetesError(
-                    f"replica {role_name}/{k} of {app_id} has not started: "
-                    + "; ".join(status.pod_problems(pod))
-                )
+                return None, f"{replica} has not started: " + "; ".join(status.pod_problems(pod))
             self._sleep(LOG_POLL_INTERVAL_S)
+
+    @staticmethod
+    def _finished(found: tuple[str, Obj]) -> bool:
+        backend, job = found
+        if backend == BACKEND_VOLCANO:
+            return False
+        state, _ = status.job_state(job, any_running=False)
+        return state in (AppState.SUCCEEDED, AppState.FAILED)
 
     def log_iter(
         self,
@@ -237,8 +255,15 @@ class KubernetesScheduler(WorkspaceImages, Scheduler[Cfg]):
         if streams not in (None, Stream.COMBINED):
             raise ValueError(f"the kubernetes scheduler has one combined log stream, not {streams}")
         namespace, _ = parse_app_id(app_id)
-        pod = self._replica_pod(app_id, role_name, k, wait=should_tail)
+        pod, why_none = self._replica_pod(app_id, role_name, k, wait=should_tail)
+        if pod is None:
+            # said in the log itself: torchx prints a failing log thread as tracebacks
+            return iter([f"torchx-elastic: {why_none}\n"])
         if pod["status"].get("phase") == "Pending" and not should_tail:
+            problems = status.pod_problems(pod)
+            if problems:
+                replica = f"replica {role_name}/{k} of {app_id}"
+                return iter([f"torchx-elastic: {replica} has not started: {'; '.join(problems)}\n"])
             return iter(())
         response = self._api().pod_log(
             namespace,
