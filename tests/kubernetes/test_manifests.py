@@ -247,9 +247,7 @@ def test_pull_policy_ttl_and_the_root_cause_in_the_termination_message() -> None
     assert container["imagePullPolicy"] == "IfNotPresent"
     assert job["spec"]["ttlSecondsAfterFinished"] == 7 * 24 * 3600
     assert container["terminationMessagePolicy"] == "FallbackToLogsOnError"
-    assert {"name": "TORCHELASTIC_ERROR_FILE", "value": "/dev/termination-log"} in container[
-        "env"
-    ]
+    assert {"name": "TORCHELASTIC_ERROR_FILE", "value": "/dev/termination-log"} in container["env"]
     options = KubernetesOptions(image_pull_policy="Never", ttl_seconds_after_finished=0)
     job = build_request(_ddp(), options, SUFFIX).manifests[0]
     assert job["spec"]["template"]["spec"]["containers"][0]["imagePullPolicy"] == "Never"
@@ -260,12 +258,11 @@ def test_pull_policy_ttl_and_the_root_cause_in_the_termination_message() -> None
 
 def test_fractional_cpus_are_millicpus() -> None:
     app = ddp(script="main.py", j="2x1", cpu=0.5)
-    job = build_request(app, KubernetesOptions(), SUFFIX).manifests[0]
+    job = build_request(app, KubernetesOptions(reserved_millicpu=0), SUFFIX).manifests[0]
     resources = job["spec"]["template"]["spec"]["containers"][0]["resources"]
-    # requests: the limits less torchx's reservation for the node's daemons (100m)
-    assert (resources["limits"]["cpu"], resources["requests"]["cpu"]) == ("500m", "400m")
+    assert resources["requests"]["cpu"] == resources["limits"]["cpu"] == "500m"
     app = ddp(script="main.py", j="2x1", cpu=2)
-    job = build_request(app, KubernetesOptions(), SUFFIX).manifests[0]
+    job = build_request(app, KubernetesOptions(reserved_millicpu=0), SUFFIX).manifests[0]
     assert job["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["cpu"] == "2000m"
 
 
@@ -413,8 +410,7 @@ def test_runopts_come_from_the_options_dataclass() -> None:
     [
         (
             {"backend": "kueue"},
-            "invalid kubernetes run option backend='kueue'; accepted: job, volcano"
-            " (default: job)",
+            "invalid kubernetes run option backend='kueue'; accepted: job, volcano (default: job)",
         ),
         (
             {"image_pull_policy": "Sometimes"},

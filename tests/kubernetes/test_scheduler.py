@@ -7,7 +7,7 @@ import json
 import threading
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any, List
+from typing import Any, Dict, List, Optional
 
 import pytest
 from torchx.schedulers.api import Stream
@@ -20,7 +20,7 @@ from torchx_elastic.schedulers.kubernetes import create_scheduler
 from torchx_elastic.schedulers.kubernetes.client import KubernetesError
 from torchx_elastic.schedulers.kubernetes.logs import since_seconds
 from torchx_elastic.schedulers.kubernetes.scheduler import KubernetesScheduler
-from torchx_elastic.schedulers.kubernetes.status import termination_summary
+from torchx_elastic.schedulers.kubernetes.status import attempts_restarted, termination_summary
 from torchx_elastic.schedulers.log_lines import whole_lines
 
 JOB = f"main-{SUFFIX}"
@@ -188,11 +188,28 @@ def test_the_root_cause_reaches_status_from_the_termination_message(
     ]
 
 
+def test_restarts_are_the_most_replacements_of_one_replica_in_any_pod_order() -> None:
+    def pod(index: int, failures: Optional[int]) -> Dict[str, Any]:
+        annotations = {"batch.kubernetes.io/job-completion-index": str(index)}
+        if failures is not None:
+            annotations["batch.kubernetes.io/job-index-failure-count"] = str(failures)
+        labels = {"torchx.pytorch.org/role-name": "main"}
+        return {"metadata": {"annotations": annotations, "labels": labels}}
+
+    # newest first, as a list may come: one replacement of each node is one restart
+    assert attempts_restarted([pod(0, 1), pod(0, 0), pod(1, 1), pod(1, 0)]) == 1
+    # a server without the annotation: older pods of the replica still count
+    assert attempts_restarted([pod(0, None), pod(0, None), pod(0, None), pod(1, None)]) == 2
+    assert attempts_restarted([]) == 0
+
+
 def test_termination_messages() -> None:
     cut = '{"message": {"message": "rank 0 (node 1) failed first: boom \\"x\\"", "extraInfo'
     assert termination_summary(cut) == 'rank 0 (node 1) failed first: boom "x"'
     assert termination_summary("a\nb\nc\nd\ne\nf\ng\n") == "b\nc\nd\ne\nf\ng"
     assert termination_summary("  ") == ""
+    agent_error = "torchx-elastic: error: rendezvous at h:29500 failed: RendezvousClosedError"
+    assert termination_summary(f"Traceback\n  gloo: closed\n{agent_error}\n") == agent_error
 
 
 def test_a_replica_whose_pod_is_gone_says_so(
@@ -310,10 +327,12 @@ def test_log_of_a_pending_replica(scheduler: KubernetesScheduler, fake: FakeClus
     _submit(scheduler, j="2x1")
     assert list(scheduler.log_iter(APP_ID, "main", 0)) == []
     fake.wait_image(fake.pod(JOB, 0))
-    assert list(scheduler.log_iter(APP_ID, "main", 0, should_tail=True)) == [
+    not_started = [
         f"torchx-elastic: replica main/0 of {APP_ID} has not started: ImagePullBackOff:"
         ' Back-off pulling image "torchx-elastic:latest"\n'
     ]
+    assert list(scheduler.log_iter(APP_ID, "main", 0, should_tail=True)) == not_started
+    assert list(scheduler.log_iter(APP_ID, "main", 0)) == not_started
     assert list(scheduler.log_iter(APP_ID, "main", 7)) == [
         f"torchx-elastic: replica main/7 of {APP_ID} has no pod: not created yet"
         " (replicas with a pod: main/0, main/1)\n"

@@ -15,13 +15,13 @@ from torch.distributed.elastic.rendezvous import RendezvousError
 from torchx_elastic.agent import compat
 from torchx_elastic.agent.config.launch import AgentConfig, UsageError, apply_process_environment
 from torchx_elastic.agent.console.session import ConsoleSession
+from torchx_elastic.agent.rendezvous.observed import ObservedRendezvous
 from torchx_elastic.agent.rendezvous.handler import (
     RendezvousFailure,
     create_handler,
     describe_error,
     lost_nodes,
 )
-from torchx_elastic.agent.rendezvous.observed import ObservedRendezvous
 from torchx_elastic.agent.supervision.loop import Supervision, Supervisor
 from torchx_elastic.agent.supervision.watchdog import HangWatchdog
 from torchx_elastic.agent.workers.forkserver import ForkServer
@@ -97,29 +97,24 @@ def launch(config: AgentConfig, fork_server: ForkServer | None = None) -> int:
     )
     result: RunResult | None = None
     failure: RendezvousFailure | None = None
+    shutdown_rendezvous = True
     code = 1
-    stopped_by_signal = False
     try:
         result = supervisor.run()
         code = 1 if result.is_failed() else 0
     except SignalException as err:
+        # as torch's launcher: a node stopped by a signal leaves the rendezvous open, so the
+        # other nodes can go on with a replacement (shutdown() would close it for all)
+        shutdown_rendezvous = False
         code = 128 + int(err.sigval)
-        stopped_by_signal = True
     except RendezvousError as err:
         failure = rendezvous_failure(err, supervisor, config)
-    except BaseException:
+    finally:
         janitor.close()
-        handler.shutdown()
+        if shutdown_rendezvous:
+            handler.shutdown()
         session.close()
-        raise
-    janitor.close()
-    # the report comes before the rendezvous closes: the other nodes stop once it is out
     session.finish(result, code, attempt=supervisor.attempt)
-    if not stopped_by_signal:
-        # Closing the rendezvous stops every node. A node stopped by a signal (its pod
-        # deleted, evicted, preempted) leaves it open, as torch's launcher does, so that
-        # the other nodes wait for its replacement instead of failing the job.
-        handler.shutdown()
     if failure is not None:
         raise failure
     return code

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar, Dict, List, Optional
 
-from torchx_elastic.schedulers.options import WORKSPACE_IMAGES, RunOptions, option
+from torchx_elastic.schedulers.options import RunOptions, option
 
 BACKEND_JOB = "job"
 BACKEND_VOLCANO = "volcano"
@@ -97,11 +97,13 @@ class KubernetesOptions(RunOptions):
     image_repo: Optional[str] = option(
         None,
         type_=str,
-        unsupported=WORKSPACE_IMAGES,
-        help="image repository to push workspace images to (torchx workspaces)",
+        help="registry repository the workspace image is pushed to, tagged by its content"
+        " digest (e.g. registry.example/me/train); needs push access (docker login) and,"
+        " for a private registry, image_pull_secrets. Required with a workspace"
+        " (torchx run --workspace, default: the current directory)",
     )
     quiet: bool = option(
-        False, type_=bool, help="suppress the output of building workspace images (torchx's)"
+        False, type_=bool, help="do not print the output of the workspace image build and push"
     )
     image_pull_secrets: List[str] = option(
         [], type_=List[str], help="names of docker-registry Secrets to pull the image with"

@@ -34,9 +34,12 @@ from torchx_elastic.schedulers.kubernetes.request import KubernetesRequest
 from torchx_elastic.schedulers.log_lines import whole_lines
 from torchx_elastic.schedulers.names import dns_label
 from torchx_elastic.schedulers.progress_status import TAIL_LINES, join_message, progress_message
+from torchx_elastic.schedulers.workspace import WorkspaceImages
 
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient
+
+    from docker import DockerClient
 
 logger = logging.getLogger(__name__)
 
@@ -58,13 +61,18 @@ def build_request(app: AppDef, options: KubernetesOptions, suffix: str) -> Kuber
     return KubernetesRequest(options.backend, names, manifests.indexed_job(app, options, names))
 
 
-class KubernetesScheduler(Scheduler[Cfg]):
+class KubernetesScheduler(WorkspaceImages, Scheduler[Cfg]):
     """Runs torchx apps as Indexed Jobs (default) or Volcano Jobs.
 
     ``client`` is a ``kubernetes.client.ApiClient`` (default: from the current kubeconfig
     context, or in-cluster); ``namespace`` is where ``list`` looks (default: the
     context's namespace); ``suffix`` makes the unique part of job names (tests fix it).
+    With a workspace (``torchx run --workspace``, default: the current directory) the
+    first role runs the workspace built on its image and pushed to ``image_repo``;
+    ``docker_client`` is the engine that builds and pushes it.
     """
+
+    push_workspace_images = True
 
     def __init__(
         self,
@@ -73,8 +81,9 @@ class KubernetesScheduler(Scheduler[Cfg]):
         namespace: Optional[str] = None,
         suffix: Optional[Callable[[], str]] = None,
         sleep: Callable[[float], None] = time.sleep,
+        docker_client: Optional[DockerClient] = None,
     ) -> None:
-        super().__init__("kubernetes", session_name)
+        super().__init__("kubernetes", session_name, docker_client=docker_client)
         self._client = client
         self._namespace = namespace
         self._suffix = suffix
@@ -94,11 +103,16 @@ class KubernetesScheduler(Scheduler[Cfg]):
 
     def _submit_dryrun(self, app: AppDef, cfg: Cfg) -> AppDryRunInfo[KubernetesRequest]:
         suffix = self._suffix() if self._suffix else job_names.new_suffix()
+        images_to_push = self.dryrun_push_images(app, cfg)  # renames local image ids
         request = build_request(app, KubernetesOptions.from_cfg(cfg), suffix)
+        request.workspace_builds = self.workspace_builds(app)
+        request.images_to_push = images_to_push
         return AppDryRunInfo(request, str)
 
     def schedule(self, dryrun_info: AppDryRunInfo[KubernetesRequest]) -> str:
         request: KubernetesRequest = dryrun_info.request
+        self.build_workspace_images(request.workspace_builds)
+        self.push_images(request.images_to_push)
         api = self._api()
         names = request.names
         server_version = api.server_version()
@@ -267,6 +281,10 @@ class KubernetesScheduler(Scheduler[Cfg]):
             # said in the log itself: torchx prints a failing log thread as tracebacks
             return iter([f"torchx-elastic: {why_none}\n"])
         if pod["status"].get("phase") == "Pending" and not should_tail:
+            problems = status.pod_problems(pod)
+            if problems:
+                replica = f"replica {role_name}/{k} of {app_id}"
+                return iter([f"torchx-elastic: {replica} has not started: {'; '.join(problems)}\n"])
             return iter(())
         response = self._api().pod_log(
             namespace,

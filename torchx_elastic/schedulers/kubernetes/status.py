@@ -49,6 +49,7 @@ ANNOTATION_INDEX_IGNORED_FAILURES = "batch.kubernetes.io/job-index-ignored-failu
 # lines of a log tail (the termination message of a container without a report) kept
 TERMINATION_TAIL_LINES = 6
 _REPORT_HEADER = "Root cause"
+_AGENT_ERROR = "torchx-elastic: error:"
 _REPORT_END = ("Logs of every rank:", "Summary (JSON):")
 _JSON_MESSAGE = re.compile(r'"message":\s*"((?:[^"\\]|\\.)*)"')
 VOLCANO_STATE: Dict[str, AppState] = {
@@ -128,6 +129,10 @@ def termination_summary(message: str) -> str:
         section = lines[lines.index(_REPORT_HEADER) + 2 :]
         kept = [ln for ln in section if ln.strip() and not ln.startswith(_REPORT_END)]
         return "\n".join(kept)
+    # the agent's own last word (e.g. why its rendezvous failed) says more than the lines above
+    errors = [ln for ln in lines if ln.startswith(_AGENT_ERROR)]
+    if errors:
+        return errors[-1]
     return "\n".join(ln for ln in lines[-TERMINATION_TAIL_LINES:] if ln.strip())
 
 
@@ -147,15 +152,16 @@ def attempts_restarted(pods: List[Obj]) -> int:
     One failure fails every node of a job at once, so it counts once, not once per pod.
     Servers that do not annotate pods with their index's failures: older pods of a replica.
     """
-    per_replica: Dict[Tuple[str, int], int] = {}
+    pods_of: Dict[Tuple[str, int], int] = {}
+    annotated: Dict[Tuple[str, int], int] = {}
     for pod in pods:
         index = replica_id(pod)
         if index is None:
             continue
         key = ((_get(pod, "metadata", "labels") or {}).get(LABEL_ROLE_NAME, ""), index)
-        older = per_replica.get(key, -1) + 1
-        per_replica[key] = max(older, restarts_of(pod))
-    return max(per_replica.values(), default=0)
+        pods_of[key] = pods_of.get(key, 0) + 1
+        annotated[key] = max(annotated.get(key, 0), restarts_of(pod))
+    return max((max(n - 1, annotated[key]) for key, n in pods_of.items()), default=0)
 
 
 def replica_id(pod: Obj) -> Optional[int]:
