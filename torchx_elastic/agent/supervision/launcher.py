@@ -15,13 +15,13 @@ from torch.distributed.elastic.rendezvous import RendezvousError
 from torchx_elastic.agent import compat
 from torchx_elastic.agent.config.launch import AgentConfig, UsageError, apply_process_environment
 from torchx_elastic.agent.console.session import ConsoleSession
-from torchx_elastic.agent.rendezvous.observed import ObservedRendezvous
 from torchx_elastic.agent.rendezvous.handler import (
     RendezvousFailure,
     create_handler,
     describe_error,
     lost_nodes,
 )
+from torchx_elastic.agent.rendezvous.observed import ObservedRendezvous
 from torchx_elastic.agent.supervision.loop import Supervision, Supervisor
 from torchx_elastic.agent.supervision.watchdog import HangWatchdog
 from torchx_elastic.agent.workers.forkserver import ForkServer
