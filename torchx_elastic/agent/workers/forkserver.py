@@ -29,9 +29,9 @@ import signal
 import socket
 import sys
 import threading
-from typing import Any
+from typing import Any, NoReturn
 
-from torchx_elastic.agent.workers import bootstrap
+from torchx_elastic.agent.workers import bootstrap, worker_end
 
 _MAX_MESSAGE_BYTES = 1 << 20
 # what a DDP training script imports, directly or when it builds DistributedDataParallel
@@ -58,21 +58,15 @@ def _exit_code(status: int) -> int:
     return -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
 
 
-class WorkerExit(SystemExit):
-    """A forked worker is done: unwinds to the top of the process, which then finalizes
-    like ``python script.py`` does (atexit, destructors: a process group's pending sends
-    are flushed then; ``os._exit`` right after the script could lose them)."""
-
-
 def _run_child(
-    request: dict[str, Any], stdout_fd: int, stderr_fd: int, sock: socket.socket
-) -> None:
-    """In the forked child: become the worker and run it; raises :class:`WorkerExit`."""
+    request: dict[str, Any], stdout_fd: int, stderr_fd: int, server_fds: list[int]
+) -> NoReturn:
+    """In the forked child: become the worker, run it, end it (:mod:`worker_end`)."""
     try:
-        sock.close()
         os.setsid()
-        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        signal.set_wakeup_fd(-1)
+        _fresh_signals()
+        for fd in server_fds:  # the server's socket, selector and wake-up pipe
+            os.close(fd)
         devnull = os.open(os.devnull, os.O_RDONLY)
         for fd, target in ((devnull, 0), (stdout_fd, 1), (stderr_fd, 2)):
             os.dup2(fd, target)
@@ -86,7 +80,16 @@ def _run_child(
 
         traceback.print_exc()
         os._exit(1)
-    raise WorkerExit(_run_bootstrap(request["argv"]))
+    worker_end.keep_process_groups()
+    worker_end.finish(_run_bootstrap(request["argv"]))
+
+
+def _fresh_signals() -> None:
+    """The dispositions a new interpreter starts with (the server ignores SIGINT and
+    catches SIGCHLD; ignored signals would survive an exec too)."""
+    signal.set_wakeup_fd(-1)
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def _fresh_process_state() -> None:
@@ -138,7 +141,20 @@ def _run_bootstrap(argv: list[str]) -> int:
     return code
 
 
+def close_inherited_fds(keep: int) -> None:
+    """Close what the agent inherited beyond the standard streams: a spawned worker
+    (``close_fds``) never sees those descriptors, so a forked one must not either."""
+    for name in os.listdir("/proc/self/fd") if os.path.isdir("/proc/self/fd") else ():
+        fd = int(name)
+        if fd > 2 and fd != keep:
+            try:
+                os.close(fd)
+            except OSError:
+                pass  # the descriptor of the listing itself
+
+
 def serve(sock: socket.socket) -> None:
+    close_inherited_fds(keep=sock.fileno())
     for name in PRELOAD_MODULES:
         __import__(name)
     bootstrap.die_with_agent()  # the server is the agent's child: go with it
@@ -166,7 +182,8 @@ def serve(sock: socket.socket) -> None:
             if pid == 0:
                 os.environ[bootstrap.AGENT_PID_ENV] = str(my_pid)
                 request["env"][bootstrap.AGENT_PID_ENV] = str(my_pid)
-                _run_child(request, fds[0], fds[1], sock)
+                server_fds = [sock.detach(), selector.fileno(), wakeup_r, wakeup_w]
+                _run_child(request, fds[0], fds[1], server_fds)
             for fd in fds:
                 os.close(fd)
             sock.send(json.dumps({"started": pid}).encode())
@@ -200,14 +217,12 @@ class ForkServer:
         sys.stdout.flush()
         sys.stderr.flush()
         self._pid = os.fork()
-        if self._pid == 0:  # the server; in its forked workers, WorkerExit passes through
+        if self._pid == 0:  # the server (its forked workers end in worker_end.finish)
             try:
                 ours.close()
                 os.setsid()  # a Ctrl-C in the terminal is for the agent
                 os.environ[bootstrap.AGENT_PID_ENV] = str(agent_pid)
                 serve(theirs)
-            except WorkerExit:
-                raise
             except BaseException:  # noqa: BLE001 - the server failed: say so, leave
                 import traceback
 
