@@ -16,7 +16,7 @@ import pytest
 
 from tests.conftest import REPO, _env, run_agent, run_torchx
 from torchx_elastic.agent.config.cli import build_parser
-from torchx_elastic.agent.supervision.launcher import UsageError, console_session
+from torchx_elastic.agent.config.launch import UsageError, config_from_args
 
 LINES_PER_RANK = 10_000
 
@@ -183,7 +183,7 @@ def test_carriage_returns_and_a_restart(tmp_path: Path) -> None:
 def test_bad_console_flags_are_usage_errors(tmp_path: Path, flags: list[str], message: str) -> None:
     args = build_parser().parse_args([*flags, "train.py"])
     with pytest.raises(UsageError, match=re.escape(message)):
-        console_session(args, str(tmp_path))
+        config_from_args(args)
 
 
 def _check_rank1_report(report_text: str, log_dir: Path | None) -> None:

@@ -14,13 +14,8 @@ from docker.types import DeviceRequest, Mount
 
 from torchx_elastic.components.dist import ddp
 from torchx_elastic.schedulers.docker.options import DockerOptions
-from torchx_elastic.schedulers.docker.request import (
-    RANK0_ENV,
-    build_job,
-    container_name,
-    dns_label,
-    network_name,
-)
+from torchx_elastic.schedulers.docker.request import build_job, container_name, network_name
+from torchx_elastic.schedulers.names import RANK0_ENV, dns_label
 
 GOLDEN = Path(__file__).parent / "golden"
 
@@ -169,5 +164,5 @@ def test_names_are_valid_hostnames_that_keep_the_unique_tail(app_id: str, role: 
 
 
 def test_dns_label_lowercases_and_replaces_other_characters() -> None:
-    assert dns_label("My_App.v2--x") == "my-app-v2--x"
+    assert dns_label("My_App.v2--x") == "my-app-v2-x"
     assert dns_label("__a__") == "a"

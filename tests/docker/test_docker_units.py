@@ -9,7 +9,7 @@ from torchx.schedulers.api import Stream
 from torchx.specs import AppState
 
 from torchx_elastic.schedulers.docker import create_scheduler
-from torchx_elastic.schedulers.docker.options import DockerOptions, DockerOptionsError
+from torchx_elastic.schedulers.docker.options import DockerOptions
 from torchx_elastic.schedulers.docker.request import (
     LABEL_APP_ID,
     LABEL_MIN_REPLICAS,
@@ -24,6 +24,7 @@ from torchx_elastic.schedulers.docker.status import (
     root_cause,
 )
 from torchx_elastic.schedulers.log_lines import whole_lines
+from torchx_elastic.schedulers.options import RunOptionError
 
 # -- options ------------------------------------------------------------------------------
 
@@ -62,14 +63,21 @@ def test_options_from_a_torchx_cfg_string() -> None:
     [
         (
             {"image_pull": "sometimes"},
-            "image_pull='sometimes' is not one of missing, always, never",
+            "invalid docker run option image_pull='sometimes';"
+            " accepted: missing, always, never (default: missing)",
         ),
-        ({"shm_size_mb": -1}, "shm_size_mb=-1 must be 0 or more"),
-        ({"stop_timeout_s": -5}, "stop_timeout_s=-5 must be 0 or more"),
+        (
+            {"shm_size_mb": -1},
+            "invalid docker run option shm_size_mb=-1; accepted: a number >= 0 (default: 0)",
+        ),
+        (
+            {"stop_timeout_s": -5},
+            "invalid docker run option stop_timeout_s=-5; accepted: a number >= 0 (default: 10)",
+        ),
     ],
 )
 def test_invalid_option_values_are_refused(cfg: dict[str, object], message: str) -> None:
-    with pytest.raises(DockerOptionsError) as error:
+    with pytest.raises(RunOptionError) as error:
         DockerOptions.from_cfg(cfg)  # type: ignore[arg-type]
     assert str(error.value) == message
 

@@ -1,4 +1,5 @@
-"""The agent's command-line errors: exit 2 with a message that says what is accepted."""
+"""The agent's command-line errors: exit 1 (as torchrun's) with a message that says what is
+accepted."""
 
 from __future__ import annotations
 
@@ -37,9 +38,9 @@ pytestmark = pytest.mark.slow
         (["--no-python", "-m"], "--no-python and -m cannot be used together"),
     ],
 )
-def test_bad_flags_exit_2_and_say_what_is_accepted(
+def test_bad_flags_exit_1_and_say_what_is_accepted(
     tmp_path: Path, args: list[str], message: str
 ) -> None:
     result = run_agent(*args, "train.py", cwd=tmp_path)
-    assert result.returncode == 2
+    assert result.returncode == 1  # torchrun's exit code for a bad flag value
     assert f"torchx-elastic: error: {message}" in result.stderr

@@ -199,6 +199,8 @@ def _two_node_args(port: int, nnodes: str, host: bool) -> list[str]:
         nnodes,
         "--nproc-per-node",
         "1",
+        "--rdzv-backend",
+        "c10d",
         "--rdzv-endpoint",
         f"127.0.0.1:{port}",
         "--rdzv-id",
@@ -277,6 +279,8 @@ def test_unreachable_endpoint_fails_within_the_timeout_naming_it(tmp_path: Path)
     result = run_agent(
         "--nnodes",
         "2",
+        "--rdzv-backend",
+        "c10d",
         "--rdzv-endpoint",
         f"localhost:{port}",
         "--rdzv-conf",
@@ -294,6 +298,8 @@ def test_unresolvable_endpoint_names_the_host(tmp_path: Path) -> None:
     result = run_agent(
         "--nnodes",
         "2",
+        "--rdzv-backend",
+        "c10d",
         "--rdzv-endpoint",
         "no-such-node.invalid:29500",
         "--rdzv-conf",
@@ -306,3 +312,24 @@ def test_unresolvable_endpoint_names_the_host(tmp_path: Path) -> None:
         "torchx-elastic: error: rendezvous at no-such-node.invalid:29500 failed: host"
         " 'no-such-node.invalid' did not resolve within 1s" in result.stderr
     )
+
+
+def test_node_stopped_by_sigterm_leaves_the_rendezvous_open_for_a_replacement(
+    tmp_path: Path,
+) -> None:
+    """As torch's launcher: an agent stopped by a signal does not shut the rendezvous down
+    (that would close it for every node, so a lost pod would end the whole job)."""
+    port, agents, logs = _two_running_nodes(tmp_path, "2", steps=200)
+    agents[1].send_signal(signal.SIGTERM)
+    assert agents[1].wait(timeout=60) == 128 + int(signal.SIGTERM), logs[1].read_text()
+    replacement_log = tmp_path / "c.log"
+    replacement = start_agent(
+        *_two_node_args(port, "2", host=False),
+        cwd=tmp_path,
+        log=replacement_log,
+        env={"STEPS": "200"},  # as many barriers as the survivor's workers
+    )
+    assert replacement.wait(timeout=120) == 0, replacement_log.read_text()
+    assert agents[0].wait(timeout=120) == 0, logs[0].read_text()
+    assert "attempt 1 world 2" in logs[0].read_text()
+    assert "world 2" in replacement_log.read_text()

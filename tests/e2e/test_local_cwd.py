@@ -247,3 +247,31 @@ def test_killing_torchx_stops_the_job(workdir: Path) -> None:
     while alive(job) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not alive(job)
+
+
+def test_static_rendezvous_two_nodes(workdir: Path) -> None:
+    """``dist.ddp --rdzv_backend static``: each node gets its rank from the replica id."""
+    from tests.e2e.agents import free_port
+
+    result = run_torchx(
+        "run",
+        "-s",
+        "local_cwd",
+        "dist.ddp",
+        "-j",
+        "2x1",
+        "--rdzv_backend",
+        "static",
+        "--rdzv_port",
+        str(free_port()),
+        "--script",
+        "main.py",
+        "--",
+        "--steps",
+        "2",
+        cwd=workdir,
+    )
+    assert result.returncode == 0, result.stderr
+    assert sorted(_world_size_lines(result.stderr)) == [
+        f"rank {r} of world size 2" for r in range(2)
+    ]

@@ -21,16 +21,10 @@ from tests.kubernetes.validation import (
     validate_volcano,
 )
 from torchx_elastic.components.dist import ddp
-from torchx_elastic.schedulers.kubernetes.names import (
-    DNS_LABEL_MAX,
-    JobNames,
-    dns_label,
-    is_dns_label,
-    new_suffix,
-    parse_app_id,
-)
+from torchx_elastic.schedulers.kubernetes.names import JobNames, new_suffix, parse_app_id
 from torchx_elastic.schedulers.kubernetes.options import KubernetesOptions
 from torchx_elastic.schedulers.kubernetes.scheduler import KubernetesScheduler, build_request
+from torchx_elastic.schedulers.names import DNS_LABEL_MAX, dns_label, is_dns_label
 
 GOLDEN = Path(__file__).parent / "golden"
 SUFFIX = "bcdfghjk"
@@ -313,7 +307,8 @@ def test_names_are_deterministic_and_unique_per_run() -> None:
 
 
 def test_dns_label() -> None:
-    assert dns_label("My_App.v2") == "myappv2"
+    assert dns_label("My_App.v2") == "my-app-v2"
+    assert dns_label("__a__--b") == "a-b"
     assert dns_label("7up") == "app-7up"
     assert dns_label("") == "app"
     assert len(dns_label("x" * 100)) == DNS_LABEL_MAX
@@ -362,18 +357,19 @@ def test_runopts_come_from_the_options_dataclass() -> None:
     [
         (
             {"backend": "kueue"},
-            "invalid kubernetes run option backend='kueue'; valid values: job, volcano"
+            "invalid kubernetes run option backend='kueue'; accepted: job, volcano"
             " (default: job)",
         ),
         (
             {"tolerations": ["gpu:Sometimes"]},
-            "invalid toleration 'gpu:Sometimes': expected key[=value][:Effect] with Effect one"
-            " of NoSchedule, PreferNoSchedule, NoExecute (e.g. nvidia.com/gpu:NoSchedule)",
+            "invalid kubernetes run option tolerations='gpu:Sometimes'; expected"
+            " key[=value][:Effect] with Effect one of NoSchedule, PreferNoSchedule, NoExecute"
+            " (e.g. nvidia.com/gpu:NoSchedule)",
         ),
         (
             {"secret_env": {"TOKEN": "just-a-name"}},
-            "invalid secret_env entry TOKEN:just-a-name: expected NAME:secret/key"
-            " (e.g. HF_TOKEN:hf/token)",
+            "invalid kubernetes run option secret_env='TOKEN:just-a-name'; expected"
+            " NAME:secret/key (e.g. HF_TOKEN:hf/token)",
         ),
     ],
 )

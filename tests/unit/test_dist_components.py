@@ -127,3 +127,20 @@ def test_bad_start_method_and_hang_timeout_say_what_is_accepted() -> None:
     with pytest.raises(ValueError) as err:
         ddp(script="main.py", hang_timeout_s=-1)
     assert str(err.value) == "invalid hang_timeout_s -1; accepted: 0 (off) or seconds > 0"
+
+
+@pytest.mark.parametrize("j", ["2x2", "1x2"])
+def test_static_rendezvous_gives_each_node_its_rank_and_a_fixed_port(j: str) -> None:
+    app = ddp(script="main.py", j=j, rdzv_backend="static")
+    for replica_id in (0, 1):
+        args = _apply(app, replica_id)
+        assert args[args.index("--rdzv-backend") + 1] == "static"
+        assert args[args.index("--node-rank") + 1] == str(replica_id)
+        assert args[args.index("--rdzv-endpoint") + 1].endswith(":29500")
+
+
+def test_tee_keeps_the_other_streams_off_the_console() -> None:
+    args = _apply(ddp(script="main.py", j="1x2", tee=2))
+    assert args[args.index("--tee") + 1] == "2"
+    assert args[args.index("--redirects") + 1] == "3"
+    assert "--redirects" not in _apply(ddp(script="main.py", j="1x2"))

@@ -1,12 +1,15 @@
-"""``python -m torchx_elastic.agent``: parse the flags, import torch once, fork the fork server.
+"""``python -m torchx_elastic.agent``: parse the flags into the config, import torch once,
+fork the fork server, run.
 
-The fork server (see ``forkserver.py``) is forked from the agent right after the agent
-imported torch and before it starts any thread: workers then start without importing
+The fork server (see ``workers/forkserver.py``) is forked from the agent right after the
+agent imported torch and before it starts any thread: workers then start without importing
 torch again.
 """
 
 from __future__ import annotations
 
+import logging
+import os
 import signal
 import sys
 
@@ -18,19 +21,35 @@ def main(argv: list[str] | None = None) -> None:
     # set by local_cwd: when the torchx process that started this agent dies (even by
     # SIGKILL), the agent gets SIGTERM and stops its workers instead of running on
     die_with_parent(LAUNCHER_PID_ENV, signal.SIGTERM)
+    logging.basicConfig(
+        level=os.environ.get("LOGLEVEL", "WARNING").upper(),
+        format="[torchx-elastic %(levelname)s] %(message)s",
+    )
+    try:
+        args = build_parser().parse_args(argv)
+    except ValueError as err:  # a PET_* switch that is not 0 or 1 (torchrun: exit 1)
+        print(f"torchx-elastic: error: {err}", file=sys.stderr)
+        sys.exit(1)
 
-    args = build_parser().parse_args(argv)
-
+    from torchx_elastic.agent.config.launch import UsageError, config_from_args
     from torchx_elastic.agent.supervision.launcher import run
     from torchx_elastic.agent.workers.forkserver import ForkServer
 
+    try:
+        config = config_from_args(args)
+    except UsageError as err:  # torchrun's config_from_args errors exit 1 too
+        print(f"torchx-elastic: error: {err}", file=sys.stderr)
+        sys.exit(1)
     fork_server = None
-    if args.start_method == "fork-server" and not args.no_python:
-        try:
-            fork_server = ForkServer()
-        except RuntimeError as err:  # a thread exists already: forking is not safe
-            print(f"torchx-elastic: starting workers by spawn: {err}", file=sys.stderr)
-    run(args, fork_server)
+    if config.start_method == "fork-server" and config.worker.through_bootstrap:
+        if config.worker.entrypoint != sys.executable or "--exec" in config.worker.args[2:3]:
+            pass  # another interpreter (PYTHON_EXEC) or --no-python: nothing to fork from
+        else:
+            try:
+                fork_server = ForkServer()
+            except RuntimeError as err:  # a thread exists already: forking is not safe
+                print(f"torchx-elastic: starting workers by spawn: {err}", file=sys.stderr)
+    run(config, fork_server)
 
 
 if __name__ == "__main__":

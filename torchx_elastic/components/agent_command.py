@@ -50,8 +50,9 @@ class AgentCommand:
 
     @property
     def rdzv_endpoint(self) -> str:
-        if self.size.max_nodes == 1:
-            # one agent: port 0 lets it pick a free port, so jobs never collide
+        if self.size.max_nodes == 1 and self.rdzv_backend != "static":
+            # one agent: port 0 lets it pick a free port, so jobs never collide (static
+            # rendezvous hands its port to the workers: it needs a fixed one)
             return "localhost:0"
         # "$$" survives torchx's macro substitution as "$": the agent expands
         # ${<rank0 env var>:-localhost} itself, no shell involved
@@ -83,6 +84,13 @@ class AgentCommand:
             "--start-method",
             self.start_method,
         ]
+        if self.tee != 3:
+            # the console shows the streams in --tee (torchrun's meaning: all others are
+            # redirected to the log files only)
+            args += ["--redirects", "3"]
+        if self.rdzv_backend == "static":
+            # static rendezvous: each node is told its rank (the replica id), as torchx's own
+            args += ["--node-rank", macros.replica_id]
         if self.module is not None:
             args += ["-m", _literal(self.module)]
         else:

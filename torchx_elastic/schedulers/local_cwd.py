@@ -12,52 +12,102 @@ On top of torchx's own ``local_cwd``:
   restarts of the worker group); torchx 0.7's local scheduler ignores role retries;
 - the agents stop their workers when the process that runs torchx dies, even by SIGKILL;
 - ``torchx run`` returns as soon as the job ends: its status poll (once a second) waits up to
-  ``STATUS_WAIT_S`` for the replicas to exit instead of answering "running" at once.
+  ``STATUS_WAIT_S`` for the replicas to exit instead of answering "running" at once;
+- ``torchx log`` and the log tail of ``torchx run`` hand out whole lines only: a line that is
+  half written when the log is read waits for its end (torchx's own tail splits it).
+
+Run options: torchx's local ones (``log_dir``, ``prepend_cwd``, ``auto_set_cuda_visible_devices``)
+with the same meaning, declared once in :class:`LocalCwdOptions`.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import sys
 import threading
 import time
-from typing import Any, Optional
+import warnings
+from dataclasses import asdict, dataclass
+from datetime import datetime
+from typing import Any, Callable, ClassVar, Iterable, List, Mapping, Optional
 
-from torchx.schedulers.api import AppDryRunInfo, DescribeAppResponse
+from torchx.schedulers.api import AppDryRunInfo, DescribeAppResponse, Stream
 from torchx.schedulers.local_scheduler import (
     CWDImageProvider,
-    LocalOpts,
+    ImageProvider,
     LocalScheduler,
     PopenRequest,
 )
-from torchx.specs import AppDef, is_terminal, runopts
+from torchx.specs import AppDef, CfgVal, is_terminal, runopts
 
-RANK0_ENV = "TORCHX_RANK0_HOST"
+from torchx_elastic.schedulers.file_lines import follow_lines
+from torchx_elastic.schedulers.names import RANK0_ENV
+from torchx_elastic.schedulers.options import RunOptions, option
+
 LAUNCHER_PID_ENV = "TORCHX_ELASTIC_LAUNCHER_PID"  # the agent's bootstrap.LAUNCHER_PID_ENV
 RANK0_HOST = "127.0.0.1"
 DEFAULT_LOG_DIR = "torchx_logs"
 _PYTHON_ENTRYPOINTS = frozenset({"python", "python3"})
 STATUS_WAIT_S = 0.9
 _EXIT_POLL_S = 0.01
+# the files torchx's local scheduler writes per replica (``<log_dir>/<role>/<replica>/``)
+_STREAM_FILES = {
+    Stream.STDOUT: ("stdout.log",),
+    Stream.STDERR: ("stderr.log",),
+    Stream.COMBINED: ("stdout.log", "stderr.log"),
+}
+
+
+@dataclass(frozen=True)
+class LocalCwdOptions(RunOptions):
+    """torchx's ``local_cwd`` run options; only ``log_dir``'s default differs."""
+
+    SCHEDULER: ClassVar[str] = "local_cwd"
+
+    log_dir: str = option(  # torchx's default is a temporary directory deleted at exit
+        DEFAULT_LOG_DIR,
+        type_=str,
+        help="directory for the logs of every run, kept after the run (relative to the cwd)",
+    )
+    prepend_cwd: bool = option(
+        False,
+        type_=bool,
+        help="if set, prepends CWD to replica's PATH env var"
+        " making any binaries in CWD take precedence over those in PATH",
+    )
+    auto_set_cuda_visible_devices: bool = option(
+        False,
+        type_=bool,
+        help="sets CUDA_VISIBLE_DEVICES for roles that request GPUs: each replica gets"
+        " its own GPUs (nothing is set when there are fewer GPUs than asked for)",
+    )
 
 
 class LocalCwdScheduler(LocalScheduler):
-    def __init__(self, session_name: str, cache_size: int = 100) -> None:
-        super().__init__(session_name, image_provider_class=CWDImageProvider, cache_size=cache_size)
+    def __init__(
+        self,
+        session_name: str,
+        cache_size: int = 100,
+        extra_paths: Optional[List[str]] = None,
+        image_provider_class: Callable[[Mapping[str, CfgVal]], ImageProvider] = CWDImageProvider,
+    ) -> None:
+        super().__init__(
+            session_name,
+            image_provider_class=image_provider_class,
+            cache_size=cache_size,
+            extra_paths=extra_paths,
+        )
 
     def _run_opts(self) -> runopts:
-        opts = super()._run_opts()
-        opts.add(  # replaces torchx's log_dir, whose default is deleted at exit
-            "log_dir",
-            type_=str,
-            default=DEFAULT_LOG_DIR,
-            help="directory for the logs of every run, kept after the run (relative to the cwd)",
-        )
-        return opts
+        return LocalCwdOptions.runopts()
 
-    def _submit_dryrun(self, app: AppDef, cfg: LocalOpts) -> AppDryRunInfo[PopenRequest]:
-        cfg = {**cfg, "log_dir": os.path.abspath(cfg.get("log_dir") or DEFAULT_LOG_DIR)}
-        info = super()._submit_dryrun(app, cfg)
+    def _submit_dryrun(
+        self, app: AppDef, cfg: Mapping[str, CfgVal]
+    ) -> AppDryRunInfo[PopenRequest]:
+        options = LocalCwdOptions.from_cfg(cfg)
+        resolved = {**asdict(options), "log_dir": os.path.abspath(options.log_dir)}
+        info = super()._submit_dryrun(app, resolved)
         for replicas in info.request.role_params.values():
             for replica in replicas:
                 replica.env[RANK0_ENV] = RANK0_HOST
@@ -74,6 +124,46 @@ class LocalCwdScheduler(LocalScheduler):
             file=sys.stderr,
         )
         return app_id
+
+    def log_iter(
+        self,
+        app_id: str,
+        role_name: str,
+        k: int = 0,
+        regex: Optional[str] = None,
+        since: Optional[datetime] = None,
+        until: Optional[datetime] = None,
+        should_tail: bool = False,
+        streams: Optional[Stream] = None,
+    ) -> Iterable[str]:
+        """Whole lines of a replica's log, followed until the job ends (as torchx does).
+
+        Local log lines carry no times: ``since``/``until`` are ignored with a warning, as
+        torchx does.
+        """
+        if since or until:
+            warnings.warn(
+                "since/until are ignored by local_cwd's logs (its lines carry no times);"
+                " all lines are returned",
+                stacklevel=2,
+            )
+        app = self._apps.get(app_id)
+        if app is None:
+            raise ValueError(f"unknown app {app_id!r} in this torchx session")
+        replica_dir = os.path.join(app.log_dir, role_name, str(k))
+        names = _STREAM_FILES[streams or Stream.COMBINED]
+        lines = follow_lines(
+            [os.path.join(replica_dir, name) for name in names],
+            finished=lambda: self._finished(app_id),
+        )
+        if regex:
+            pattern = re.compile(regex)
+            return (line for line in lines if pattern.search(line))
+        return lines
+
+    def _finished(self, app_id: str) -> bool:
+        desc = super().describe(app_id)
+        return desc is None or is_terminal(desc.state)
 
     def describe(self, app_id: str) -> Optional[DescribeAppResponse]:
         app = self._apps.get(app_id)
@@ -92,5 +182,17 @@ class LocalCwdScheduler(LocalScheduler):
             time.sleep(_EXIT_POLL_S)
 
 
-def create_scheduler(session_name: str, cache_size: int = 100, **kwargs: Any) -> LocalCwdScheduler:
-    return LocalCwdScheduler(session_name=session_name, cache_size=cache_size)
+def create_scheduler(
+    session_name: str,
+    cache_size: int = 100,
+    extra_paths: Optional[List[str]] = None,
+    image_provider_class: Callable[[Mapping[str, CfgVal]], ImageProvider] = CWDImageProvider,
+    **kwargs: Any,
+) -> LocalCwdScheduler:
+    """torchx's ``local_cwd`` factory, with every argument of torchx's own."""
+    return LocalCwdScheduler(
+        session_name=session_name,
+        cache_size=cache_size,
+        extra_paths=extra_paths,
+        image_provider_class=image_provider_class,
+    )

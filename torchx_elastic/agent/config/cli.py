@@ -1,183 +1,330 @@
-"""Command line of the agent: torchrun's flag names where they mean the same thing.
+"""Command line of the agent: torchrun's whole command line, plus a few flags of our own.
 
-Every flag also reads ``PET_<FLAG>`` from the environment (as torchrun does), e.g.
-``PET_NNODES=2:4``, ``PET_LOG_DIR=/logs``; a flag on the command line wins.
+Every flag has both spellings (``--a-b`` and ``--a_b``) and reads ``PET_A_B`` from the
+environment when it is not on the command line, exactly as torchrun's flags do (switches
+such as ``--standalone`` read ``PET_STANDALONE=1``). Defaults are torchrun's. The parsed
+flags go through :func:`torchx_elastic.agent.config.launch.config_from_args` once; nothing
+else reads them.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-from dataclasses import dataclass
+from typing import Any, Protocol
 
 from torchx_elastic.agent.console.display import CONSOLE_MODES, DEFAULT_STATUS_INTERVAL_S
-from torchx_elastic.agent.console.output import DEFAULT_PREFIX
+
+# torchrun's --start-method values change nothing for a script (torch starts a script as a
+# subprocess whatever the method); fork-server is ours
+START_METHODS = ("spawn", "fork", "forkserver", "fork-server")
+NUMA_BINDING_MODES = ("node", "socket", "exclusive", "core-complex")
 
 
-@dataclass(frozen=True)
-class NodeRange:
-    min_nodes: int
-    max_nodes: int
+class _Adder(Protocol):
+    """An argument parser or one of its groups."""
 
-    @classmethod
-    def parse(cls, text: str) -> NodeRange:
-        low, _, high = text.partition(":")
+    def add_argument(self, *args: Any, **kwargs: Any) -> argparse.Action: ...
+
+
+def env_name(dest: str) -> str:
+    return "PET_" + dest.upper()
+
+
+class _EnvDefault(argparse.Action):
+    """A flag whose default comes from ``PET_<DEST>`` (torchrun's ``env`` action)."""
+
+    def __init__(self, dest: str, default: Any = None, **kwargs: Any) -> None:
+        default = os.environ.get(env_name(dest), default)
+        super().__init__(dest=dest, default=default, **kwargs)
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        setattr(namespace, self.dest, values)
+
+
+class _EnvSwitch(argparse.Action):
+    """A switch that ``PET_<DEST>=1`` turns on (torchrun's ``check_env`` action)."""
+
+    def __init__(self, dest: str, default: bool = False, **kwargs: Any) -> None:
+        text = os.environ.get(env_name(dest), "1" if default else "0")
         try:
-            min_nodes = int(low)
-            max_nodes = int(high) if high else min_nodes
+            value = bool(int(text))
         except ValueError:
-            raise ValueError(f"--nnodes {text!r} is not N or MIN:MAX (e.g. 2 or 1:4)") from None
-        if not 1 <= min_nodes <= max_nodes:
-            raise ValueError(f"--nnodes {text!r}: need 1 <= MIN <= MAX (e.g. 2 or 1:4)")
-        return cls(min_nodes, max_nodes)
+            raise ValueError(
+                f"{env_name(dest)}={text!r} is not 0 or 1 (it stands for the --"
+                f"{dest.replace('_', '-')} switch)"
+            ) from None
+        super().__init__(dest=dest, const=True, default=value, nargs=0, **kwargs)
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        setattr(namespace, self.dest, True)
 
 
-def _env_default(name: str, default: str | None) -> str | None:
-    return os.environ.get("PET_" + name.upper().replace("-", "_"), default)
-
-
-def _add(
-    parser: argparse.ArgumentParser, name: str, default: str | None, help: str, **kw: object
-) -> None:
-    """Add ``--a-b`` with its torchrun alias ``--a_b`` and the ``PET_A_B`` default."""
-    flags = [f"--{name}"]
+def _spellings(name: str, short: str | None = None) -> list[str]:
+    flags = [short] if short else []
+    flags.append(f"--{name}")
     if "-" in name:
         flags.append("--" + name.replace("-", "_"))
-    parser.add_argument(*flags, default=_env_default(name, default), help=help, **kw)  # type: ignore[arg-type]
+    return flags
+
+
+def _flag(
+    parser: _Adder,
+    name: str,
+    default: Any,
+    help: str,
+    short: str | None = None,
+    **kw: Any,
+) -> None:
+    """``--a-b``, ``--a_b`` (and ``short``), default from ``PET_A_B`` or ``default``."""
+    parser.add_argument(
+        *_spellings(name, short), action=_EnvDefault, default=default, help=help, **kw
+    )
+
+
+def _switch(
+    parser: _Adder, name: str, help: str, short: str | None = None
+) -> None:
+    parser.add_argument(*_spellings(name, short), action=_EnvSwitch, help=help)
+
+
+def _comma_separated(text: str) -> list[str]:
+    """torchrun's list format: ``a,b``; ``,,`` stands for a literal comma."""
+    placeholder = "\0"
+    return [item.replace(placeholder, ",") for item in text.replace(",,", placeholder).split(",")]
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m torchx_elastic.agent",
         description=(
-            "torchx-elastic's elastic agent: rendezvous with the other nodes, start"
-            " --nproc-per-node workers running SCRIPT (or -m MODULE) with the standard"
-            " torch.distributed environment, show their output as whole lines prefixed"
-            " by node and rank, restart them on failure and report the root cause."
+            "torchx-elastic's elastic agent, a drop-in torchrun: rendezvous with the other"
+            " nodes, start --nproc-per-node workers running SCRIPT (or -m MODULE) with"
+            " torchrun's environment, show their output as whole lines prefixed by node and"
+            " rank, restart them on failure and report the root cause. Every flag also reads"
+            " PET_<FLAG> from the environment (e.g. PET_NNODES=2:4)."
         ),
     )
-    _add(parser, "nnodes", "1", "number of nodes, N or MIN:MAX (elastic)")
-    _add(parser, "nproc-per-node", "1", "worker processes on this node")
-    _add(parser, "rdzv-backend", "c10d", "rendezvous backend (c10d, static, etcd-v2)")
-    _add(
-        parser,
+    torchrun = parser.add_argument_group("torchrun's flags")
+    _flag(torchrun, "nnodes", "1:1", "number of nodes, N or MIN:MAX (elastic)")
+    _flag(
+        torchrun,
+        "nproc-per-node",
+        "1",
+        "workers on this node: a number, or cpu, gpu, xpu, auto (one per accelerator, else"
+        " one per CPU)",
+    )
+    _flag(torchrun, "rdzv-backend", "static", "rendezvous backend (c10d, static, etcd, etcd-v2)")
+    _flag(
+        torchrun,
         "rdzv-endpoint",
-        "localhost:0",
-        "HOST:PORT of the rendezvous store on the rank-0 node; ${VAR:-default} is expanded"
-        " (port 0 picks a free port: single node only)",
+        "",
+        "HOST[:PORT] of the rendezvous store; ${VAR:-default} is expanded (port 0 picks a free"
+        " port: single node only)",
     )
-    _add(parser, "rdzv-id", "none", "job id shared by all nodes of the job")
-    _add(
-        parser, "rdzv-conf", "", "extra rendezvous settings, KEY=VALUE,... (e.g. join_timeout=600)"
+    _flag(torchrun, "rdzv-id", "none", "job id shared by all nodes of the job")
+    _flag(
+        torchrun,
+        "rdzv-conf",
+        "",
+        "extra rendezvous settings, KEY=VALUE,... (e.g. join_timeout=600)",
     )
-    parser.add_argument(
-        "--standalone",
-        action="store_true",
-        help="single node: rendezvous on a free local port (ignores --rdzv-* flags)",
+    _switch(
+        torchrun,
+        "standalone",
+        "single node: rendezvous on a free local port (ignores --rdzv-* flags)",
     )
-    _add(
-        parser,
-        "max-restarts",
+    _flag(torchrun, "max-restarts", 0, "restarts of the worker group before failing", type=int)
+    _flag(torchrun, "monitor-interval", 0.1, "seconds between checks of the workers", type=float)
+    _flag(
+        torchrun,
+        "start-method",
+        "spawn",
+        "how workers start: spawn, fork, forkserver (a script always starts as a fresh"
+        " interpreter, as with torchrun) or fork-server (ours: forked from a process that"
+        " imported torch once, much faster starts; see docs/agent.md)",
+        choices=START_METHODS,
+    )
+    _flag(
+        torchrun,
+        "event-log-handler",
+        "null",
+        "torch.distributed.elastic events handler (null, console, ...)",
+    )
+    _flag(torchrun, "role", "default", "role name of the workers")
+    _switch(torchrun, "module", "run SCRIPT as a Python module, as `python -m SCRIPT`", short="-m")
+    _switch(torchrun, "no-python", "run SCRIPT as an executable, not through Python")
+    _switch(
+        torchrun,
+        "run-path",
+        "run SCRIPT with runpy.run_path in the worker's interpreter (takes precedence over"
+        " --no-python)",
+    )
+    _flag(
+        torchrun,
+        "log-dir",
+        None,
+        "directory for per-attempt, per-rank logs (default: a new temporary directory)",
+    )
+    _flag(
+        torchrun,
+        "redirects",
         "0",
-        "in-place restarts of the worker group before failing",
-        type=int,
+        "streams kept off the console (the log files always get them): 0 none, 1 stdout,"
+        " 2 stderr, 3 both, or per local rank, e.g. 0:1,1:2",
+        short="-r",
     )
-    _add(parser, "monitor-interval", "0.1", "seconds between checks of the workers", type=float)
-    _add(parser, "role", "default", "role name of the workers")
-    _add(
-        parser, "log-dir", None, "directory for per-rank logs (default: a new temporary directory)"
-    )
-    _add(
-        parser,
+    _flag(
+        torchrun,
         "tee",
-        "3",
-        "worker streams shown on the console: 0 none, 1 stdout, 2 stderr, 3 both"
-        " (the log files always keep both)",
+        "0",
+        "redirected streams shown on the console after all (same format as --redirects)",
+        short="-t",
+    )
+    _flag(
+        torchrun,
+        "local-ranks-filter",
+        "",
+        "local ranks whose lines the console shows, e.g. 0,1 (the log files keep all)",
+    )
+    _flag(
+        torchrun,
+        "duplicate-stdout-filters",
+        [],
+        "copy stdout lines containing any of these words (a,b; ,, for a comma) to"
+        " <log-dir>/filtered_stdout.log",
+        type=_comma_separated,
+    )
+    _flag(
+        torchrun,
+        "duplicate-stderr-filters",
+        [],
+        "the same for stderr (<log-dir>/filtered_stderr.log)",
+        type=_comma_separated,
+    )
+    _flag(
+        torchrun,
+        "node-rank",
+        0,
+        "rank of this node, for --rdzv-backend static",
         type=int,
     )
-    _add(
-        parser,
-        "log-line-prefix-template",
-        DEFAULT_PREFIX,
-        "prefix of each worker line; fields {node}, {rank}, {local_rank}, {role}",
+    _flag(
+        torchrun,
+        "master-addr",
+        "127.0.0.1",
+        "address of the rank-0 node, for --rdzv-backend static without --rdzv-endpoint",
     )
-    _add(
-        parser,
+    _flag(
+        torchrun,
+        "master-port",
+        None,
+        "port on the rank-0 node, for --rdzv-backend static (default 29500)",
+        type=int,
+    )
+    _flag(
+        torchrun,
+        "local-addr",
+        None,
+        "address of this node that the other nodes use (default: looked up, else the FQDN)",
+    )
+    _flag(
+        torchrun,
+        "logs-specs",
+        None,
+        "name of a torchrun.logs_specs entry point: a LogsSpecs class that chooses where"
+        " the log files go",
+    )
+    _flag(
+        torchrun,
+        "numa-binding",
+        None,
+        choices=NUMA_BINDING_MODES,
+        help="bind workers to the CPUs near their GPU (needs GPUs and a torch that has it)",
+    )
+    _flag(
+        torchrun,
+        "signals-to-handle",
+        "SIGTERM,SIGINT,SIGHUP,SIGQUIT",
+        "signals that stop the agent and its workers (comma-separated)",
+    )
+    _flag(
+        torchrun,
+        "shutdown-timeout",
+        None,
+        "seconds workers get to exit after SIGTERM before SIGKILL (default:"
+        " TORCH_ELASTIC_SHUTDOWN_TIMEOUT, else --term-timeout-s)",
+        type=int,
+    )
+    _switch(
+        torchrun,
+        "virtual-local-rank",
+        "LOCAL_RANK=0 in every worker, each seeing only its own GPU (CUDA_VISIBLE_DEVICES)",
+    )
+
+    ours = parser.add_argument_group("torchx-elastic's own flags")
+    _flag(
+        ours,
+        "log-line-prefix-template",
+        None,
+        "prefix of each worker line; fields {node}, {rank}, {local_rank}, {role} (default"
+        " '[n{node} r{rank}] ', or torch's TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE when set)",
+    )
+    _flag(
+        ours,
         "console-ranks",
         "all",
         "global ranks whose lines the console shows, e.g. 0 or 0,2-3 (the log files keep all)",
     )
-    _add(
-        parser,
+    _flag(
+        ours,
         "console",
         "auto",
         "auto: a live progress bar when stdout is a terminal, plain lines otherwise",
         choices=CONSOLE_MODES,
     )
-    _add(
-        parser,
+    _flag(
+        ours,
         "status-interval-s",
-        str(DEFAULT_STATUS_INTERVAL_S),
+        DEFAULT_STATUS_INTERVAL_S,
         "seconds between plain progress lines when the console is not a terminal (0: none)",
         type=float,
     )
-    _add(
-        parser,
+    _flag(
+        ours,
         "exit-barrier-timeout",
-        "30",
+        30.0,
         "seconds a finished node waits for the other nodes to finish",
         type=float,
     )
-    _add(
-        parser,
+    _flag(
+        ours,
         "term-timeout-s",
-        "30",
-        "seconds workers get to exit after SIGTERM (agent stopped, restart) before SIGKILL",
+        None,
+        "seconds workers get to exit after SIGTERM (agent stopped, restart) before SIGKILL"
+        " (default: TORCH_ELASTIC_SHUTDOWN_TIMEOUT, else 30)",
         type=float,
     )
-    _add(
-        parser,
+    _flag(
+        ours,
         "hang-timeout-s",
-        "0",
+        0.0,
         "restart (or fail) when a rank sends no progress()/heartbeat() for this many seconds;"
         " every rank's Python stack is dumped to its log first (0: off)",
         type=float,
     )
-    _add(
-        parser,
-        "start-method",
-        "spawn",
-        "how workers start: spawn (a fresh interpreter per worker) or fork-server (forked"
-        " from a process that imported torch once: much faster starts and restarts, but"
-        " forked workers sometimes hang at exit; see docs/agent.md)",
-        choices=("fork-server", "spawn"),
-    )
-    parser.add_argument(
-        "-m",
-        "--module",
-        action="store_true",
-        help="run SCRIPT as a Python module, as `python -m SCRIPT`",
-    )
-    parser.add_argument(
-        "--no-python",
-        "--no_python",
-        action="store_true",
-        help="run SCRIPT as an executable, not through the Python interpreter",
-    )
-    parser.add_argument(
-        "training_script", metavar="SCRIPT", help="script (or module with -m) to run"
-    )
-    parser.add_argument(
-        "training_script_args", metavar="ARGS", nargs=argparse.REMAINDER, help="its arguments"
-    )
+    parser.add_argument("training_script", help="script (or module with -m) to run")
+    parser.add_argument("training_script_args", nargs=argparse.REMAINDER, help="its arguments")
     return parser
-
-
-def parse_rdzv_conf(text: str) -> dict[str, str]:
-    conf: dict[str, str] = {}
-    for item in filter(None, (part.strip() for part in text.split(","))):
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise ValueError(f"--rdzv-conf item {item!r} is not KEY=VALUE (e.g. join_timeout=600)")
-        conf[key] = value
-    return conf

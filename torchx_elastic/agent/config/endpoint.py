@@ -40,7 +40,12 @@ class Endpoint:
 
     @classmethod
     def parse(cls, text: str, default_port: int = 29400) -> Endpoint:
-        """``host``, ``host:port``, ``[v6addr]:port``; variables are expanded first."""
+        """``host``, ``host:port``, ``[v6addr]:port``; variables are expanded first.
+
+        An empty text is ``localhost`` on ``default_port``, as torch's rendezvous reads it.
+        """
+        if not text.strip():
+            return cls("localhost", default_port)
         expanded = expand_variables(text).strip()
         if not expanded:
             raise ValueError(

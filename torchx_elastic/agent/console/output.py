@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Collection
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import BinaryIO, Literal, Protocol
 
@@ -103,11 +103,18 @@ class LineAssembler:
         return visible(rest) if rest else None
 
 
+def _streams(tee: int | Mapping[int, int], local_rank: int) -> int:
+    return tee if isinstance(tee, int) else tee.get(local_rank, 0)
+
+
 class RankSink:
     """One attempt's output: raw bytes to per-rank files, whole lines to the console.
 
-    ``show_ranks`` (global ranks; None: all) and ``tee`` (1 stdout, 2 stderr, 3 both) filter
-    the console only; the files always get everything.
+    ``show_ranks`` (global ranks; None: all), ``show_local_ranks`` (torchrun's
+    ``--local-ranks-filter``) and ``tee`` (1 stdout, 2 stderr, 3 both; or per local rank)
+    filter the console only; the files always get everything. Lines containing one of
+    ``duplicate_filters[stream]`` are also copied to ``duplicate_paths[stream]`` (torchrun's
+    ``--duplicate-stdout-filters``).
     """
 
     def __init__(
@@ -115,9 +122,12 @@ class RankSink:
         ranks: list[RankOutput],
         console: Console,
         prefix_template: str = DEFAULT_PREFIX,
-        tee: int = 3,
+        tee: int | Mapping[int, int] = 3,
         show_ranks: Collection[int] | None = None,
         role: str = "",
+        show_local_ranks: Collection[int] | None = None,
+        duplicate_filters: Mapping[Stream, Sequence[str]] | None = None,
+        duplicate_paths: Mapping[Stream, str] | None = None,
     ) -> None:
         self._console = console
         self.outputs = list(ranks)
@@ -132,8 +142,16 @@ class RankSink:
             (r.local_rank, stream)
             for r in ranks
             for stream, bit in (("stdout", 1), ("stderr", 2))
-            if tee & bit and (show_ranks is None or r.global_rank in show_ranks)
+            if _streams(tee, r.local_rank) & bit
+            and (show_ranks is None or r.global_rank in show_ranks)
+            and (show_local_ranks is None or r.local_rank in show_local_ranks)
         }
+        self._duplicate_filters = {k: tuple(v) for k, v in (duplicate_filters or {}).items() if v}
+        self._duplicates: dict[Stream, BinaryIO] = {}
+        for stream in self._duplicate_filters:
+            path = (duplicate_paths or {})[stream]
+            os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+            self._duplicates[stream] = open(path, "ab", buffering=0)  # noqa: SIM115
         self._assemblers = {
             (r.local_rank, s): LineAssembler() for r in ranks for s in ("stdout", "stderr")
         }
@@ -152,9 +170,12 @@ class RankSink:
     def feed(self, local_rank: int, stream: Stream, data: bytes) -> None:
         key = (local_rank, stream)
         self._files[key].write(data)
-        if key not in self._shown:
+        if key not in self._shown and stream not in self._duplicates:
             return
         lines, transient = self._assemblers[key].feed(data)
+        self._duplicate(stream, lines)
+        if key not in self._shown:
+            return
         rank, prefix = self._global[local_rank], self._prefixes[local_rank]
         if lines:
             self._console.lines(stream, rank, prefix, lines)
@@ -163,9 +184,20 @@ class RankSink:
         if transient is not None:
             self._console.transient(rank, prefix, transient)
 
+    def _duplicate(self, stream: Stream, lines: list[bytes]) -> None:
+        words = self._duplicate_filters.get(stream)
+        if not words or not lines:
+            return
+        chosen = [line for line in lines if any(w.encode() in line for w in words)]
+        if chosen:
+            with self._lock:
+                self._duplicates[stream].write(b"".join(line + b"\n" for line in chosen))
+
     def end(self, local_rank: int, stream: Stream) -> None:
         key = (local_rank, stream)
         rest = self._assemblers[key].flush()
+        if rest is not None:
+            self._duplicate(stream, [rest])
         if key in self._shown:
             rank, prefix = self._global[local_rank], self._prefixes[local_rank]
             self._console.transient(rank, prefix, None)
@@ -182,5 +214,5 @@ class RankSink:
             if rest is not None and (local_rank, stream) in self._shown:
                 rank, prefix = self._global[local_rank], self._prefixes[local_rank]
                 self._console.lines(stream, rank, prefix, [rest])  # type: ignore[arg-type]
-        for file in self._files.values():
+        for file in [*self._files.values(), *self._duplicates.values()]:
             file.close()

@@ -23,6 +23,7 @@ from typing import Any
 from torch.distributed.elastic.multiprocessing.errors import ProcessFailure
 
 from torchx_elastic.agent.console.output import RankOutput
+from torchx_elastic.agent.error_file import error_data
 
 STDERR_TAIL_LINES = 10
 _TAIL_BYTES = 64 * 1024
@@ -306,12 +307,8 @@ def reply_file_data(verdict: Verdict, now_s: float) -> dict[str, Any] | None:
         return None
     what = root.message or root.how
     timestamp = root.error_time_s if root.error_time_s is not None else now_s
-    return {
-        "message": {
-            "message": f"rank {root.rank} (node {root.node}) failed first: {what}",
-            "extraInfo": {
-                "py_callstack": root.traceback or "\n".join(root.stderr_tail),
-                "timestamp": str(int(timestamp)),
-            },
-        }
-    }
+    return error_data(
+        f"rank {root.rank} (node {root.node}) failed first: {what}",
+        root.traceback or "\n".join(root.stderr_tail),
+        timestamp,
+    )

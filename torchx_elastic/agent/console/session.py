@@ -12,7 +12,7 @@ import logging
 import os
 import sys
 import time
-from collections.abc import Collection
+from collections.abc import Collection, Mapping, Sequence
 from typing import TextIO
 
 from torch.distributed.elastic.agent.server.api import RunResult
@@ -25,11 +25,10 @@ from torchx_elastic.agent.console.display import (
     make_console,
 )
 from torchx_elastic.agent.console.events import EventLog
-from torchx_elastic.agent.console.output import DEFAULT_PREFIX, RankOutput, RankSink
+from torchx_elastic.agent.console.output import DEFAULT_PREFIX, RankOutput, RankSink, Stream
+from torchx_elastic.agent.error_file import ERROR_FILE_ENV
 
 log = logging.getLogger(__name__)
-
-ERROR_FILE_ENV = "TORCHELASTIC_ERROR_FILE"
 
 
 class ConsoleSession:
@@ -38,10 +37,12 @@ class ConsoleSession:
         log_dir: str,
         mode: ConsoleMode = "auto",
         prefix_template: str = DEFAULT_PREFIX,
-        tee: int = 3,
+        tee: int | Mapping[int, int] = 3,
         show_ranks: Collection[int] | None = None,
         role: str = "",
         status_interval_s: float = DEFAULT_STATUS_INTERVAL_S,
+        show_local_ranks: Collection[int] | None = None,
+        duplicate_filters: Mapping[Stream, Sequence[str]] | None = None,
     ) -> None:
         self.log_dir = log_dir
         self.activity = RankActivity()
@@ -51,6 +52,8 @@ class ConsoleSession:
         self._prefix_template = prefix_template
         self._tee = tee
         self._show_ranks = show_ranks
+        self._show_local_ranks = show_local_ranks
+        self._duplicate_filters = duplicate_filters
         self._role = role
         self._sinks: list[RankSink] = []
         self._closed = False
@@ -60,8 +63,17 @@ class ConsoleSession:
         return self.channel.env()
 
     def make_sink(self, ranks: list[RankOutput]) -> RankSink:
+        attempt_dir = os.path.dirname(os.path.dirname(ranks[0].stdout_path)) if ranks else "."
         sink = RankSink(
-            ranks, self.console, self._prefix_template, self._tee, self._show_ranks, self._role
+            ranks,
+            self.console,
+            self._prefix_template,
+            self._tee,
+            self._show_ranks,
+            self._role,
+            self._show_local_ranks,
+            self._duplicate_filters,
+            {s: os.path.join(attempt_dir, f"filtered_{s}.log") for s in ("stdout", "stderr")},
         )
         self._sinks.append(sink)
         return sink

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-import os
 import time
 from collections.abc import Callable, Iterable
 
@@ -49,16 +47,3 @@ class HangWatchdog:
             f" {self.timeout_s:g}s (--hang-timeout-s); every rank's Python stack was dumped"
             " to its stderr log"
         )
-
-
-def write_hang_error(path: str, message: str) -> None:
-    """Record the hang in the rank's error file (torch's format), as a crash would be."""
-    data = {
-        "message": {
-            "message": message,
-            "extraInfo": {"py_callstack": message, "timestamp": str(int(time.time()))},
-        }
-    }
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, "w") as file:
-        json.dump(data, file)

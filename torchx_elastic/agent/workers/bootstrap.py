@@ -16,18 +16,17 @@ Standard library only: it runs before the user's first import.
 from __future__ import annotations
 
 import faulthandler
-import json
 import os
 import runpy
 import signal
 import sys
-import time
 import traceback
 from types import TracebackType
 
+from torchx_elastic.agent.error_file import ERROR_FILE_ENV, write_error_file
+
 AGENT_PID_ENV = "TORCHX_ELASTIC_AGENT_PID"
 LAUNCHER_PID_ENV = "TORCHX_ELASTIC_LAUNCHER_PID"
-ERROR_FILE_ENV = "TORCHELASTIC_ERROR_FILE"
 DUMP_STACKS_SIGNAL = signal.SIGRTMIN + 4
 _PR_SET_PDEATHSIG = 1
 _OWN_FILES = frozenset(
@@ -59,19 +58,12 @@ def record_error(exc: BaseException, tb: TracebackType | None) -> None:
     path = os.environ.get(ERROR_FILE_ENV)
     if not path or os.path.exists(path):
         return
-    data = {
-        "message": {
-            "message": f"{type(exc).__name__}: {exc}",
-            "extraInfo": {
-                "py_callstack": "".join(traceback.format_exception(type(exc), exc, tb)),
-                "timestamp": str(int(time.time())),
-            },
-        }
-    }
     try:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(path, "w") as file:
-            json.dump(data, file)
+        write_error_file(
+            path,
+            f"{type(exc).__name__}: {exc}",
+            "".join(traceback.format_exception(type(exc), exc, tb)),
+        )
     except OSError:
         pass  # the traceback still goes to stderr
 

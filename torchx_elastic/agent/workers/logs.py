@@ -6,6 +6,8 @@ import os
 
 from torch.distributed.elastic.multiprocessing.api import LogsDest, LogsSpecs
 
+from torchx_elastic.agent.error_file import ERROR_FILE_ENV
+
 
 class RankLogsSpecs(LogsSpecs):
     """Log files keyed by global rank, so several nodes can share one log directory."""
@@ -33,5 +35,5 @@ class RankLogsSpecs(LogsSpecs):
             if os.path.exists(error_file):
                 os.remove(error_file)  # left from an earlier run with the same directory
             dest.error_files[local_rank] = error_file
-            env["TORCHELASTIC_ERROR_FILE"] = error_file
+            env[ERROR_FILE_ENV] = error_file
         return dest

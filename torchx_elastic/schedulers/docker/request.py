@@ -9,7 +9,6 @@ prints the ``DockerJob`` as YAML, and the golden-file tests compare that text. O
 from __future__ import annotations
 
 import fnmatch
-import re
 from dataclasses import asdict, dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
@@ -19,6 +18,7 @@ from torchx.schedulers.devices import get_device_mounts
 from torchx.specs import AppDef, BindMount, DeviceMount, Role, VolumeMount, macros
 
 from torchx_elastic.schedulers.docker.options import DockerOptions
+from torchx_elastic.schedulers.names import DNS_LABEL_MAX, RANK0_ENV, dns_label
 
 # torchx's own labels, so tools that know torchx's local_docker read our containers too
 LABEL_VERSION = "torchx.pytorch.org/version"
@@ -32,14 +32,7 @@ LABEL_NUM_REPLICAS = "torchx-elastic/num-replicas"
 LABEL_STOP_TIMEOUT_S = "torchx-elastic/stop-timeout-s"  # docker-py cannot set StopTimeout
 SCHEDULER_NAME = "docker"
 
-RANK0_ENV = "TORCHX_RANK0_HOST"
-NAME_MAX_CHARS = 63  # a hostname label
-_NOT_DNS = re.compile(r"[^a-z0-9-]+")
-
-
-def dns_label(text: str) -> str:
-    """``text`` as a DNS label: lower case, ``[a-z0-9-]``, no leading or trailing ``-``."""
-    return _NOT_DNS.sub("-", text.lower()).strip("-")
+NAME_MAX_CHARS = DNS_LABEL_MAX  # a hostname label
 
 
 def container_name(app_id: str, role_name: str, replica_id: int) -> str:
@@ -47,13 +40,14 @@ def container_name(app_id: str, role_name: str, replica_id: int) -> str:
 
     A long app id loses its head, not its random tail, so names stay unique.
     """
-    suffix = f"-{dns_label(role_name)[:20].strip('-') or 'role'}-{replica_id}"
-    head = dns_label(app_id)[-(NAME_MAX_CHARS - len(suffix)) :].strip("-")
+    suffix = f"-{dns_label(role_name, 20, fallback='role')}-{replica_id}"
+    whole = dns_label(app_id, max_length=len(app_id) + len("app-"))
+    head = whole[-(NAME_MAX_CHARS - len(suffix)) :].strip("-")
     return head + suffix
 
 
 def network_name(app_id: str) -> str:
-    return f"torchx-{dns_label(app_id)}"[:NAME_MAX_CHARS].strip("-")
+    return dns_label(f"torchx-{app_id}", max_length=NAME_MAX_CHARS)
 
 
 @dataclass(frozen=True)

@@ -80,7 +80,7 @@ class DockerScheduler(Scheduler[Mapping[str, CfgVal]]):
         return self._docker
 
     def _run_opts(self) -> runopts:
-        return DockerOptions.run_opts()
+        return DockerOptions.runopts()
 
     def _validate(self, app: AppDef, scheduler: str) -> None:
         """Any resource is fine: a role without one runs without limits."""

@@ -26,9 +26,10 @@ from torchx.schedulers.kubernetes_scheduler import (
 )
 from torchx.specs import AppDef, Role, macros
 
-from torchx_elastic.schedulers.kubernetes.names import RANK0_ENV, JobNames, dns_label
+from torchx_elastic.schedulers.kubernetes.names import JobNames
 from torchx_elastic.schedulers.kubernetes.options import KubernetesOptions
 from torchx_elastic.schedulers.kubernetes.pods import Manifest, pod_template
+from torchx_elastic.schedulers.names import RANK0_ENV, dns_label
 
 MANAGED_BY = "torchx-elastic"
 MANAGED_BY_SELECTOR = f"{LABEL_ORGANIZATION}={MANAGED_BY}"

@@ -2,35 +2,18 @@
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 from torchx.schedulers.ids import get_len_random_id
-from torchx.util.strings import normalize_str
 
-DNS_LABEL_MAX = 63
+from torchx_elastic.schedulers.names import DNS_LABEL_MAX, dns_label
+
 SUFFIX_LENGTH = 8
-RANK0_ENV = "TORCHX_RANK0_HOST"
-
-_DNS_LABEL = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
 
 
 def new_suffix() -> str:
     """A random suffix that starts with a letter (torchx's id alphabet)."""
     return str(get_len_random_id(SUFFIX_LENGTH))
-
-
-def dns_label(text: str, max_length: int = DNS_LABEL_MAX, fallback: str = "app") -> str:
-    """``text`` as an RFC 1035 label: lowercase alphanumerics and '-', starting with a letter."""
-    label = normalize_str(text).strip("-")
-    label = re.sub(r"-+", "-", label)
-    if not label or not label[0].isalpha():
-        label = f"{fallback}-{label}" if label else fallback
-    return label[:max_length].rstrip("-")
-
-
-def is_dns_label(text: str) -> bool:
-    return len(text) <= DNS_LABEL_MAX and _DNS_LABEL.fullmatch(text) is not None
 
 
 @dataclass(frozen=True)

@@ -15,12 +15,12 @@ from typing import Any, Dict, List, Optional
 
 from torchx.specs import BindMount, DeviceMount, Resource, Role, VolumeMount
 
-from torchx_elastic.schedulers.kubernetes.names import dns_label
 from torchx_elastic.schedulers.kubernetes.options import (
     KubernetesOptions,
     parse_secret_ref,
     parse_toleration,
 )
+from torchx_elastic.schedulers.names import dns_label
 
 logger = logging.getLogger(__name__)
 

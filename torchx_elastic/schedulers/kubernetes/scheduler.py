@@ -28,10 +28,11 @@ from torchx_elastic.schedulers.kubernetes.client import (
     load_api_client,
 )
 from torchx_elastic.schedulers.kubernetes.logs import since_seconds
-from torchx_elastic.schedulers.kubernetes.names import JobNames, dns_label, parse_app_id
+from torchx_elastic.schedulers.kubernetes.names import JobNames, parse_app_id
 from torchx_elastic.schedulers.kubernetes.options import BACKEND_VOLCANO, KubernetesOptions
 from torchx_elastic.schedulers.kubernetes.request import KubernetesRequest
 from torchx_elastic.schedulers.log_lines import whole_lines
+from torchx_elastic.schedulers.names import dns_label
 
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient

@@ -1,0 +1,191 @@
+"""The command line -> AgentConfig, as torchrun's get_args_parser -> config_from_args."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+
+import pytest
+from torch.distributed.elastic.multiprocessing.api import Std
+
+from torchx_elastic.agent.config.cli import build_parser
+from torchx_elastic.agent.config.launch import (
+    AgentConfig,
+    UsageError,
+    apply_process_environment,
+    config_from_args,
+)
+from torchx_elastic.agent.workers import bootstrap
+
+
+def config(*argv: str) -> AgentConfig:
+    return config_from_args(build_parser().parse_args([*argv, "train.py", "--lr", "1"]))
+
+
+@pytest.fixture(autouse=True)
+def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in list(os.environ):
+        if name.startswith("PET_") or name in (
+            "OMP_NUM_THREADS",
+            "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE",
+            "TORCH_ELASTIC_SHUTDOWN_TIMEOUT",
+            "PYTHON_EXEC",
+        ):
+            monkeypatch.delenv(name)
+
+
+def test_defaults_are_torchruns_one_node_on_a_free_port() -> None:
+    c = config()
+    assert (c.min_nodes, c.max_nodes, c.nproc_per_node) == (1, 1, 1)
+    assert (c.rdzv_backend, str(c.rdzv_endpoint)) == ("c10d", "localhost:0")
+    assert c.run_id != "none"  # a fresh id, as torchrun's
+    assert c.worker == bootstrap_command("train.py", "--lr", "1")
+
+
+def bootstrap_command(*target: str) -> object:
+    from torchx_elastic.agent.config.launch import WorkerCommand
+
+    return WorkerCommand(sys.executable, ("-m", bootstrap.__name__, *target))
+
+
+def test_both_spellings_and_short_flags() -> None:
+    a = config("--nproc-per-node", "2", "--max-restarts", "3", "-r", "3", "-t", "1")
+    b = config("--nproc_per_node", "2", "--max_restarts", "3", "--redirects", "3", "--tee", "1")
+    assert a == b or (a.nproc_per_node, a.max_restarts) == (b.nproc_per_node, b.max_restarts)
+    assert a.console.streams == Std.OUT
+
+
+def test_every_flag_reads_its_pet_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PET_NPROC_PER_NODE", "3")
+    monkeypatch.setenv("PET_MAX_RESTARTS", "2")
+    monkeypatch.setenv("PET_NO_PYTHON", "1")
+    monkeypatch.setenv("PET_STANDALONE", "1")
+    c = config("--rdzv-backend", "static", "--rdzv-endpoint", "node0:1")
+    assert (c.nproc_per_node, c.max_restarts) == (3, 2)
+    assert c.worker.args[2:4] == ("--exec", "train.py")  # a .sh runs as itself
+    assert c.rdzv_backend == "c10d" and str(c.rdzv_endpoint) == "localhost:0"
+
+
+def test_pet_module_and_flag_beats_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PET_MODULE", "1")
+    monkeypatch.setenv("PET_NPROC_PER_NODE", "3")
+    c = config("--nproc-per-node", "2")
+    assert c.worker.args[2:4] == ("-m", "train.py")
+    assert c.nproc_per_node == 2
+
+
+def test_pet_switch_that_is_not_0_or_1_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PET_STANDALONE", "yes")
+    with pytest.raises(ValueError, match=r"PET_STANDALONE='yes' is not 0 or 1"):
+        build_parser()
+
+
+def test_static_rendezvous_from_node_rank_master_addr_and_port() -> None:
+    c = config(
+        "--nnodes", "2", "--node-rank", "1", "--master-addr", "node0", "--master-port", "1234"
+    )
+    assert c.rdzv_backend == "static"
+    assert str(c.rdzv_endpoint) == "node0:1234"
+    assert c.rdzv_configs["rank"] == 1  # an int: torch's static handler compares it with 0
+    assert (c.master_addr, c.master_port) == ("node0", 1234)
+
+
+def test_static_rendezvous_rank_from_rdzv_conf_is_an_int() -> None:
+    c = config(
+        "--nnodes",
+        "2",
+        "--rdzv-backend",
+        "static",
+        "--rdzv-endpoint",
+        "n0:29500",
+        "--rdzv-conf",
+        "rank=1",
+    )
+    assert c.rdzv_configs["rank"] == 1
+
+
+def test_static_multi_node_defaults_to_torchruns_master() -> None:
+    c = config("--nnodes", "2")
+    assert (c.rdzv_backend, str(c.rdzv_endpoint)) == ("static", "127.0.0.1:29500")
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--nnodes", "2", "--node-rank", "2"], "--node-rank 2 is not in 0..1"),
+        (
+            ["--rdzv-backend", "static", "--rdzv-endpoint", "localhost:0"],
+            "--rdzv-backend static needs a fixed port",
+        ),
+        (["--nproc-per-node", "gpu"], "--nproc-per-node gpu: Cuda is not available."),
+        (["--nproc-per-node", "many"], "--nproc-per-node 'many' is not a whole number >= 1"),
+        (["--max-restarts", "-1"], "--max-restarts -1 is negative"),
+        (["--local-ranks-filter", "a,b"], "--local_ranks_filter 'a,b': must be a comma"),
+        (["-r", "7"], "--redirects '7' is not 0-3 or LOCAL_RANK:0-3"),
+        (["--numa-binding", "node"], "--numa-binding node: NUMA binding is not supported"),
+    ],
+)
+def test_bad_values_are_usage_errors(argv: list[str], message: str) -> None:
+    if argv == ["--nproc-per-node", "gpu"]:
+        import torch
+
+        if torch.cuda.is_available():
+            pytest.fail("this test needs a machine without a GPU")
+    with pytest.raises(UsageError, match=message.replace("(", r"\(").replace(".", r"\.")):
+        config(*argv)
+
+
+def test_redirects_and_tee_per_local_rank() -> None:
+    c = config("--nproc-per-node", "2", "-r", "0:3,1:1", "-t", "0:1")
+    assert c.console.streams == {0: Std.OUT, 1: Std.ERR}
+
+
+def test_torchelastic_log_line_prefix_template(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(
+        "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE", "[${role_name}:${rank}:$local_rank]"
+    )
+    assert config().console.prefix_template == "[{role}:{rank}:{local_rank}]"
+    assert config("--log-line-prefix-template", "<{rank}> ").console.prefix_template == "<{rank}> "
+
+
+def test_shutdown_timeout_from_flag_or_torch_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert config().shutdown_timeout_s == 30
+    monkeypatch.setenv("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "7")
+    assert config().shutdown_timeout_s == 7
+    assert config("--shutdown-timeout", "3").shutdown_timeout_s == 3
+
+
+def test_omp_num_threads_is_1_with_torchruns_warning_for_several_workers(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    warnings: list[str] = []
+    apply_process_environment(config("--nproc-per-node", "1"), warnings.append)
+    assert "OMP_NUM_THREADS" not in os.environ and warnings == []
+    apply_process_environment(config("--nproc-per-node", "2"), warnings.append)
+    assert os.environ["OMP_NUM_THREADS"] == "1"
+    assert len(warnings) == 1
+    assert "Setting OMP_NUM_THREADS environment variable for each process to be 1" in warnings[0]
+    monkeypatch.setenv("OMP_NUM_THREADS", "4")
+    apply_process_environment(config("--nproc-per-node", "2"), warnings.append)
+    assert os.environ["OMP_NUM_THREADS"] == "4" and len(warnings) == 1
+
+
+def test_run_path_wins_over_no_python() -> None:
+    c = config("--run-path", "--no-python")
+    assert c.worker.args[2:] == ("train.py", "--lr", "1")
+
+
+def test_unknown_start_method_is_an_argparse_error(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        build_parser().parse_args(["--start-method", "threads", "x.py"])
+    assert exit_info.value.code == 2
+    assert "invalid choice: 'threads'" in capsys.readouterr().err
+
+
+def test_parser_is_read_once_into_the_config() -> None:
+    args = build_parser().parse_args(["train.py"])
+    assert isinstance(args, argparse.Namespace)
+    assert not any(isinstance(v, argparse.Namespace) for v in vars(config()).values())
+    logging.getLogger(__name__).debug("ok")

@@ -1,0 +1,378 @@
+"""The agent's configuration: the command line parsed and checked once.
+
+:func:`config_from_args` is the only reader of the ``argparse`` result (as torchrun's
+``config_from_args`` -> ``LaunchConfig``); rendezvous, workers, console and supervision take
+an :class:`AgentConfig`. Field names follow torch's ``LaunchConfig`` where they mean the same.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from torch.distributed.elastic.multiprocessing.api import Std
+
+from torchx_elastic.agent import compat
+from torchx_elastic.agent.config.endpoint import Endpoint
+from torchx_elastic.agent.console.display import ConsoleMode, parse_rank_filter
+from torchx_elastic.agent.console.output import DEFAULT_PREFIX, format_prefix
+from torchx_elastic.agent.workers import bootstrap
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MASTER_PORT = 29500
+DEFAULT_SHUTDOWN_TIMEOUT_S = 30.0
+PREFIX_TEMPLATE_ENV = "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"
+OMP_WARNING = (
+    "\n*****************************************\n"
+    "Setting OMP_NUM_THREADS environment variable for each process to be "
+    "1 in default, to avoid your system being overloaded, "
+    "please further tune the variable for optimal performance in "
+    "your application as needed. \n"
+    "*****************************************"
+)
+
+
+class UsageError(Exception):
+    """Bad input on the agent's command line: exit 1 with the message (as torchrun's
+    ``config_from_args`` errors; ``argparse``'s own errors exit 2)."""
+
+
+@dataclass(frozen=True)
+class NodeRange:
+    min_nodes: int
+    max_nodes: int
+
+    @classmethod
+    def parse(cls, text: str) -> NodeRange:
+        low, _, high = text.partition(":")
+        try:
+            min_nodes = int(low)
+            max_nodes = int(high) if high else min_nodes
+        except ValueError:
+            raise ValueError(f"--nnodes {text!r} is not N or MIN:MAX (e.g. 2 or 1:4)") from None
+        if not 1 <= min_nodes <= max_nodes:
+            raise ValueError(f"--nnodes {text!r}: need 1 <= MIN <= MAX (e.g. 2 or 1:4)")
+        return cls(min_nodes, max_nodes)
+
+    def __str__(self) -> str:
+        return (
+            str(self.min_nodes)
+            if self.min_nodes == self.max_nodes
+            else f"{self.min_nodes}:{self.max_nodes}"
+        )
+
+
+@dataclass(frozen=True)
+class WorkerCommand:
+    """What every worker runs: ``entrypoint args``, ``${local_rank}`` still to substitute."""
+
+    entrypoint: str
+    args: tuple[str, ...]
+
+    @property
+    def through_bootstrap(self) -> bool:
+        return self.args[:2] == ("-m", bootstrap.__name__)
+
+
+@dataclass(frozen=True)
+class ConsoleConfig:
+    mode: ConsoleMode = "auto"
+    prefix_template: str = DEFAULT_PREFIX
+    streams: Std | Mapping[int, Std] = Std.ALL
+    """Console streams per local rank (``Std``): what --redirects does not take off it."""
+    show_ranks: frozenset[int] | None = None
+    show_local_ranks: frozenset[int] | None = None
+    status_interval_s: float = 5.0
+    duplicate_stdout_filters: tuple[str, ...] = ()
+    duplicate_stderr_filters: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    """One agent run, from the command line."""
+
+    min_nodes: int
+    max_nodes: int
+    nproc_per_node: int
+    run_id: str
+    role: str
+    rdzv_backend: str
+    rdzv_endpoint: Endpoint
+    rdzv_configs: dict[str, Any]
+    worker: WorkerCommand
+    max_restarts: int = 0
+    monitor_interval_s: float = 0.1
+    start_method: str = "spawn"
+    local_addr: str | None = None
+    master_addr: str | None = None
+    """Set for static rendezvous only (torch: the workers' store is the agents')."""
+    master_port: int | None = None
+    log_dir: str | None = None
+    logs_specs_name: str | None = None
+    console: ConsoleConfig = field(default_factory=ConsoleConfig)
+    exit_barrier_timeout_s: float = 30.0
+    shutdown_timeout_s: float = DEFAULT_SHUTDOWN_TIMEOUT_S
+    hang_timeout_s: float = 0.0
+    signals_to_handle: str = "SIGTERM,SIGINT,SIGHUP,SIGQUIT"
+    virtual_local_rank: bool = False
+    event_log_handler: str = "null"
+
+    @property
+    def nnodes(self) -> str:
+        return str(NodeRange(self.min_nodes, self.max_nodes))
+
+
+def local_world_size(text: str) -> int:
+    """``--nproc-per-node``: a number, or cpu, gpu, xpu, auto, a custom backend's name."""
+    text = text.strip()
+    if text.isdigit() and int(text) >= 1:
+        return int(text)
+    if text == "cpu":
+        return os.cpu_count() or 1
+    count = None if text.isdigit() else compat.accelerator_count(text)
+    if count is None:
+        raise UsageError(
+            f"--nproc-per-node {text!r} is not a whole number >= 1 (or auto, cpu, gpu);"
+            " also accepted: xpu and a custom device backend's name"
+        )
+    if text == "auto":
+        return count or os.cpu_count() or 1
+    if count == 0:
+        name = {"gpu": "Cuda", "xpu": "Xpu"}.get(text, text)
+        raise UsageError(f"--nproc-per-node {text}: {name} is not available.")
+    return count
+
+
+def rdzv_configs(text: str) -> dict[str, Any]:
+    conf: dict[str, Any] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise UsageError(f"--rdzv-conf item {item!r} is not KEY=VALUE (e.g. join_timeout=600)")
+        conf[key.strip()] = value.strip()
+    return conf
+
+
+def _int(flag: str, text: Any) -> int:
+    try:
+        return int(text)
+    except (TypeError, ValueError):
+        raise UsageError(f"{flag} {text!r} is not a whole number") from None
+
+
+def worker_command(args: argparse.Namespace) -> WorkerCommand:
+    """Every worker runs the bootstrap, which runs the script, module or program."""
+    script_args = tuple(args.training_script_args)
+    if args.run_path:
+        target: tuple[str, ...] = (args.training_script,)
+    elif args.no_python and args.module:
+        raise UsageError("--no-python and -m cannot be used together")
+    elif args.no_python:
+        target = ("--exec", args.training_script)
+    elif args.module:
+        target = ("-m", args.training_script)
+    else:
+        target = (args.training_script,)
+    python = os.environ.get("PYTHON_EXEC", sys.executable)
+    return WorkerCommand(python, ("-m", bootstrap.__name__, *target, *script_args))
+
+
+def _std(flag: str, text: str) -> Std | dict[int, Std]:
+    try:
+        return Std.from_str(text)
+    except ValueError:
+        raise UsageError(
+            f"{flag} {text!r} is not 0-3 or LOCAL_RANK:0-3,... (e.g. 3 or 0:1,1:2)"
+        ) from None
+
+
+def console_streams(redirects: str, tee: str, nproc: int) -> Std | dict[int, Std]:
+    """Streams the console shows per local rank: not redirected, or redirected and teed."""
+    off, back = _std("--redirects", redirects), _std("--tee", tee)
+    if isinstance(off, Std) and isinstance(back, Std):
+        return Std(Std.ALL.value & ~off.value | back.value)
+
+    def at(value: Std | dict[int, Std], rank: int) -> int:
+        return (value if isinstance(value, Std) else value.get(rank, Std.NONE)).value
+
+    return {rank: Std(Std.ALL.value & ~at(off, rank) | at(back, rank)) for rank in range(nproc)}
+
+
+def prefix_template(flag_value: str | None) -> str:
+    """Our flag; else torch's ``TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE`` (``${rank}``, ...)."""
+    if flag_value is not None:
+        template = flag_value
+    elif os.environ.get(PREFIX_TEMPLATE_ENV):
+        template = (
+            os.environ[PREFIX_TEMPLATE_ENV]
+            .replace("{", "{{")
+            .replace("}", "}}")
+            .replace("${{role_name}}", "{role}")
+            .replace("${{rank}}", "{rank}")
+            .replace("${{local_rank}}", "{local_rank}")
+        )
+        for name, field_name in (
+            ("role_name", "role"),
+            ("local_rank", "local_rank"),
+            ("rank", "rank"),
+        ):
+            template = template.replace(f"${name}", "{" + field_name + "}")
+    else:
+        template = DEFAULT_PREFIX
+    try:
+        format_prefix(template, node=0, rank=0, local_rank=0)
+    except ValueError as err:
+        raise UsageError(str(err)) from None
+    return template
+
+
+def _local_ranks(text: str) -> frozenset[int] | None:
+    if not text:
+        return None
+    try:
+        ranks = frozenset(int(part) for part in text.split(","))
+    except ValueError:
+        raise UsageError(
+            f"--local_ranks_filter {text!r}: must be a comma-separated list of integers e.g."
+            " --local_ranks_filter=0,1,2"
+        ) from None
+    return ranks
+
+
+def _rendezvous(
+    args: argparse.Namespace, nodes: NodeRange
+) -> tuple[str, Endpoint, str, dict[str, Any], str | None, int | None]:
+    """Backend, endpoint, run id, configs and (static only) the master address and port."""
+    conf = rdzv_configs(args.rdzv_conf)
+    backend, endpoint_text, run_id = args.rdzv_backend, args.rdzv_endpoint, args.rdzv_id
+    if args.standalone or (
+        backend == "static"
+        and not endpoint_text
+        and args.master_port is None
+        and nodes.max_nodes == 1  # torchrun: one node needs no fixed port
+    ):
+        backend, endpoint_text, run_id = "c10d", "localhost:0", str(uuid.uuid4())
+    master_port = DEFAULT_MASTER_PORT if args.master_port is None else args.master_port
+    if backend == "static" and not endpoint_text:
+        host = args.master_addr
+        endpoint_text = (
+            f"{host}:{master_port}"
+            if host.startswith("[") or ":" not in host
+            else f"[{host}]:{master_port}"
+        )
+    try:
+        endpoint = Endpoint.parse(endpoint_text)
+    except ValueError as err:
+        raise UsageError(str(err)) from None
+    if endpoint.port == 0 and nodes.max_nodes > 1:
+        raise UsageError(
+            f"--rdzv-endpoint {args.rdzv_endpoint!r}: port 0 (a free port) only works for a"
+            f" single node, but --nnodes is {args.nnodes!r}; give the rank-0 node's port"
+        )
+    master_addr = master = None
+    if backend == "static" and endpoint.port == 0:
+        raise UsageError(
+            f"--rdzv-backend static needs a fixed port (the workers' store is the agents'),"
+            f" not {endpoint}; give --master-port or --rdzv-endpoint HOST:PORT"
+        )
+    if backend == "static":
+        node_rank = args.node_rank
+        if "rank" in conf and node_rank == 0:  # dist.ddp and old scripts: --rdzv-conf rank=N
+            node_rank = _int("--rdzv-conf rank", conf["rank"])
+        if not 0 <= node_rank < nodes.max_nodes:
+            raise UsageError(
+                f"--node-rank {node_rank} is not in 0..{nodes.max_nodes - 1} (--nnodes"
+                f" {args.nnodes!r})"
+            )
+        conf["rank"] = node_rank
+        master_addr, master = endpoint.host, endpoint.port
+    else:
+        if args.node_rank != 0:
+            log.warning(
+                "node_rank is only used for static rdzv_backend. It will be ignored for"
+                " rdzv_backend=%s.",
+                backend,
+            )
+    return backend, endpoint, run_id, conf, master_addr, master
+
+
+def config_from_args(args: argparse.Namespace) -> AgentConfig:
+    """The whole configuration, checked; bad input is a :class:`UsageError`."""
+    try:
+        nodes = NodeRange.parse(args.nnodes)
+    except ValueError as err:
+        raise UsageError(str(err)) from None
+    if args.max_restarts < 0:
+        raise UsageError(f"--max-restarts {args.max_restarts} is negative; give 0 or more")
+    backend, endpoint, run_id, conf, master_addr, master_port = _rendezvous(args, nodes)
+    worker = worker_command(args)
+    nproc = local_world_size(str(args.nproc_per_node))
+    if args.numa_binding is not None:
+        raise UsageError(
+            f"--numa-binding {args.numa_binding}: NUMA binding is not supported by this agent"
+            " (it binds workers to the CPUs of their GPU); leave the flag out"
+        )
+    try:
+        show_ranks = parse_rank_filter(args.console_ranks)
+    except ValueError as err:
+        raise UsageError(str(err)) from None
+    shutdown_timeout_s = args.shutdown_timeout
+    if shutdown_timeout_s is None:
+        shutdown_timeout_s = args.term_timeout_s
+    if shutdown_timeout_s is None:
+        shutdown_timeout_s = float(
+            os.environ.get("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", DEFAULT_SHUTDOWN_TIMEOUT_S)
+        )
+    if shutdown_timeout_s < 0:
+        raise UsageError(f"--shutdown-timeout {shutdown_timeout_s:g} is negative")
+    console = ConsoleConfig(
+        mode=args.console,
+        prefix_template=prefix_template(args.log_line_prefix_template),
+        streams=console_streams(str(args.redirects), str(args.tee), nproc),
+        show_ranks=show_ranks,
+        show_local_ranks=_local_ranks(args.local_ranks_filter),
+        status_interval_s=args.status_interval_s,
+        duplicate_stdout_filters=tuple(f for f in args.duplicate_stdout_filters if f),
+        duplicate_stderr_filters=tuple(f for f in args.duplicate_stderr_filters if f),
+    )
+    return AgentConfig(
+        min_nodes=nodes.min_nodes,
+        max_nodes=nodes.max_nodes,
+        nproc_per_node=nproc,
+        run_id=run_id,
+        role=args.role,
+        rdzv_backend=backend,
+        rdzv_endpoint=endpoint,
+        rdzv_configs=conf,
+        worker=worker,
+        max_restarts=args.max_restarts,
+        monitor_interval_s=args.monitor_interval,
+        start_method=args.start_method,
+        local_addr=args.local_addr,
+        master_addr=master_addr,
+        master_port=master_port,
+        log_dir=args.log_dir,
+        logs_specs_name=args.logs_specs,
+        console=console,
+        exit_barrier_timeout_s=args.exit_barrier_timeout,
+        shutdown_timeout_s=float(shutdown_timeout_s),
+        hang_timeout_s=args.hang_timeout_s,
+        signals_to_handle=args.signals_to_handle,
+        virtual_local_rank=args.virtual_local_rank,
+        event_log_handler=args.event_log_handler,
+    )
+
+
+def apply_process_environment(config: AgentConfig, warn: Any = None) -> None:
+    """What torchrun sets in its own environment for the workers to inherit."""
+    if "OMP_NUM_THREADS" not in os.environ and config.nproc_per_node > 1:
+        (warn or log.warning)(OMP_WARNING)
+        os.environ["OMP_NUM_THREADS"] = "1"
+    os.environ["TORCHELASTIC_SIGNALS_TO_HANDLE"] = config.signals_to_handle

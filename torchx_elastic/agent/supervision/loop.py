@@ -1,0 +1,370 @@
+"""The agent's supervision loop, on torch's public rendezvous API.
+
+One :class:`Supervisor` per agent run: rendezvous (``next_rendezvous()``), assign the
+workers' ranks, start them (:class:`WorkerProcesses`), watch them every
+``monitor_interval_s``, restart the group on a failure (up to ``max_restarts``) or when nodes
+wait to join (``num_nodes_waiting()``, which costs no restart), and on success wait for the
+other nodes at the exit barrier. The same states and decisions as torch's
+``SimpleElasticAgent._invoke_run``, written against public classes only.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import tempfile
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from torch.distributed.distributed_c10d import Store
+from torch.distributed.elastic.agent.server.api import RunResult, WorkerState
+from torch.distributed.elastic.multiprocessing.api import LogsSpecs, SignalException
+from torch.distributed.elastic.multiprocessing.errors import ProcessFailure
+from torch.distributed.elastic.rendezvous import RendezvousHandler
+from torch.distributed.elastic.utils.api import macros
+
+from torchx_elastic.agent import compat
+from torchx_elastic.agent.config.launch import AgentConfig
+from torchx_elastic.agent.console.events import EventLog
+from torchx_elastic.agent.console.output import OutputSink, RankOutput
+from torchx_elastic.agent.error_file import write_error_file
+from torchx_elastic.agent.supervision.watchdog import HangWatchdog
+from torchx_elastic.agent.workers.bootstrap import AGENT_PID_ENV, DUMP_STACKS_SIGNAL
+from torchx_elastic.agent.workers.forkserver import ForkServer
+from torchx_elastic.agent.workers.janitor import Janitor
+from torchx_elastic.agent.workers.processes import WorkerProcesses
+
+log = logging.getLogger(__name__)
+
+SinkFactory = Callable[[list[RankOutput]], OutputSink]
+STACK_DUMP_WAIT_S = 1.0
+ROLE_INFO_PREFIX = "torchelastic/role_info/"
+ASSIGNED_RANKS_PREFIX = "torchelastic/assigned_ranks/"
+FILE_TIMER_ENV = "TORCHELASTIC_ENABLE_FILE_TIMER"
+TIMER_FILE_ENV = "TORCHELASTIC_TIMER_FILE"
+
+
+@dataclass(frozen=True)
+class WorkerRank:
+    local_rank: int
+    global_rank: int
+    role_rank: int
+    world_size: int
+    role_world_size: int
+
+
+@dataclass(frozen=True)
+class Group:
+    """The workers of one rendezvous round on this node."""
+
+    round: compat.Round
+    workers: tuple[WorkerRank, ...]
+
+
+@dataclass
+class Supervision:
+    """How the agent watches its workers beyond their exit codes."""
+
+    janitor: Janitor | None = None
+    watchdog: HangWatchdog | None = None
+    fork_server: ForkServer | None = None
+
+
+def assign_ranks(
+    store: Store, group_rank: int, group_world_size: int, config: AgentConfig
+) -> tuple[WorkerRank, ...]:
+    """Global and role ranks of this node's workers (torch's algorithm and store keys).
+
+    Every node writes its role and worker count; node 0 hands out consecutive blocks of
+    ranks in node order; nodes may run different numbers of workers.
+    """
+    nproc = config.nproc_per_node
+    store.set(f"{ROLE_INFO_PREFIX}{group_rank}", json.dumps([config.role, nproc]))
+    if group_rank == 0:
+        infos = [json.loads(store.get(f"{ROLE_INFO_PREFIX}{i}")) for i in range(group_world_size)]
+        world_size = sum(n for _, n in infos)
+        role_sizes: dict[str, int] = {}
+        for role, n in infos:
+            role_sizes[role] = role_sizes.get(role, 0) + n
+        base, role_bases = 0, dict.fromkeys(role_sizes, 0)
+        for i, (role, n) in enumerate(infos):
+            value = [base, world_size, role_bases[role], role_sizes[role]]
+            store.set(f"{ASSIGNED_RANKS_PREFIX}{i}", json.dumps(value))
+            base += n
+            role_bases[role] += n
+    base, world_size, role_base, role_world_size = json.loads(
+        store.get(f"{ASSIGNED_RANKS_PREFIX}{group_rank}")
+    )
+    return tuple(
+        WorkerRank(i, base + i, role_base + i, world_size, role_world_size) for i in range(nproc)
+    )
+
+
+def worker_envs(
+    config: AgentConfig, group: Group, restart_count: int, run_id: str, use_agent_store: bool
+) -> dict[int, dict[str, str]]:
+    """torchrun's environment of every local worker, by local rank."""
+    rnd = group.round
+    master_addr = config.master_addr or rnd.master_addr
+    master_port = config.master_port or rnd.master_port
+    envs: dict[int, dict[str, str]] = {}
+    for worker in group.workers:
+        env = {
+            "RANK": str(worker.global_rank),
+            "LOCAL_RANK": str(worker.local_rank),
+            "GROUP_RANK": str(rnd.rank),
+            "ROLE_RANK": str(worker.role_rank),
+            "ROLE_NAME": config.role,
+            "LOCAL_WORLD_SIZE": str(config.nproc_per_node),
+            "WORLD_SIZE": str(worker.world_size),
+            "GROUP_WORLD_SIZE": str(rnd.world_size),
+            "ROLE_WORLD_SIZE": str(worker.role_world_size),
+            "MASTER_ADDR": str(master_addr),
+            "MASTER_PORT": str(master_port),
+            "TORCHELASTIC_RESTART_COUNT": str(restart_count),
+            "TORCHELASTIC_MAX_RESTARTS": str(config.max_restarts),
+            "TORCHELASTIC_RUN_ID": run_id,
+            "TORCHELASTIC_USE_AGENT_STORE": str(use_agent_store),
+            "TORCH_NCCL_ASYNC_ERROR_HANDLING": os.getenv("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1"),
+            "PYTHONUNBUFFERED": os.getenv("PYTHONUNBUFFERED", "1"),
+            AGENT_PID_ENV: str(os.getpid()),
+        }
+        if "OMP_NUM_THREADS" in os.environ:
+            env["OMP_NUM_THREADS"] = os.environ["OMP_NUM_THREADS"]
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        if config.virtual_local_rank:
+            env["LOCAL_RANK"] = "0"
+            devices = visible.split(",") if visible is not None else None
+            if devices is not None and worker.local_rank >= len(devices):
+                raise ValueError(
+                    f"local_rank {worker.local_rank} exceeds available GPUs in"
+                    f" CUDA_VISIBLE_DEVICES={visible}"
+                )
+            env["CUDA_VISIBLE_DEVICES"] = (
+                devices[worker.local_rank].strip() if devices else str(worker.local_rank)
+            )
+        elif visible is not None:
+            env["CUDA_VISIBLE_DEVICES"] = visible
+        envs[worker.local_rank] = env
+    return envs
+
+
+class Supervisor:
+    """Runs the worker group of this node until it succeeds, fails or is stopped."""
+
+    def __init__(
+        self,
+        config: AgentConfig,
+        handler: RendezvousHandler,
+        logs_specs: LogsSpecs,
+        make_sink: SinkFactory,
+        events: EventLog,
+        worker_extra_env: dict[str, str],
+        supervision: Supervision,
+    ) -> None:
+        self.config = config
+        self.handler = handler
+        self._logs_specs = logs_specs
+        self._make_sink = make_sink
+        self._events = events
+        self._extra_env = worker_extra_env
+        self._supervision = supervision
+        self.remaining_restarts = config.max_restarts
+        self.last_round_members: dict[int, str] = {}
+        self._group: Group | None = None
+        self._workers: WorkerProcesses | None = None
+        self._file_timer: Any = None
+        self._timer_file: str | None = os.environ.get(TIMER_FILE_ENV)
+
+    @property
+    def attempt(self) -> int:
+        """0 for the first start of the workers, +1 for each restart after a failure."""
+        return self.config.max_restarts - self.remaining_restarts
+
+    # -- the loop ----------------------------------------------------------------------
+
+    def run(self) -> RunResult:
+        try:
+            return self._run()
+        except SignalException as err:
+            self.stop_workers(signal.Signals(err.sigval))  # the workers get the same signal
+            raise
+        finally:
+            self.stop_workers()
+            if self._file_timer is not None:
+                self._file_timer.stop()
+
+    def _run(self) -> RunResult:
+        self._start_round()
+        while True:
+            time.sleep(self.config.monitor_interval_s)
+            result = self._monitor()
+            if result.state == WorkerState.SUCCEEDED:
+                self._exit_barrier()
+                return result
+            if result.state in (WorkerState.UNHEALTHY, WorkerState.FAILED):
+                self._record_failure(result)
+                if self.remaining_restarts <= 0:
+                    self.stop_workers()
+                    return result
+                self.remaining_restarts -= 1
+                self._restart("failure")
+            elif self.handler.num_nodes_waiting() > 0:  # membership changes cost no restart
+                self._restart("membership change")
+
+    def _restart(self, reason: str) -> None:
+        self._events.emit("restart", attempt=self.attempt, reason=reason)
+        self.stop_workers()
+        self._start_round()
+
+    def _start_round(self) -> None:
+        rnd = compat.round_of(self.handler.next_rendezvous(), self.config.local_addr)
+        workers = assign_ranks(rnd.store, rnd.rank, rnd.world_size, self.config)
+        self._group = Group(rnd, workers)
+        self.last_round_members = compat.round_members(self.handler)
+        master_addr = self.config.master_addr or rnd.master_addr
+        master_port = self.config.master_port or rnd.master_port
+        self._events.node = rnd.rank
+        self._events.emit(
+            "rendezvous",
+            attempt=self.attempt,
+            group_world_size=rnd.world_size,
+            ranks=[w.global_rank for w in workers],
+            master=f"{master_addr}:{master_port}",
+        )
+        self._start_workers(self._group)
+
+    def _start_workers(self, group: Group) -> None:
+        config = self.config
+        run_id = self.handler.get_run_id()
+        envs = worker_envs(config, group, self.attempt, run_id, self.handler.use_agent_store)
+        self._start_file_timer(run_id)
+        for env in envs.values():
+            env.update(self._extra_env)
+            if self._timer_file is not None:
+                env[TIMER_FILE_ENV] = self._timer_file
+        args = {
+            w.local_rank: tuple(macros.substitute(list(config.worker.args), str(w.local_rank)))
+            for w in group.workers
+        }
+        by_local = {w.local_rank: w for w in group.workers}
+
+        def make_sink(stdouts: dict[int, str], stderrs: dict[int, str]) -> OutputSink:
+            return self._make_sink(
+                [
+                    RankOutput(
+                        local_rank=local_rank,
+                        global_rank=by_local[local_rank].global_rank,
+                        node_rank=group.round.rank,
+                        stdout_path=stdouts[local_rank],
+                        stderr_path=stderrs[local_rank],
+                    )
+                    for local_rank in sorted(by_local)
+                ]
+            )
+
+        self._workers = WorkerProcesses(
+            name=config.role,
+            entrypoint=config.worker.entrypoint,
+            args=args,
+            envs=envs,
+            logs_specs=self._logs_specs,
+            make_sink=make_sink,
+            janitor=self._supervision.janitor,
+            fork_server=self._supervision.fork_server,
+        )
+        if self._supervision.watchdog is not None:
+            self._supervision.watchdog.attempt_started(self.attempt)
+        self._workers.start()
+        pids = self._workers.pids()
+        self._events.emit(
+            "start",
+            attempt=self.attempt,
+            pids={by_local[local_rank].global_rank: pid for local_rank, pid in pids.items()},
+        )
+
+    def _start_file_timer(self, run_id: str) -> None:
+        """torch's worker watchdog (``TORCHELASTIC_ENABLE_FILE_TIMER=1``), once per run."""
+        if os.environ.get(FILE_TIMER_ENV) != "1" or self._file_timer is not None:
+            return
+        if self._timer_file is None:
+            self._timer_file = os.path.join(
+                tempfile.gettempdir(), "watchdog_timer_" + str(uuid.uuid4())
+            )
+        self._file_timer = compat.start_file_timer(self._timer_file, run_id)
+
+    def stop_workers(self, death_sig: signal.Signals = signal.SIGTERM) -> None:
+        """``death_sig``, ``shutdown_timeout_s`` of grace, then SIGKILL; idempotent."""
+        if self._workers is not None:
+            self._workers.close(death_sig, int(self.config.shutdown_timeout_s))
+
+    def _monitor(self) -> RunResult:
+        workers, group = self._workers, self._group
+        assert workers is not None and group is not None
+        result = workers.wait(0)
+        if result is None:
+            return self._check_hang(workers, group) or RunResult(state=WorkerState.HEALTHY)
+        if result.is_failed():
+            failures = {
+                group.workers[local_rank].global_rank: failure
+                for local_rank, failure in result.failures.items()
+            }
+            return RunResult(state=WorkerState.FAILED, failures=failures)
+        return_values = {
+            group.workers[local_rank].global_rank: value
+            for local_rank, value in result.return_values.items()
+        }
+        return RunResult(state=WorkerState.SUCCEEDED, return_values=return_values)
+
+    def _check_hang(self, workers: WorkerProcesses, group: Group) -> RunResult | None:
+        """A FAILED result naming the stalled ranks, after every rank dumped its stack."""
+        watchdog = self._supervision.watchdog
+        if watchdog is None:
+            return None
+        stalled = watchdog.stalled(w.local_rank for w in group.workers)
+        if not stalled:
+            return None
+        workers.signal_workers(DUMP_STACKS_SIGNAL)
+        time.sleep(STACK_DUMP_WAIT_S)  # let faulthandler's output reach the logs
+        pids = workers.pids()
+        failures = {}
+        for local_rank in stalled:
+            global_rank = group.workers[local_rank].global_rank
+            error_file = workers.error_files[local_rank]
+            message = watchdog.hang_message(global_rank)
+            write_error_file(error_file, message, message)
+            failures[global_rank] = ProcessFailure(
+                local_rank=local_rank,
+                pid=pids[local_rank],
+                exitcode=-int(signal.SIGKILL),
+                error_file=error_file,
+            )
+        return RunResult(state=WorkerState.FAILED, failures=failures)
+
+    def _record_failure(self, result: RunResult) -> None:
+        self._events.emit(
+            "failure",
+            attempt=self.attempt,
+            failures={
+                rank: {"local_rank": f.local_rank, "pid": f.pid, "exitcode": f.exitcode}
+                for rank, f in result.failures.items()
+            },
+        )
+
+    def _exit_barrier(self) -> None:
+        """Keep this node's agent (and its store) up until every node is done."""
+        group = self._group
+        assert group is not None
+        try:
+            compat.exit_barrier(
+                group.round.store, group.round.world_size, self.config.exit_barrier_timeout_s
+            )
+        except SignalException:
+            raise
+        except Exception as err:  # noqa: BLE001 - torch's agent logs and goes on, too
+            log.warning("exit barrier: not every node finished in time (%s)", err)
