@@ -5,16 +5,41 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 JOB ?= -j 2x2
 
-.PHONY: setup example image test test-fast lint bench clean
+# The agent's end-to-end tests also run on the oldest torch the package declares and on the
+# newest release, each in a venv of its own (.venv-torch<version>): torch first, then this
+# package with its test extra under constraints that keep that torch and torchx 0.7.
+# These two pull CUDA builds (about 5 GB each on disk; pip's cache keeps the downloads).
+TORCH_VERSIONS ?= 2.4.0 2.15.0
+AGENT_E2E_TESTS ?= tests/agent tests/e2e/test_faults.py tests/e2e/test_start_methods.py \
+	tests/e2e/test_agent_usage_errors.py tests/e2e/test_torchrun_compat.py
+export PIP_CACHE_DIR ?= $(HOME)/.cache/pip
+
+DEV_VENV ?= .venv-torchx-nightly
+
+.PHONY: setup setup-torchx-dev test-torchx-dev example image test test-fast test-torch-versions lint bench
+.PHONY: clean
 
 setup: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml constraints.txt
+$(VENV)/.installed: pyproject.toml hatch_build.py constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -c constraints.txt torch==2.13.0
 	$(BIN)/python -m pip install -q -c constraints.txt -e '.[test]'
 	touch $@
+
+# torchx's development line (torchx-nightly) in a second venv, this package built for it
+setup-torchx-dev: $(DEV_VENV)/.installed
+
+$(DEV_VENV)/.installed: pyproject.toml hatch_build.py constraints.txt ci/torchx-nightly-venv.sh
+	ci/torchx-nightly-venv.sh $(DEV_VENV) $(PYTHON)
+	touch $@
+
+# The compatibility tests (CLI, components, run options, whole lines of a local run) with
+# torchx's development line; `make test` runs them (and everything else) with torchx 0.7.
+COMPAT_TESTS := tests/compat tests/unit/test_cli_integration.py tests/e2e/test_local_cwd_lines.py
+test-torchx-dev: setup-torchx-dev
+	$(DEV_VENV)/bin/pytest -q -p no:cacheprovider $(COMPAT_TESTS)
 
 # The main job: a real gloo DDP run through the torchx CLI on our local_cwd scheduler.
 example: setup
@@ -26,12 +51,26 @@ image: setup
 	PYTHON=$(BIN)/python docker/build-image.sh
 
 lint: setup
-	$(BIN)/ruff check torchx_elastic tests bench examples
+	$(BIN)/ruff check torchx_elastic torchx_plugins hatch_build.py tests bench examples
 	$(BIN)/mypy
 
 # Everything, slow end-to-end runs included (Docker tests need an engine: ci/docker-engine.sh).
 test: lint
 	$(BIN)/pytest -q -rs --durations=15
+
+test-torch-versions: $(foreach v,$(TORCH_VERSIONS),.venv-torch$(v)/.installed)
+	status=0; for v in $(TORCH_VERSIONS); do \
+		echo "== agent end-to-end tests on torch $$v"; \
+		.venv-torch$$v/bin/pytest -q -rs -p no:cacheprovider $(AGENT_E2E_TESTS) || status=1; \
+	done; exit $$status
+
+.venv-torch%/.installed: pyproject.toml
+	$(PYTHON) -m venv .venv-torch$*
+	.venv-torch$*/bin/python -m pip install -q --upgrade pip
+	printf 'torch==%s\ntorchx>=0.7,<0.8\n' $* > .venv-torch$*/constraints.txt
+	.venv-torch$*/bin/python -m pip install -q -c .venv-torch$*/constraints.txt torch==$*
+	.venv-torch$*/bin/python -m pip install -q -c .venv-torch$*/constraints.txt -e '.[test]'
+	touch $@
 
 # Unit tests only.
 test-fast: setup
@@ -41,4 +80,4 @@ bench: setup
 	$(BIN)/python bench/run.py
 
 clean:
-	rm -rf $(VENV) torchx_logs .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .venv-torch* torchx_logs .pytest_cache .mypy_cache .ruff_cache

@@ -13,9 +13,17 @@ REPO = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 
 
+# TORCHX_ELASTIC_TEST_SRC=/path/to/a/checkout: the subprocesses (agent, torchx) import
+# torchx_elastic from that checkout instead of this one, to run these tests against another
+# branch's code; otherwise PYTHONPATH is dropped so that the installed package is used.
+TEST_SRC_ENV = "TORCHX_ELASTIC_TEST_SRC"
+
+
 def _env(extra: dict[str, str] | None = None) -> dict[str, str]:
     env = dict(os.environ)
     env.pop("PYTHONPATH", None)
+    if env.get(TEST_SRC_ENV):
+        env["PYTHONPATH"] = env[TEST_SRC_ENV]
     env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
     env.update(extra or {})
     return env

@@ -107,7 +107,10 @@ class LocalCwdScheduler(LocalScheduler):
     ) -> AppDryRunInfo[PopenRequest]:
         options = LocalCwdOptions.from_cfg(cfg)
         resolved = {**asdict(options), "log_dir": os.path.abspath(options.log_dir)}
-        info = super()._submit_dryrun(app, resolved)
+        # torchx 0.7 hands the cfg over as a dict, its development line as its own
+        # options dataclass (``from_cfg``), and reads it back the same way
+        as_torchx = getattr(type(cfg), "from_cfg", None)
+        info = super()._submit_dryrun(app, as_torchx(resolved) if as_torchx else resolved)
         for replicas in info.request.role_params.values():
             for replica in replicas:
                 replica.env[RANK0_ENV] = RANK0_HOST

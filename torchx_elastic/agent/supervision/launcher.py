@@ -69,7 +69,8 @@ def console_session(config: AgentConfig, log_dir: str) -> ConsoleSession:
 
 
 def launch(config: AgentConfig, fork_server: ForkServer | None = None) -> int:
-    apply_process_environment(config)
+    """Run the agent in this process to the end; the exit code (torch's ``elastic_launch``
+    for a function calls this too: what only torchrun sets is in :func:`run`)."""
     log_dir = config.log_dir or tempfile.mkdtemp(prefix="torchx_elastic_")
     specs = logs_specs(config, log_dir)
     session = console_session(config, log_dir)
@@ -131,6 +132,7 @@ def rendezvous_failure(
 def run(config: AgentConfig, fork_server: ForkServer | None = None) -> None:
     """Run the agent and exit with the job's exit code."""
     try:
+        apply_process_environment(config)
         code = launch(config, fork_server)
     except UsageError as err:
         print(f"torchx-elastic: error: {err}", file=sys.stderr)

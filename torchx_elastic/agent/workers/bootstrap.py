@@ -2,7 +2,8 @@
 
 Runs the user's script or module exactly as ``python SCRIPT ARGS`` / ``python -m MODULE ARGS``
 would (``__main__``, ``sys.argv``, ``__file__``, ``sys.path[0]``), or executes a program
-(``--exec PROGRAM ARGS``, the agent's ``--no-python``), and in addition:
+(``--exec PROGRAM ARGS``, the agent's ``--no-python``), or calls a pickled Python function
+(``--call CALL_FILE``, see :mod:`torchx_elastic.agent.function.call`), and in addition:
 
 - dies with the agent: the Linux parent-death signal is set, so a SIGKILLed agent leaves no
   orphaned workers behind;
@@ -28,6 +29,7 @@ from torchx_elastic.agent.error_file import ERROR_FILE_ENV, write_error_file
 AGENT_PID_ENV = "TORCHX_ELASTIC_AGENT_PID"
 LAUNCHER_PID_ENV = "TORCHX_ELASTIC_LAUNCHER_PID"
 DUMP_STACKS_SIGNAL = signal.SIGRTMIN + 4
+_CALL_MODULE = "torchx_elastic.agent.function.call"
 _PR_SET_PDEATHSIG = 1
 _OWN_FILES = frozenset(
     {os.path.abspath(__file__), os.path.abspath(runpy.__file__), "<frozen runpy>"}
@@ -68,13 +70,17 @@ def record_error(exc: BaseException, tb: TracebackType | None) -> None:
         pass  # the traceback still goes to stderr
 
 
-def _is_own(filename: str) -> bool:
+def _is_own(filename: str, module: object) -> bool:
+    if module == _CALL_MODULE:
+        return True
     return filename in _OWN_FILES or os.path.abspath(filename) in _OWN_FILES
 
 
 def _user_frames(tb: TracebackType | None) -> TracebackType | None:
     """Drop the bootstrap's and runpy's frames, as ``python script.py`` shows none."""
-    while tb is not None and _is_own(tb.tb_frame.f_code.co_filename):
+    while tb is not None and _is_own(
+        tb.tb_frame.f_code.co_filename, tb.tb_frame.f_globals.get("__name__")
+    ):
         tb = tb.tb_next
     return tb
 
@@ -91,7 +97,11 @@ def dump_stacks_on_signal() -> None:
 def run(argv: list[str]) -> None:
     if argv[:1] == ["--exec"] and len(argv) >= 2:
         os.execvp(argv[1], argv[1:])  # --no-python: the parent-death signal survives exec
-    if argv[:1] == ["-m"] and len(argv) >= 2:
+    if argv[:1] == ["--call"] and len(argv) == 2:
+        from torchx_elastic.agent.function import call
+
+        call.run_call_file(argv[1])
+    elif argv[:1] == ["-m"] and len(argv) >= 2:
         module, args = argv[1], argv[2:]
         sys.argv = [module, *args]
         runpy.run_module(module, run_name="__main__", alter_sys=True)
@@ -103,7 +113,7 @@ def run(argv: list[str]) -> None:
     else:
         raise SystemExit(
             "usage: python -m torchx_elastic.agent.workers.bootstrap"
-            " (SCRIPT | -m MODULE | --exec PROGRAM) [ARGS...]"
+            " (SCRIPT | -m MODULE | --exec PROGRAM) [ARGS...] | --call CALL_FILE"
         )
 
 

@@ -206,11 +206,12 @@ class ForkServer:
 
     Created right after the agent imported torch and before it started any thread, so the
     server is a copy of a process that imported torch once (no second import) and holds no
-    lock another thread could own.
+    lock another thread could own. ``allow_threads``: fork even while other threads run, as
+    multiprocessing's fork does (a function launch with ``start_method="fork"``).
     """
 
-    def __init__(self) -> None:
-        if threading.active_count() > 1:
+    def __init__(self, allow_threads: bool = False) -> None:
+        if threading.active_count() > 1 and not allow_threads:
             raise RuntimeError("the fork server must be created before any thread starts")
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         agent_pid = os.getpid()

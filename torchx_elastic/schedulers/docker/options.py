@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar, Dict, List, Optional, Tuple
 
-from torchx_elastic.schedulers.options import RunOptions, option
+from torchx_elastic.schedulers.options import WORKSPACE_IMAGES, RunOptions, option
 
 IMAGE_PULL_POLICIES = ("missing", "always", "never")
 
@@ -60,4 +60,13 @@ class DockerOptions(RunOptions):
     )
     privileged: bool = option(
         False, type_=bool, help="run the containers privileged (docker run --privileged)"
+    )
+    image_repo: Optional[str] = option(
+        None,
+        type_=str,
+        unsupported=WORKSPACE_IMAGES,
+        help="image repository to push workspace images to (torchx workspaces)",
+    )
+    quiet: bool = option(
+        False, type_=bool, help="suppress the output of building workspace images (torchx's)"
     )

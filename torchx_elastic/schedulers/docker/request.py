@@ -50,6 +50,11 @@ def network_name(app_id: str) -> str:
     return dns_label(f"torchx-{app_id}", max_length=NAME_MAX_CHARS)
 
 
+def cancel_marker_name(app_id: str) -> str:
+    """The empty volume that records ``torchx cancel`` of a job (labels cannot be changed)."""
+    return f"{network_name(app_id)}-cancelled"
+
+
 @dataclass(frozen=True)
 class MountRequest:
     type: str  # bind | volume

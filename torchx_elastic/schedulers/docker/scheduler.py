@@ -2,8 +2,11 @@
 
 One network per job (``torchx-<app_id>``), one container per replica on it, named and
 hostnamed ``<app_id>-<role>-<replica>``; every replica's ``TORCHX_RANK0_HOST`` names the
-replica-0 container, which the others reach by name over the job's network. ``cancel``
-stops and removes the job's containers and network: nothing is left behind.
+replica-0 container, which the others reach by name over the job's network.
+
+``cancel`` stops the job's containers, as torchx's ``local_docker`` does: the job keeps its
+status (CANCELLED) and logs. ``delete`` (torchx's development line: ``torchx delete``)
+removes its containers and network: nothing is left behind.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from torchx_elastic.schedulers.docker.request import (
     SCHEDULER_NAME,
     DockerJob,
     build_job,
+    cancel_marker_name,
 )
 from torchx_elastic.schedulers.docker.status import (
     ContainerSnapshot,
@@ -205,8 +209,11 @@ class DockerScheduler(Scheduler[Mapping[str, CfgVal]]):
         snapshots = [self._snapshot(c) for c in containers]
         if not snapshots:
             return None
-        state = app_state(snapshots)
+        cancelled = app_id in self._cancelled()
+        state = app_state(snapshots, cancelled)
         msg = app_message(snapshots, self.session_name)
+        if cancelled:
+            msg = f"cancelled by torchx cancel; {msg}"
         live = [c for c, s in zip(containers, snapshots, strict=True) if not is_terminal(s.state)]
         if state == AppState.FAILED and live:
             logger.info("job %s failed: stopping its %d live containers", app_id, len(live))
@@ -227,10 +234,18 @@ class DockerScheduler(Scheduler[Mapping[str, CfgVal]]):
         for container in self._containers():
             snapshot = ContainerSnapshot.from_attrs(container.attrs)
             by_app.setdefault(snapshot.app_id, []).append(snapshot)
+        cancelled = self._cancelled()
         return [
-            ListAppResponse(app_id=app_id, state=app_state(snapshots))
+            ListAppResponse(app_id=app_id, state=app_state(snapshots, app_id in cancelled))
             for app_id, snapshots in sorted(by_app.items())
         ]
+
+    def _cancelled(self) -> set[str]:
+        """App ids of the jobs ``cancel`` has stopped (their marker volumes)."""
+        volumes = self.client.volumes.list(
+            filters={"label": [f"{LABEL_SCHEDULER}={SCHEDULER_NAME}", LABEL_APP_ID]}
+        )
+        return {volume.attrs["Labels"][LABEL_APP_ID] for volume in volumes}
 
     def log_iter(
         self,
@@ -259,10 +274,32 @@ class DockerScheduler(Scheduler[Mapping[str, CfgVal]]):
     # -- cancel ---------------------------------------------------------------------------
 
     def cancel(self, app_id: str) -> None:
-        """Stop and remove the job's containers and network; idempotent."""
-        self._remove_job(app_id)
+        """Stop the job's containers; its status (CANCELLED) and logs stay. Idempotent.
+
+        A job that has already ended is left as it is (it keeps SUCCEEDED or FAILED).
+        """
+        containers = self._containers(app_id)
+        snapshots = [ContainerSnapshot.from_attrs(c.attrs) for c in containers]
+        if not snapshots or is_terminal(app_state(snapshots)):
+            return
+        self.client.volumes.create(
+            name=cancel_marker_name(app_id),
+            labels={LABEL_SCHEDULER: SCHEDULER_NAME, LABEL_APP_ID: app_id},
+        )
+        self._for_each(containers, self._stop)
 
     def _cancel_existing(self, app_id: str) -> None:
+        self.cancel(app_id)
+
+    def delete(self, app_id: str) -> None:
+        """Remove the job: stop and remove its containers and network; idempotent.
+
+        torchx's development line calls this for ``torchx delete``; nothing of the job is
+        left behind (its logs go with its containers).
+        """
+        self._remove_job(app_id)
+
+    def _delete_existing(self, app_id: str) -> None:
         self._remove_job(app_id)
 
     @staticmethod
@@ -300,6 +337,12 @@ class DockerScheduler(Scheduler[Mapping[str, CfgVal]]):
         for network in networks:
             with contextlib.suppress(NotFound):
                 network.remove()
+        volumes = self.client.volumes.list(
+            filters={"label": [f"{LABEL_SCHEDULER}={SCHEDULER_NAME}", f"{LABEL_APP_ID}={app_id}"]}
+        )
+        for volume in volumes:
+            with contextlib.suppress(NotFound):
+                volume.remove(force=True)
 
 
 def create_scheduler(

@@ -10,13 +10,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar, Dict, List, Optional
 
-from torchx_elastic.schedulers.options import RunOptions, option
+from torchx_elastic.schedulers.options import WORKSPACE_IMAGES, RunOptions, option
 
 BACKEND_JOB = "job"
 BACKEND_VOLCANO = "volcano"
 BACKENDS = (BACKEND_JOB, BACKEND_VOLCANO)
 
 _TOLERATION_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
+# torchx's reservation for the node's own daemons (kubelet, container runtime, ...): a pod
+# of a named resource asks for the whole host less this, so it fits the node the resource names
+RESERVED_MILLICPU = 100
+RESERVED_MEMMB = 1024
 
 
 @dataclass(frozen=True)
@@ -48,6 +52,42 @@ class KubernetesOptions(RunOptions):
         None,
         type_=str,
         help="ServiceAccount of the pods; without one the pods get no API token mounted",
+    )
+    reserved_millicpu: int = option(
+        RESERVED_MILLICPU,
+        type_=int,
+        minimum=0,
+        help="millicores of each pod's cpu left to the node's own daemons: the pod requests"
+        " its cpu less this (as torchx)",
+    )
+    reserved_memmb: int = option(
+        RESERVED_MEMMB,
+        type_=int,
+        minimum=0,
+        help="MB of each pod's memory left to the node's own daemons: the pod requests its"
+        " memMB less this (as torchx)",
+    )
+    efa_device_count: Optional[int] = option(
+        None,
+        type_=int,
+        minimum=0,
+        help="EFA devices (vpc.amazonaws.com/efa) per pod: unset: the resource's own count,"
+        " 0: none, N: N (as torchx)",
+    )
+    validate_spec: bool = option(
+        True,
+        type_=bool,
+        help="torchx's dry-run check before submission: here the API server always checks the"
+        " whole request when it is created, and an invalid one leaves nothing behind",
+    )
+    image_repo: Optional[str] = option(
+        None,
+        type_=str,
+        unsupported=WORKSPACE_IMAGES,
+        help="image repository to push workspace images to (torchx workspaces)",
+    )
+    quiet: bool = option(
+        False, type_=bool, help="suppress the output of building workspace images (torchx's)"
     )
     image_pull_secrets: List[str] = option(
         [], type_=List[str], help="names of docker-registry Secrets to pull the image with"

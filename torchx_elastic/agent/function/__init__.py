@@ -1,0 +1,1 @@
+"""Launching a Python function (not a script) as the workers: torch's ``elastic_launch``."""

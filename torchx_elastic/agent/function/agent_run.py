@@ -1,0 +1,164 @@
+"""Run the agent in this process for a torch ``LaunchConfig``: the one seam to the agent.
+
+Maps torch's ``LaunchConfig`` (plus :class:`AgentOptions`) onto the agent's
+:class:`AgentConfig` and runs the same supervision as ``python -m torchx_elastic.agent``:
+rendezvous, workers with prefixed output, progress, hang watchdog, restarts, root-cause
+report. What comes back is the exit code and the run's JSON summary
+(``summary_node<N>.json``: the last attempt, the root cause).
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+from torch.distributed.elastic.multiprocessing.api import Std
+from torch.distributed.launcher.api import LaunchConfig
+
+from torchx_elastic.agent.config.endpoint import Endpoint
+from torchx_elastic.agent.config.launch import (
+    AgentConfig,
+    ConsoleConfig,
+    UsageError,
+    WorkerCommand,
+    from_torch_prefix_template,
+    prefix_template,
+)
+from torchx_elastic.agent.console.display import ConsoleMode, parse_rank_filter
+from torchx_elastic.agent.function.options import AgentOptions
+from torchx_elastic.agent.workers import bootstrap
+from torchx_elastic.agent.workers.forkserver import ForkServer
+
+
+@dataclass(frozen=True)
+class WorkerTarget:
+    """What each worker runs: the bootstrap's arguments (``--call FILE``, ``SCRIPT ARGS``,
+    ``-m MODULE ARGS`` or ``--exec PROGRAM ARGS``)."""
+
+    bootstrap_args: tuple[str, ...]
+
+    def command(self) -> WorkerCommand:
+        return WorkerCommand(sys.executable, ("-m", bootstrap.__name__, *self.bootstrap_args))
+
+
+@dataclass(frozen=True)
+class Outcome:
+    exit_code: int
+    summary: dict[str, Any]
+
+
+def _static_master(
+    backend: str, endpoint: Endpoint, configs: dict[str, Any]
+) -> tuple[str | None, int | None]:
+    """torch's launcher: with the static backend the workers' master is the endpoint."""
+    if backend != "static":
+        return None, None
+    if endpoint.port == 0:
+        raise ValueError(f"rdzv_endpoint {str(endpoint)!r}: the static backend needs a fixed port")
+    if "rank" not in configs:
+        raise ValueError("rdzv_backend 'static' needs this node's rank in rdzv_configs['rank']")
+    return endpoint.host, endpoint.port
+
+
+def agent_config(
+    config: LaunchConfig,
+    options: AgentOptions,
+    target: WorkerTarget,
+    log_dir: str,
+    run_id: str,
+) -> AgentConfig:
+    """The agent's configuration for this launch (``ValueError`` on bad input)."""
+    try:
+        endpoint = Endpoint.parse(config.rdzv_endpoint)
+    except ValueError as err:
+        raise ValueError(
+            f"{err} (LaunchConfig.rdzv_endpoint; for one node: rdzv_backend='c10d',"
+            " rdzv_endpoint='localhost:0')"
+        ) from None
+    if endpoint.port == 0 and config.max_nodes > 1:
+        raise ValueError(
+            f"rdzv_endpoint {config.rdzv_endpoint!r}: port 0 (a free port) only works for a"
+            f" single node, but max_nodes is {config.max_nodes}; give the rank-0 node's port"
+        )
+    if config.nproc_per_node < 1 or config.max_restarts < 0:
+        raise ValueError(
+            f"nproc_per_node={config.nproc_per_node}, max_restarts={config.max_restarts}:"
+            " nproc_per_node must be >= 1 and max_restarts >= 0"
+        )
+    master_addr, master_port = _static_master(config.rdzv_backend, endpoint, config.rdzv_configs)
+    try:
+        template = prefix_template(
+            from_torch_prefix_template(config.log_line_prefix_template)
+            if config.log_line_prefix_template
+            else None
+        )
+        show_ranks = parse_rank_filter(options.console_ranks)
+    except (UsageError, ValueError) as err:
+        raise ValueError(str(err)) from None
+    mode: ConsoleMode = options.console  # type: ignore[assignment]  # checked by AgentOptions
+    return AgentConfig(
+        min_nodes=config.min_nodes,
+        max_nodes=config.max_nodes,
+        nproc_per_node=config.nproc_per_node,
+        run_id=run_id,
+        role=config.role,
+        rdzv_backend=config.rdzv_backend,
+        rdzv_endpoint=endpoint,
+        rdzv_configs=dict(config.rdzv_configs),
+        worker=target.command(),
+        max_restarts=config.max_restarts,
+        monitor_interval_s=config.monitor_interval,
+        start_method=config.start_method,
+        local_addr=config.local_addr,
+        master_addr=master_addr,
+        master_port=master_port,
+        log_dir=log_dir,
+        console=ConsoleConfig(
+            mode=mode,
+            prefix_template=template,
+            streams=Std(options.tee),
+            show_ranks=show_ranks,
+            status_interval_s=options.status_interval_s,
+            duplicate_stdout_filters=tuple(config.duplicate_stdout_filters or ()),
+            duplicate_stderr_filters=tuple(config.duplicate_stderr_filters or ()),
+        ),
+        exit_barrier_timeout_s=options.exit_barrier_timeout_s,
+        shutdown_timeout_s=float(
+            config.shutdown_timeout
+            if config.shutdown_timeout is not None
+            else os.environ.get("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", 30)
+        ),
+        hang_timeout_s=options.hang_timeout_s,
+        signals_to_handle=config.signals_to_handle,
+        virtual_local_rank=config.virtual_local_rank,
+        event_log_handler=config.event_log_handler,
+    )
+
+
+def read_summary(log_dir: str) -> dict[str, Any]:
+    """This run's summary (the newest, should a node's log directory hold several)."""
+    paths = sorted(glob.glob(os.path.join(log_dir, "summary_node*.json")), key=os.path.getmtime)
+    if not paths:
+        return {}
+    with open(paths[-1]) as file:
+        data: dict[str, Any] = json.load(file)
+    return data
+
+
+def run_agent(agent: AgentConfig, fork_server: ForkServer | None) -> Outcome:
+    """Run the agent to the end; ``ValueError`` for a bad configuration; a
+    ``RendezvousFailure`` as on the command line."""
+    from torchx_elastic.agent.supervision.launcher import launch
+
+    # torch's launch_agent sets it too: the signals the agent turns into a stop
+    os.environ["TORCHELASTIC_SIGNALS_TO_HANDLE"] = agent.signals_to_handle
+    try:
+        code = launch(agent, fork_server)
+    except UsageError as err:
+        raise ValueError(str(err)) from None
+    assert agent.log_dir is not None
+    return Outcome(code, read_summary(agent.log_dir))

@@ -1,0 +1,42 @@
+"""What a function launch takes beyond torch's ``LaunchConfig``: the agent's own options."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from torchx_elastic.agent.console.display import CONSOLE_MODES, DEFAULT_STATUS_INTERVAL_S
+
+# torch's start methods (multiprocessing's) and ours; what each means for a function:
+# spawn: a fresh interpreter per worker (the caller's main script re-run as __mp_main__);
+# fork: workers forked from a copy of the caller (even with threads running, as
+#   multiprocessing's fork does): functions of a notebook work;
+# forkserver, fork-server: the same when the caller runs no other thread, else spawn.
+START_METHODS = ("spawn", "fork", "forkserver", "fork-server")
+DEFAULT_START_METHOD = "spawn"
+
+
+@dataclass(frozen=True)
+class AgentOptions:
+    """torchx-elastic's agent options (the command line's ``--console``, ... flags)."""
+
+    console: str = "auto"
+    console_ranks: str = "all"
+    status_interval_s: float = DEFAULT_STATUS_INTERVAL_S
+    hang_timeout_s: float = 0.0
+    exit_barrier_timeout_s: float = 30.0
+    tee: int = 3
+
+    def __post_init__(self) -> None:
+        if self.console not in CONSOLE_MODES:
+            raise ValueError(f"console={self.console!r} is not one of {', '.join(CONSOLE_MODES)}")
+        if self.tee not in (0, 1, 2, 3):
+            raise ValueError(
+                f"tee={self.tee!r} is not 0 (no worker output on the console), 1 (stdout),"
+                " 2 (stderr) or 3 (both)"
+            )
+
+
+def check_start_method(start_method: str) -> str:
+    if start_method not in START_METHODS:
+        raise ValueError(f"start_method={start_method!r} is not one of {', '.join(START_METHODS)}")
+    return start_method

@@ -1,0 +1,141 @@
+"""Launch a Python function on N workers with the torchx-elastic agent, from Python.
+
+A drop-in for torch's ``torch.distributed.launcher.api.elastic_launch`` (change one import)::
+
+    from torch.distributed.launcher.api import LaunchConfig
+    from torchx_elastic.launcher import elastic_launch
+
+    def train(lr):
+        dist.init_process_group("gloo")
+        ...
+        return loss
+
+    config = LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=4,
+                          rdzv_backend="c10d", rdzv_endpoint="localhost:0")
+    losses = elastic_launch(config, train)(0.1)    # {0: ..., 1: ..., 2: ..., 3: ...}
+
+or the short form for one node::
+
+    import torchx_elastic
+    losses = torchx_elastic.launch(train, 0.1, nproc_per_node=4, max_restarts=1)
+
+The workers run as the command-line agent's do: output as ``[n0 r3]``-prefixed lines, the
+progress bar (``torchx_elastic.progress``), restarts with a fresh store, the hang watchdog,
+the root-cause report, and no orphans: workers die with the calling process even when it is
+SIGKILLed. A function raising on a rank raises one :class:`FunctionFailedError` (a torch
+``ChildFailedError``) in the caller, naming the rank, the exception and its traceback.
+The function and its arguments are pickled by reference (as ``multiprocessing`` does);
+``start_method`` is torch's: ``spawn`` (default), ``fork``, ``forkserver`` (see docs/agent.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from torch.distributed.launcher.api import LaunchConfig
+
+from torchx_elastic.agent.function.call import CallPicklingError
+from torchx_elastic.agent.function.errors import FunctionFailedError
+from torchx_elastic.agent.function.launch import Entrypoint, launch_agent
+from torchx_elastic.agent.function.options import (
+    DEFAULT_START_METHOD,
+    AgentOptions,
+    check_start_method,
+)
+
+__all__ = [
+    "AgentOptions",
+    "CallPicklingError",
+    "FunctionFailedError",
+    "LaunchConfig",
+    "elastic_launch",
+    "launch",
+]
+
+
+class elastic_launch:  # noqa: N801 - torch's name, so that only the import changes
+    """``elastic_launch(config, entrypoint)(*args)`` -> ``{global rank: return value}``.
+
+    ``config``: torch's ``LaunchConfig``. ``entrypoint``: a function, or a program name as
+    torch takes it (``sys.executable`` with ``script.py ...`` as args, or any executable;
+    each rank's value is then None). ``options``: the agent's own options (console, hang
+    watchdog, ...). Only this node's workers' values come back, as with torch.
+    """
+
+    def __init__(
+        self,
+        config: LaunchConfig,
+        entrypoint: Entrypoint,
+        options: AgentOptions | None = None,
+    ) -> None:
+        self._config = config
+        self._entrypoint = entrypoint
+        self._options = options
+
+    def __call__(self, *args: Any) -> dict[int, Any]:
+        return launch_agent(self._config, self._entrypoint, args, self._options)
+
+
+def node_range(nnodes: str | int) -> tuple[int, int]:
+    """``"2"`` -> (2, 2), ``"1:4"`` -> (1, 4); ``ValueError`` otherwise."""
+    low, _, high = str(nnodes).partition(":")
+    try:
+        min_nodes = int(low)
+        max_nodes = int(high) if high else min_nodes
+    except ValueError:
+        min_nodes = max_nodes = 0
+    if not 1 <= min_nodes <= max_nodes:
+        raise ValueError(
+            f"nnodes={nnodes!r} is not N or MIN:MAX with 1 <= MIN <= MAX (e.g. 2, 1:4)"
+        )
+    return min_nodes, max_nodes
+
+
+def launch(
+    function: Callable[..., Any],
+    *args: Any,
+    nproc_per_node: int = 1,
+    nnodes: str = "1",
+    max_restarts: int = 0,
+    rdzv_endpoint: str = "localhost:0",
+    rdzv_backend: str = "c10d",
+    run_id: str = "",
+    start_method: str = DEFAULT_START_METHOD,
+    log_dir: str | None = None,
+    console: str = "auto",
+    console_ranks: str = "all",
+    hang_timeout_s: float = 0.0,
+    monitor_interval_s: float = 0.1,
+    shutdown_timeout_s: int | None = None,
+) -> dict[int, Any]:
+    """``function(*args)`` on ``nproc_per_node`` workers; ``{global rank: return value}``.
+
+    ``nnodes``: ``N`` or ``MIN:MAX``; more than one node needs an ``rdzv_endpoint`` with a
+    fixed port (the rank-0 node's) and the same ``run_id`` on every node. ``log_dir``: where
+    each launch gets a directory of per-attempt, per-rank logs (default: a temporary one).
+    """
+    from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs
+
+    if isinstance(nproc_per_node, bool) or not isinstance(nproc_per_node, int):
+        raise TypeError(f"nproc_per_node={nproc_per_node!r} is not a whole number >= 1")
+    if nproc_per_node < 1:
+        raise ValueError(f"nproc_per_node={nproc_per_node!r} is not a whole number >= 1")
+    min_nodes, max_nodes = node_range(nnodes)
+    config = LaunchConfig(
+        min_nodes=min_nodes,
+        max_nodes=max_nodes,
+        nproc_per_node=nproc_per_node,
+        logs_specs=DefaultLogsSpecs(log_dir=log_dir),
+        run_id=run_id,
+        rdzv_endpoint=rdzv_endpoint,
+        rdzv_backend=rdzv_backend,
+        max_restarts=max_restarts,
+        monitor_interval=monitor_interval_s,
+        start_method=check_start_method(start_method),
+        shutdown_timeout=shutdown_timeout_s,
+    )
+    options = AgentOptions(
+        console=console, console_ranks=console_ranks, hang_timeout_s=hang_timeout_s
+    )
+    return launch_agent(config, function, args, options)
