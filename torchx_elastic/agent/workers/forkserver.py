@@ -58,10 +58,20 @@ def _exit_code(status: int) -> int:
     return -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
 
 
+class WorkerExit(SystemExit):
+    """A forked worker of a function launch is done: unwinds to the launch, which leaves
+    without running the caller's code (``function/launch.py``)."""
+
+
 def _run_child(
-    request: dict[str, Any], stdout_fd: int, stderr_fd: int, server_fds: list[int]
+    request: dict[str, Any],
+    stdout_fd: int,
+    stderr_fd: int,
+    server_fds: list[int],
+    script_workers: bool,
 ) -> NoReturn:
-    """In the forked child: become the worker, run it, end it (:mod:`worker_end`)."""
+    """In the forked child: become the worker, run it, end it: a script's worker through
+    :mod:`worker_end`, a function's by raising :class:`WorkerExit`."""
     try:
         os.setsid()
         _fresh_signals()
@@ -80,6 +90,8 @@ def _run_child(
 
         traceback.print_exc()
         os._exit(1)
+    if not script_workers:
+        raise WorkerExit(_run_bootstrap(request["argv"]))
     worker_end.keep_process_groups()
     worker_end.finish(_run_bootstrap(request["argv"]))
 
@@ -153,8 +165,9 @@ def close_inherited_fds(keep: int) -> None:
                 pass  # the descriptor of the listing itself
 
 
-def serve(sock: socket.socket) -> None:
-    close_inherited_fds(keep=sock.fileno())
+def serve(sock: socket.socket, script_workers: bool = True) -> None:
+    if script_workers:  # a function's workers may use what the caller opened
+        close_inherited_fds(keep=sock.fileno())
     for name in PRELOAD_MODULES:
         __import__(name)
     bootstrap.die_with_agent()  # the server is the agent's child: go with it
@@ -183,7 +196,7 @@ def serve(sock: socket.socket) -> None:
                 os.environ[bootstrap.AGENT_PID_ENV] = str(my_pid)
                 request["env"][bootstrap.AGENT_PID_ENV] = str(my_pid)
                 server_fds = [sock.detach(), selector.fileno(), wakeup_r, wakeup_w]
-                _run_child(request, fds[0], fds[1], server_fds)
+                _run_child(request, fds[0], fds[1], server_fds, script_workers)
             for fd in fds:
                 os.close(fd)
             sock.send(json.dumps({"started": pid}).encode())
@@ -208,9 +221,11 @@ class ForkServer:
     server is a copy of a process that imported torch once (no second import) and holds no
     lock another thread could own. ``allow_threads``: fork even while other threads run, as
     multiprocessing's fork does (a function launch with ``start_method="fork"``).
+    ``script_workers``: workers run scripts and end through :mod:`worker_end`; False (a
+    function launch): a worker raises :class:`WorkerExit` into the caller's frames.
     """
 
-    def __init__(self, allow_threads: bool = False) -> None:
+    def __init__(self, allow_threads: bool = False, script_workers: bool = True) -> None:
         if threading.active_count() > 1 and not allow_threads:
             raise RuntimeError("the fork server must be created before any thread starts")
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -218,12 +233,14 @@ class ForkServer:
         sys.stdout.flush()
         sys.stderr.flush()
         self._pid = os.fork()
-        if self._pid == 0:  # the server (its forked workers end in worker_end.finish)
+        if self._pid == 0:  # the server; a function's forked workers raise WorkerExit
             try:
                 ours.close()
                 os.setsid()  # a Ctrl-C in the terminal is for the agent
                 os.environ[bootstrap.AGENT_PID_ENV] = str(agent_pid)
-                serve(theirs)
+                serve(theirs, script_workers)
+            except WorkerExit:
+                raise
             except BaseException:  # noqa: BLE001 - the server failed: say so, leave
                 import traceback
 
