@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 
 from bench import commands, logcheck, phases, procs, restart
+from bench.benchmarks import Sample
 from bench.report import BenchmarkResult, Ratio, VariantResult, render_table
-from bench.run import benchmark_env, main, rotated, selected
+from bench.run import benchmark_env, main, rotated, selected, summary_notes
 
 # records of a 2-rank run: rank 1 crashes at t=10, rank 0 is back at 12.5, rank 1 at 13
 RECORDS = """\
@@ -324,3 +325,19 @@ def test_tree_sampler_finds_a_helper_beside_a_worker(tmp_path: Path) -> None:
     assert memory.helpers(workers={worker}) == [helper]
     assert "time.sleep(1.0)" in memory.commands[helper]
     assert memory.peak_pss_kb({memory.root, helper}) > 1024
+
+
+def test_exit_hangs_counts_launches_that_timed_out() -> None:
+    runs = [Sample(3.0, facts={"hang": False}), Sample(None, "timed out", {"hang": True})]
+    runs.append(Sample(2.5, facts={"hang": False}))
+    variant = VariantResult("ours fork")
+    variant.samples.extend(s.value for s in runs)
+    result = BenchmarkResult("exit_hangs", "6. hangs over N launches", "s", {"ours_fork": variant})
+    notes = summary_notes("exit_hangs", result, {"ours_fork": runs})
+    assert notes == [
+        "ours_fork: 1 hang(s) in 3 launches (still running after the --hang-timeout-s limit)"
+    ]
+
+
+def test_exit_hangs_is_a_benchmark_with_its_own_launch_count() -> None:
+    assert [b.name for b in selected("exit_hangs")] == ["exit_hangs"]
