@@ -18,13 +18,17 @@ def _run(code: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_finish_runs_atexit_flushes_unclosed_files_and_exits_with_the_code(
+def test_finish_joins_threads_runs_atexit_flushes_unclosed_files_and_exits_with_the_code(
     tmp_path: Path,
 ) -> None:
     result = _run(
         """
-        import atexit, sys
+        import atexit, sys, threading, time
         from torchx_elastic.agent.workers import worker_end
+        def late_writer():
+            time.sleep(0.5)
+            open("thread.out", "w").write("done")
+        threading.Thread(target=late_writer).start()
         text = open("text.out", "w")
         text.write("t" * 100_003)
         raw = open("raw.out", "wb")
@@ -39,6 +43,7 @@ def test_finish_runs_atexit_flushes_unclosed_files_and_exits_with_the_code(
     assert (tmp_path / "text.out").stat().st_size == 100_003
     assert (tmp_path / "raw.out").read_bytes() == b"r" * 5
     assert (tmp_path / "atexit.out").read_text() == "ran"
+    assert (tmp_path / "thread.out").read_text() == "done"
     assert result.stdout == "no newline"
 
 

@@ -17,7 +17,8 @@ So, in a forked worker:
 - :func:`keep_process_groups` references every process group the script creates
   (``init_process_group``, ``new_group``): whatever the script frees, a group's last
   reference is this module's, never a reducer's;
-- :func:`finish`, once the script is done, does what must still happen: ``atexit`` handlers,
+- :func:`finish`, once the script is done, does what must still happen: non-daemon threads
+  joined, ``atexit`` handlers,
   every open buffered file flushed, the standard streams flushed, then the process groups
   released through their Python objects, whose destructor releases the GIL (queued
   collectives complete, gloo's threads join without the deadlock); then ``os._exit``.
@@ -31,6 +32,7 @@ import gc
 import io
 import os
 import sys
+import threading
 from collections.abc import Callable
 from typing import Any, NoReturn
 
@@ -104,9 +106,18 @@ def release_process_groups() -> None:
         _kept_groups.pop()
 
 
+def join_non_daemon_threads() -> None:
+    """What the interpreter does first at exit: wait for the threads that are not daemons."""
+    current = threading.current_thread()
+    for thread in threading.enumerate():
+        if thread is not current and not thread.daemon:
+            thread.join()
+
+
 def finish(code: int) -> NoReturn:
     """End the worker with ``code`` after what a normal exit guarantees."""
     try:
+        join_non_daemon_threads()
         atexit._run_exitfuncs()
         flush_open_files()
         release_process_groups()
