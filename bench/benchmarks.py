@@ -111,6 +111,10 @@ def _launch(
         )
         if found is not None:
             sample.facts.update(to_training_s=found.to_training_s, exit_tail_s=found.exit_tail_s)
+            if found.to_first_worker_s is not None:
+                sample.facts["to_first_worker_s"] = found.to_first_worker_s
+            if found.to_scripts_s is not None:
+                sample.facts["to_scripts_s"] = found.to_scripts_s
     return sample
 
 

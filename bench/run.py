@@ -213,9 +213,17 @@ def summary_notes(
         for key, runs in samples.items():
             to_training = [s.facts["to_training_s"] for s in runs if "to_training_s" in s.facts]
             tails = [s.facts["exit_tail_s"] for s in runs if "exit_tail_s" in s.facts]
+            firsts = [s.facts["to_first_worker_s"] for s in runs if "to_first_worker_s" in s.facts]
+            scripts = [s.facts["to_scripts_s"] for s in runs if "to_scripts_s" in s.facts]
+            before = ""
+            if firsts and scripts:
+                before = (
+                    f"start to first worker process {_median(firsts):.2f} s, to every rank's"
+                    f" script running {_median(scripts):.2f} s, "
+                )
             if to_training and tails:
                 notes.append(
-                    f"{key}: start to all ranks training {_median(to_training):.2f} s,"
+                    f"{key}: {before}start to all ranks training {_median(to_training):.2f} s,"
                     f" last rank done to launcher exit {_median(tails):.2f} s (medians)"
                 )
     if name == "exit_hangs":

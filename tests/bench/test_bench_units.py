@@ -295,9 +295,21 @@ def test_phases_need_every_rank() -> None:
 
 def test_a_bad_phase_record_is_named() -> None:
     with pytest.raises(
-        ValueError, match=r"record 1 is not '<start\|done> RANK TIME PID': 'start 0 1.0'"
+        ValueError,
+        match=r"record 1 is not '<proc\|script\|start\|done> RANK TIME PID': 'start 0 1.0'",
     ):
         phases.parse_phases("start 0 1.0\n", 1, 0.0, 1.0)
+
+
+def test_phases_before_training_when_recorded() -> None:
+    text = (
+        "script 0 6.0 7\nproc 0 5.5 7\nscript 1 6.5 8\nproc 1 5.0 8\n"
+        "start 0 10.0 7\nstart 1 11.0 8\ndone 1 20.0 8\ndone 0 20.5 7\n"
+    )
+    found = phases.parse_phases(text, world_size=2, started_unix_s=4.0, ended_unix_s=21.0)
+    assert found == phases.Phases(
+        to_training_s=7.0, exit_tail_s=0.5, to_first_worker_s=1.0, to_scripts_s=2.5
+    )
 
 
 def test_tree_sampler_finds_a_helper_beside_a_worker(tmp_path: Path) -> None:
