@@ -17,7 +17,7 @@ export PIP_CACHE_DIR ?= $(HOME)/.cache/pip
 DEV_VENV ?= .venv-torchx-nightly
 
 .PHONY: setup setup-torchx-dev test-torchx-dev example image test test-fast test-torch-versions lint bench
-.PHONY: clean
+.PHONY: setup-torch-versions setup-other-lines test-other-lines clean
 
 setup: $(VENV)/.installed
 
@@ -58,7 +58,15 @@ lint: setup
 test: lint
 	$(BIN)/pytest -q -rs --durations=15
 
-test-torch-versions: $(foreach v,$(TORCH_VERSIONS),.venv-torch$(v)/.installed)
+setup-torch-versions: $(foreach v,$(TORCH_VERSIONS),.venv-torch$(v)/.installed)
+
+# the venvs of the other torch versions and of torchx's development line
+setup-other-lines: setup-torch-versions setup-torchx-dev
+
+# the tests again on the other torch versions and on torchx's development line
+test-other-lines: test-torch-versions test-torchx-dev
+
+test-torch-versions: setup-torch-versions
 	status=0; for v in $(TORCH_VERSIONS); do \
 		echo "== agent end-to-end tests on torch $$v"; \
 		.venv-torch$$v/bin/pytest -q -rs -p no:cacheprovider $(AGENT_E2E_TESTS) || status=1; \

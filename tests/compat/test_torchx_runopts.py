@@ -18,7 +18,7 @@ from torchx.specs import runopts
 from torchx_elastic.schedulers import docker, kubernetes, local_cwd
 from torchx_elastic.schedulers.docker.options import DockerOptions
 from torchx_elastic.schedulers.kubernetes.options import KubernetesOptions
-from torchx_elastic.schedulers.options import WORKSPACE_IMAGES, RunOptionError, RunOptions
+from torchx_elastic.schedulers.options import RunOptions
 
 # ours -> (torchx's module, our factory, our options)
 REPLACED: Dict[str, Tuple[str, Callable[..., Any], type[RunOptions]]] = {
@@ -73,13 +73,9 @@ def test_the_different_defaults_are_torchx_options(name: str, option: str) -> No
 
 
 @pytest.mark.parametrize("options", [DockerOptions, KubernetesOptions])
-def test_image_repo_says_why_it_does_not_apply(options: type[RunOptions]) -> None:
-    with pytest.raises(RunOptionError) as error:
-        options.from_cfg({"image_repo": "registry.example/team"})
-    assert str(error.value) == (
-        f"invalid {options.SCHEDULER} run option image_repo='registry.example/team';"
-        f" torchx-elastic's {options.SCHEDULER} scheduler does not support it: {WORKSPACE_IMAGES}"
-    )
+def test_image_repo_and_quiet_are_workspace_options(options: type[RunOptions]) -> None:
+    parsed = options.from_cfg({"image_repo": "registry.example/team", "quiet": True})
+    assert (parsed.image_repo, parsed.quiet) == ("registry.example/team", True)  # type: ignore[attr-defined]
 
 
 @pytest.mark.parametrize(

@@ -32,7 +32,7 @@ def torchrun(
     image: str = DEFAULT_IMAGE,
     name: str = "/",
     h: Optional[str] = None,
-    cpu: int = 2,
+    cpu: float = 2,
     gpu: int = 0,
     memMB: int = 1024,
     j: str = "1x2",
@@ -63,7 +63,7 @@ def torchrun(
         name: job name: ``{experimentname}/{runname}``, ``{experimentname}/``,
             ``/{runname}`` or ``{runname}``
         h: a registered named resource (takes precedence over cpu, gpu, memMB)
-        cpu: number of cpus per node
+        cpu: number of cpus per node; fractions too (0.5: kubernetes asks for 500m)
         gpu: number of gpus per node
         memMB: cpu memory in MB per node
         j: [{min_nodes}:]{max_nodes}x{procs_per_node}, e.g. 2x4 or 2:4x8 (min_nodes may be 0);
@@ -118,7 +118,7 @@ def ddp(
     image: str = DEFAULT_IMAGE,
     name: str = "/",
     h: Optional[str] = None,
-    cpu: int = 2,
+    cpu: float = 2,
     gpu: int = 0,
     memMB: int = 1024,
     j: str = "1x2",
@@ -150,7 +150,7 @@ def ddp(
         name: job name: ``{experimentname}/{runname}``, ``{experimentname}/``,
             ``/{runname}`` or ``{runname}``
         h: a registered named resource (takes precedence over cpu, gpu, memMB)
-        cpu: number of cpus per node
+        cpu: number of cpus per node; fractions too (0.5: kubernetes asks for 500m)
         gpu: number of gpus per node
         memMB: cpu memory in MB per node
         j: [{min_nodes}:]{max_nodes}x{procs_per_node}, e.g. 2x4 or 2:4x8 (min_nodes may be 0);

@@ -16,6 +16,7 @@ from torchx.components.structured_arg import StructuredNameArgument
 
 from torchx_elastic.components.agent_command import AgentCommand
 from torchx_elastic.components.job_size import JobSize
+from torchx_elastic.components.node_resource import node_resource
 
 DEFAULT_IMAGE = "torchx-elastic:latest"
 
@@ -38,7 +39,7 @@ class DistApp:
     image: str = DEFAULT_IMAGE
     name: str = "/"
     h: Optional[str] = None
-    cpu: int = 2
+    cpu: float = 2
     gpu: int = 0
     memMB: int = 1024
     env: Dict[str, str] = field(default_factory=dict)
@@ -85,7 +86,7 @@ class DistApp:
                     args=command.args(),
                     min_replicas=self.size.min_nodes,
                     num_replicas=self.size.max_nodes,
-                    resource=specs.resource(cpu=self.cpu, gpu=self.gpu, memMB=self.memMB, h=self.h),
+                    resource=node_resource(cpu=self.cpu, gpu=self.gpu, memMB=self.memMB, h=self.h),
                     env=env,
                     port_map={"c10d": self.rdzv_port},
                     max_retries=self.max_retries,

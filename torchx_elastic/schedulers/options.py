@@ -23,10 +23,6 @@ from typing import Any, ClassVar, Dict, Mapping, Optional, Tuple, Type, TypeVar
 from torchx.specs import CfgVal, runopts
 
 _META = "torchx_elastic.option"
-# why torchx's workspace options (image_repo) cannot be honoured yet
-WORKSPACE_IMAGES = (
-    "workspace images are not built yet; run an image that already holds the code"
-)
 
 OptionsT = TypeVar("OptionsT", bound="RunOptions")
 

@@ -8,6 +8,7 @@ JSON summary and prints the "Root cause" report. Each attempt's workers get a fr
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import sys
@@ -140,9 +141,15 @@ class ConsoleSession:
         """The root cause into the agent's own error file, if its scheduler gave it one."""
         path = os.environ.get(ERROR_FILE_ENV)
         data = report.reply_file_data(verdict, time.time())
-        if not path or data is None or os.path.exists(path):
+        # an empty file may be there already: Kubernetes creates the termination-message file
+        if not path or data is None or (os.path.exists(path) and os.path.getsize(path) > 0):
             return
         try:
-            report.write_summary(path, data)
+            if os.path.exists(path):
+                # written in place: a file mounted there (Kubernetes) cannot be replaced
+                with open(path, "w") as file:
+                    json.dump(data, file)
+            else:
+                report.write_summary(path, data)
         except OSError as err:
             log.warning("cannot write the error file %s: %s", path, err)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar, Dict, List, Optional, Tuple
 
-from torchx_elastic.schedulers.options import WORKSPACE_IMAGES, RunOptions, option
+from torchx_elastic.schedulers.options import RunOptions, option
 
 IMAGE_PULL_POLICIES = ("missing", "always", "never")
 
@@ -64,9 +64,10 @@ class DockerOptions(RunOptions):
     image_repo: Optional[str] = option(
         None,
         type_=str,
-        unsupported=WORKSPACE_IMAGES,
-        help="image repository to push workspace images to (torchx workspaces)",
+        help="repository of the workspace image (torchx run --workspace, default: the current"
+        " directory, built on the role's image), tagged by its content digest;"
+        " default: torchx-workspace",
     )
     quiet: bool = option(
-        False, type_=bool, help="suppress the output of building workspace images (torchx's)"
+        False, type_=bool, help="do not print the output of the workspace image build"
     )

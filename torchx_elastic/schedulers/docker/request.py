@@ -19,6 +19,7 @@ from torchx.specs import AppDef, BindMount, DeviceMount, Role, VolumeMount, macr
 
 from torchx_elastic.schedulers.docker.options import DockerOptions
 from torchx_elastic.schedulers.names import DNS_LABEL_MAX, RANK0_ENV, dns_label
+from torchx_elastic.schedulers.workspace import WorkspaceBuild
 
 # torchx's own labels, so tools that know torchx's local_docker read our containers too
 LABEL_VERSION = "torchx.pytorch.org/version"
@@ -131,9 +132,15 @@ class DockerJob:
     images: Tuple[str, ...]
     image_pull: str  # missing | always | never
     containers: List[ContainerRequest]
+    workspace_builds: Tuple[WorkspaceBuild, ...] = ()  # built before the containers start
 
     def __str__(self) -> str:
-        return yaml.safe_dump(asdict(self), sort_keys=False, width=100)
+        fields = asdict(self)
+        if not self.workspace_builds:
+            del fields["workspace_builds"]
+        else:
+            fields["workspace_builds"] = [asdict(b) for b in self.workspace_builds]
+        return yaml.safe_dump(fields, sort_keys=False, width=100)
 
     def __repr__(self) -> str:
         return str(self)

@@ -12,6 +12,7 @@ removes its containers and network: nothing is left behind.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 from concurrent.futures import ThreadPoolExecutor
@@ -47,6 +48,7 @@ from torchx_elastic.schedulers.docker.status import (
     app_state,
     roles_and_statuses,
 )
+from torchx_elastic.schedulers.workspace import WorkspaceImages
 
 if TYPE_CHECKING:
     from docker.models.containers import Container
@@ -70,11 +72,15 @@ def connect() -> DockerClient:
     return client
 
 
-class DockerScheduler(Scheduler[Mapping[str, CfgVal]]):
-    """torchx scheduler ``docker``: the job's replicas as containers on one Docker engine."""
+class DockerScheduler(WorkspaceImages, Scheduler[Mapping[str, CfgVal]]):
+    """torchx scheduler ``docker``: the job's replicas as containers on one Docker engine.
+
+    With a workspace (``torchx run --workspace``, default: the current directory) the
+    first role runs the workspace built as a layer on its image (see ``workspace``).
+    """
 
     def __init__(self, session_name: str, client: Optional[DockerClient] = None) -> None:
-        super().__init__(SCHEDULER_NAME, session_name)
+        super().__init__(SCHEDULER_NAME, session_name, docker_client=client)
         self._docker: Optional[DockerClient] = client
 
     @property
@@ -86,11 +92,22 @@ class DockerScheduler(Scheduler[Mapping[str, CfgVal]]):
     def _run_opts(self) -> runopts:
         return DockerOptions.runopts()
 
+    def workspace_docker_client(self) -> DockerClient:
+        return self.client
+
+    def workspace_base_image_id(
+        self, client: DockerClient, image: str, cfg: Mapping[str, CfgVal]
+    ) -> str:
+        self._ensure_image(client, image, DockerOptions.from_cfg(cfg).image_pull)
+        base: str = client.images.get(image).id
+        return base
+
     def _validate(self, app: AppDef, scheduler: str) -> None:
         """Any resource is fine: a role without one runs without limits."""
 
     def _submit_dryrun(self, app: AppDef, cfg: Mapping[str, CfgVal]) -> AppDryRunInfo[DockerJob]:
         job = build_job(app, DockerOptions.from_cfg(cfg), make_unique(app.name), os.environ)
+        job = dataclasses.replace(job, workspace_builds=self.workspace_builds(app))
         return AppDryRunInfo(job, str)
 
     # -- submit -------------------------------------------------------------------------
@@ -98,8 +115,11 @@ class DockerScheduler(Scheduler[Mapping[str, CfgVal]]):
     def schedule(self, dryrun_info: AppDryRunInfo[DockerJob]) -> str:
         job: DockerJob = dryrun_info.request
         client = self.client
+        self.build_workspace_images(job.workspace_builds)
+        built = {build.image for build in job.workspace_builds}
         for image in job.images:
-            self._ensure_image(client, image, job.image_pull)
+            if image not in built:
+                self._ensure_image(client, image, job.image_pull)
         self._check_names_free(client, job)
         client.networks.create(job.network, driver="bridge", labels=job.network_labels)
         try:
@@ -348,5 +368,6 @@ class DockerScheduler(Scheduler[Mapping[str, CfgVal]]):
 def create_scheduler(
     session_name: str, client: Optional[DockerClient] = None, **kwargs: Any
 ) -> DockerScheduler:
-    """torchx's ``torchx.schedulers`` entry point; ``client`` lets tests pass a fake engine."""
-    return DockerScheduler(session_name, client=client)
+    """torchx's ``torchx.schedulers`` entry point; ``client`` (or torchx's ``docker_client``)
+    lets tests pass a fake engine."""
+    return DockerScheduler(session_name, client=client or kwargs.get("docker_client"))

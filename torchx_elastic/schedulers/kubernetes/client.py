@@ -111,6 +111,11 @@ def api_errors(action: str, host: str) -> Iterator[None]:
         ) from e
 
 
+def _leading_number(text: Any) -> int:
+    match = re.match(r"\d+", str(text or ""))
+    return int(match.group()) if match else 0
+
+
 class KubeApi:
     """The calls the scheduler makes, each returning the API's JSON."""
 
@@ -159,6 +164,13 @@ class KubeApi:
             VOLCANO_PLURAL,
             manifest,
         )
+
+    def server_version(self) -> tuple[int, int]:
+        """(major, minor) of the API server; a provider's ``29+`` reads as 29."""
+        from kubernetes import client
+
+        found = self._call("read the server version", client.VersionApi(self._api_client).get_code)
+        return _leading_number(found.get("major")), _leading_number(found.get("minor"))
 
     def read_job(self, namespace: str, name: str) -> Obj:
         action = f"read Job {name} in namespace {namespace}"

@@ -183,6 +183,7 @@ def pod_template(
     container: Manifest = {
         "name": dns_label(role.name, fallback="worker"),
         "image": role.image,
+        "imagePullPolicy": options.image_pull_policy,
         "command": [k8s_literal(role.entrypoint)],
         "args": [literal(arg) for arg in role.args],
         "env": env,
@@ -197,6 +198,9 @@ def pod_template(
             options.efa_device_count,
         ),
         "volumeMounts": volumes.mounts,
+        # a failed container's last log lines (the agent's root-cause report) are kept in
+        # the pod's status, where `torchx status` reads them
+        "terminationMessagePolicy": "FallbackToLogsOnError",
         "securityContext": (
             {"privileged": True} if volumes.privileged else {"allowPrivilegeEscalation": False}
         ),
