@@ -32,6 +32,7 @@ class Settings:
     restart_timeout_s: float = 60.0
     max_restarts: int = 3
     restart_env: Mapping[str, str] = field(default_factory=dict)  # extra, restart runs only
+    hang_timeout_s: float = 60.0  # exit_hangs: a launch not done by then hung
 
 
 @dataclass
@@ -110,6 +111,10 @@ def _launch(
         )
         if found is not None:
             sample.facts.update(to_training_s=found.to_training_s, exit_tail_s=found.exit_tail_s)
+            if found.to_first_worker_s is not None:
+                sample.facts["to_first_worker_s"] = found.to_first_worker_s
+            if found.to_scripts_s is not None:
+                sample.facts["to_scripts_s"] = found.to_scripts_s
     return sample
 
 
@@ -218,6 +223,24 @@ def restart_torchrun(s: Settings, run_dir: Path) -> Sample:
     )
     outcome = _run([command], s, run_dir, envs=[_restart_env(s)], timeout_s=s.restart_timeout_s)
     return _restart_sample(outcome, record_file, s.nproc)
+
+
+# 6. hangs at exit over many launches ------------------------------------------------------
+
+
+def _hang_sample(outcome: procs.Outcome, s: Settings, run_dir: Path) -> Sample:
+    """Wall time of one launch; a launch still running at the timeout is a hang."""
+    sample = _wall(outcome)
+    sample.facts["hang"] = outcome.timed_out
+    return sample
+
+
+def hangs_ours_fork(s: Settings, run_dir: Path) -> Sample:
+    command = commands.ours_agent(
+        s.nproc, DDP_SCRIPT, _steps(s), log_dir=run_dir / "logs", start_method="fork-server"
+    )
+    outcome = _run([command], s, run_dir, timeout_s=s.hang_timeout_s)
+    return _hang_sample(outcome, s, run_dir)
 
 
 # 4. the agent's own memory -----------------------------------------------------------------
@@ -373,6 +396,17 @@ BENCHMARKS: dict[str, Benchmark] = {
                 "torchrun": ("torchrun --tee 3 --log-dir", log_torchrun),
             },
             (Ratio("ours_console", "ours_quiet"), Ratio("ours_console", "torchrun")),
+        ),
+        Benchmark(
+            "exit_hangs",
+            "6. hangs over N launches",
+            "s",
+            {
+                "ours_fork": (
+                    "ours: agent --start-method fork-server, one launch per repeat",
+                    hangs_ours_fork,
+                ),
+            },
         ),
     )
 }

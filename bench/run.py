@@ -27,7 +27,14 @@ if __package__ in (None, ""):  # run as a script: make ``bench`` importable from
 from bench.benchmarks import BENCHMARKS, REPO, Benchmark, Sample, Settings  # noqa: E402
 from bench.report import BenchmarkResult, VariantResult, render_table  # noqa: E402
 
-DEFAULT_REPEATS = {"launch": 5, "two_nodes": 3, "restart": 4, "agent_rss": 3, "log_heavy": 3}
+DEFAULT_REPEATS = {
+    "launch": 5,
+    "two_nodes": 3,
+    "restart": 4,
+    "agent_rss": 3,
+    "log_heavy": 3,
+    "exit_hangs": 200,
+}
 FRESH_STORE_ENV = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"
 DEFAULT_OUTPUT = REPO / "bench" / "results" / "latest.json"
 # a launcher's own variables from an enclosing job must not leak into the benchmarked ones
@@ -84,6 +91,19 @@ def build_parser() -> argparse.ArgumentParser:
         type=float,
         default=60.0,
         help="a restart run not done by then is killed and counted as not recovered (default 60)",
+    )
+    parser.add_argument(
+        "--hang-launches",
+        type=int,
+        default=None,
+        help="launches of the exit_hangs benchmark (default: --repeats, else"
+        f" {DEFAULT_REPEATS['exit_hangs']})",
+    )
+    parser.add_argument(
+        "--hang-timeout-s",
+        type=float,
+        default=60.0,
+        help="exit_hangs: a launch still running after this many seconds hung (default 60)",
     )
     parser.add_argument(
         "--restart-fresh-store",
@@ -193,11 +213,26 @@ def summary_notes(
         for key, runs in samples.items():
             to_training = [s.facts["to_training_s"] for s in runs if "to_training_s" in s.facts]
             tails = [s.facts["exit_tail_s"] for s in runs if "exit_tail_s" in s.facts]
+            firsts = [s.facts["to_first_worker_s"] for s in runs if "to_first_worker_s" in s.facts]
+            scripts = [s.facts["to_scripts_s"] for s in runs if "to_scripts_s" in s.facts]
+            before = ""
+            if firsts and scripts:
+                before = (
+                    f"start to first worker process {_median(firsts):.2f} s, to every rank's"
+                    f" script running {_median(scripts):.2f} s, "
+                )
             if to_training and tails:
                 notes.append(
-                    f"{key}: start to all ranks training {_median(to_training):.2f} s,"
+                    f"{key}: {before}start to all ranks training {_median(to_training):.2f} s,"
                     f" last rank done to launcher exit {_median(tails):.2f} s (medians)"
                 )
+    if name == "exit_hangs":
+        for key, runs in samples.items():
+            hangs = sum(1 for s in runs if s.facts.get("hang"))
+            notes.append(
+                f"{key}: {hangs} hang(s) in {len(runs)} launches (still running after the"
+                " --hang-timeout-s limit)"
+            )
     if name == "agent_rss":
         for key, runs in samples.items():
             done = [s for s in runs if s.value is not None]
@@ -269,6 +304,7 @@ def main(argv: list[str] | None = None) -> int:
         timeout_s=args.timeout_s,
         restart_timeout_s=args.restart_timeout_s,
         restart_env={FRESH_STORE_ENV: "1"} if args.restart_fresh_store else {},
+        hang_timeout_s=args.hang_timeout_s,
     )
     work_dir = args.work_dir or Path(tempfile.mkdtemp(prefix="torchx_elastic_bench_"))
     work_dir.mkdir(parents=True, exist_ok=True)
@@ -280,6 +316,8 @@ def main(argv: list[str] | None = None) -> int:
     results = []
     for bench in benches:
         count = repeats or DEFAULT_REPEATS[bench.name]
+        if bench.name == "exit_hangs" and args.hang_launches is not None:
+            count = args.hang_launches
         result, _ = run_benchmark(bench, count, settings, work_dir, args.keep)
         results.append(result)
     load_after = os.getloadavg()

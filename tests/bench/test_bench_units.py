@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 
 from bench import commands, logcheck, phases, procs, restart
+from bench.benchmarks import Sample
 from bench.report import BenchmarkResult, Ratio, VariantResult, render_table
-from bench.run import benchmark_env, main, rotated, selected
+from bench.run import benchmark_env, main, rotated, selected, summary_notes
 
 # records of a 2-rank run: rank 1 crashes at t=10, rank 0 is back at 12.5, rank 1 at 13
 RECORDS = """\
@@ -294,9 +295,21 @@ def test_phases_need_every_rank() -> None:
 
 def test_a_bad_phase_record_is_named() -> None:
     with pytest.raises(
-        ValueError, match=r"record 1 is not '<start\|done> RANK TIME PID': 'start 0 1.0'"
+        ValueError,
+        match=r"record 1 is not '<proc\|script\|start\|done> RANK TIME PID': 'start 0 1.0'",
     ):
         phases.parse_phases("start 0 1.0\n", 1, 0.0, 1.0)
+
+
+def test_phases_before_training_when_recorded() -> None:
+    text = (
+        "script 0 6.0 7\nproc 0 5.5 7\nscript 1 6.5 8\nproc 1 5.0 8\n"
+        "start 0 10.0 7\nstart 1 11.0 8\ndone 1 20.0 8\ndone 0 20.5 7\n"
+    )
+    found = phases.parse_phases(text, world_size=2, started_unix_s=4.0, ended_unix_s=21.0)
+    assert found == phases.Phases(
+        to_training_s=7.0, exit_tail_s=0.5, to_first_worker_s=1.0, to_scripts_s=2.5
+    )
 
 
 def test_tree_sampler_finds_a_helper_beside_a_worker(tmp_path: Path) -> None:
@@ -324,3 +337,19 @@ def test_tree_sampler_finds_a_helper_beside_a_worker(tmp_path: Path) -> None:
     assert memory.helpers(workers={worker}) == [helper]
     assert "time.sleep(1.0)" in memory.commands[helper]
     assert memory.peak_pss_kb({memory.root, helper}) > 1024
+
+
+def test_exit_hangs_counts_launches_that_timed_out() -> None:
+    runs = [Sample(3.0, facts={"hang": False}), Sample(None, "timed out", {"hang": True})]
+    runs.append(Sample(2.5, facts={"hang": False}))
+    variant = VariantResult("ours fork")
+    variant.samples.extend(s.value for s in runs)
+    result = BenchmarkResult("exit_hangs", "6. hangs over N launches", "s", {"ours_fork": variant})
+    notes = summary_notes("exit_hangs", result, {"ours_fork": runs})
+    assert notes == [
+        "ours_fork: 1 hang(s) in 3 launches (still running after the --hang-timeout-s limit)"
+    ]
+
+
+def test_exit_hangs_is_a_benchmark_with_its_own_launch_count() -> None:
+    assert [b.name for b in selected("exit_hangs")] == ["exit_hangs"]

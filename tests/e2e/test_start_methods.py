@@ -14,16 +14,27 @@ pytestmark = pytest.mark.slow
 METHODS = ["fork-server", "spawn"]
 
 PYTHON_SEMANTICS = """
-import json, multiprocessing, os, random, sys
+import json, multiprocessing, os, random, signal, sys
 
 def square(x):
     return x * x
 
+def open_fds():
+    listing = os.listdir("/proc/self/fd")  # the listing's own descriptor is gone after it
+    return sorted(int(fd) for fd in listing if os.path.exists(f"/proc/self/fd/{fd}"))
+
 if __name__ == "__main__":
+    signals = (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGCHLD))
+    fds = open_fds()
     import torch
+    from torch.utils.data import DataLoader
     with multiprocessing.get_context("spawn").Pool(1) as pool:
         squares = pool.map(square, [3])
+    loaded = [int(batch.sum()) for batch in DataLoader(list(range(6)), batch_size=3, num_workers=2)]
     out = {
+        "sigint": signals[0] is signal.default_int_handler,
+        "sigchld": signals[1] == signal.SIG_DFL,
+        "fds": fds, "loaded": loaded,
         "argv": sys.argv, "file": __file__, "name": __name__, "path0": sys.path[0],
         "squares": squares, "random": random.random(), "threads": torch.get_num_threads(),
         "cwd": os.getcwd(), "rank": os.environ["RANK"],
@@ -58,6 +69,9 @@ def test_script_sees_a_plain_python_process(tmp_path: Path, method: str) -> None
         assert rank_seen["squares"] == [9]
         assert rank_seen["threads"] == 1
         assert rank_seen["cwd"] == str(tmp_path)
+        assert rank_seen["sigint"] and rank_seen["sigchld"]
+        assert rank_seen["fds"] == [0, 1, 2]
+        assert rank_seen["loaded"] == [3, 12]
     assert seen[0]["random"] != seen[1]["random"]
 
 

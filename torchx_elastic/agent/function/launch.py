@@ -82,7 +82,7 @@ def start_fork_server(start_method: str) -> ForkServer | None:
     if start_method == "spawn":
         return None
     try:
-        return ForkServer(allow_threads=start_method == "fork")
+        return ForkServer(allow_threads=start_method == "fork", script_workers=False)
     except WorkerExit as worker_exit:  # in a worker forked from the server: its life ends
         _exit_forked_worker(worker_exit.code)
     except RuntimeError as err:  # other threads run: forking is not safe

@@ -29,9 +29,9 @@ import signal
 import socket
 import sys
 import threading
-from typing import Any
+from typing import Any, NoReturn
 
-from torchx_elastic.agent.workers import bootstrap
+from torchx_elastic.agent.workers import bootstrap, worker_end
 
 _MAX_MESSAGE_BYTES = 1 << 20
 # what a DDP training script imports, directly or when it builds DistributedDataParallel
@@ -59,20 +59,24 @@ def _exit_code(status: int) -> int:
 
 
 class WorkerExit(SystemExit):
-    """A forked worker is done: unwinds to the top of the process, which then finalizes
-    like ``python script.py`` does (atexit, destructors: a process group's pending sends
-    are flushed then; ``os._exit`` right after the script could lose them)."""
+    """A forked worker of a function launch is done: unwinds to the launch, which leaves
+    without running the caller's code (``function/launch.py``)."""
 
 
 def _run_child(
-    request: dict[str, Any], stdout_fd: int, stderr_fd: int, sock: socket.socket
-) -> None:
-    """In the forked child: become the worker and run it; raises :class:`WorkerExit`."""
+    request: dict[str, Any],
+    stdout_fd: int,
+    stderr_fd: int,
+    server_fds: list[int],
+    script_workers: bool,
+) -> NoReturn:
+    """In the forked child: become the worker, run it, end it: a script's worker through
+    :mod:`worker_end`, a function's by raising :class:`WorkerExit`."""
     try:
-        sock.close()
         os.setsid()
-        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        signal.set_wakeup_fd(-1)
+        _fresh_signals()
+        for fd in server_fds:  # the server's socket, selector and wake-up pipe
+            os.close(fd)
         devnull = os.open(os.devnull, os.O_RDONLY)
         for fd, target in ((devnull, 0), (stdout_fd, 1), (stderr_fd, 2)):
             os.dup2(fd, target)
@@ -86,7 +90,18 @@ def _run_child(
 
         traceback.print_exc()
         os._exit(1)
-    raise WorkerExit(_run_bootstrap(request["argv"]))
+    if not script_workers:
+        raise WorkerExit(_run_bootstrap(request["argv"]))
+    worker_end.keep_process_groups()
+    worker_end.finish(_run_bootstrap(request["argv"]))
+
+
+def _fresh_signals() -> None:
+    """The dispositions a new interpreter starts with (the server ignores SIGINT and
+    catches SIGCHLD; ignored signals would survive an exec too)."""
+    signal.set_wakeup_fd(-1)
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def _fresh_process_state() -> None:
@@ -138,7 +153,21 @@ def _run_bootstrap(argv: list[str]) -> int:
     return code
 
 
-def serve(sock: socket.socket) -> None:
+def close_inherited_fds(keep: int) -> None:
+    """Close what the agent inherited beyond the standard streams: a spawned worker
+    (``close_fds``) never sees those descriptors, so a forked one must not either."""
+    for name in os.listdir("/proc/self/fd") if os.path.isdir("/proc/self/fd") else ():
+        fd = int(name)
+        if fd > 2 and fd != keep:
+            try:
+                os.close(fd)
+            except OSError:
+                pass  # the descriptor of the listing itself
+
+
+def serve(sock: socket.socket, script_workers: bool = True) -> None:
+    if script_workers:  # a function's workers may use what the caller opened
+        close_inherited_fds(keep=sock.fileno())
     for name in PRELOAD_MODULES:
         __import__(name)
     bootstrap.die_with_agent()  # the server is the agent's child: go with it
@@ -166,7 +195,8 @@ def serve(sock: socket.socket) -> None:
             if pid == 0:
                 os.environ[bootstrap.AGENT_PID_ENV] = str(my_pid)
                 request["env"][bootstrap.AGENT_PID_ENV] = str(my_pid)
-                _run_child(request, fds[0], fds[1], sock)
+                server_fds = [sock.detach(), selector.fileno(), wakeup_r, wakeup_w]
+                _run_child(request, fds[0], fds[1], server_fds, script_workers)
             for fd in fds:
                 os.close(fd)
             sock.send(json.dumps({"started": pid}).encode())
@@ -191,9 +221,11 @@ class ForkServer:
     server is a copy of a process that imported torch once (no second import) and holds no
     lock another thread could own. ``allow_threads``: fork even while other threads run, as
     multiprocessing's fork does (a function launch with ``start_method="fork"``).
+    ``script_workers``: workers run scripts and end through :mod:`worker_end`; False (a
+    function launch): a worker raises :class:`WorkerExit` into the caller's frames.
     """
 
-    def __init__(self, allow_threads: bool = False) -> None:
+    def __init__(self, allow_threads: bool = False, script_workers: bool = True) -> None:
         if threading.active_count() > 1 and not allow_threads:
             raise RuntimeError("the fork server must be created before any thread starts")
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -201,12 +233,12 @@ class ForkServer:
         sys.stdout.flush()
         sys.stderr.flush()
         self._pid = os.fork()
-        if self._pid == 0:  # the server; in its forked workers, WorkerExit passes through
+        if self._pid == 0:  # the server; a function's forked workers raise WorkerExit
             try:
                 ours.close()
                 os.setsid()  # a Ctrl-C in the terminal is for the agent
                 os.environ[bootstrap.AGENT_PID_ENV] = str(agent_pid)
-                serve(theirs)
+                serve(theirs, script_workers)
             except WorkerExit:
                 raise
             except BaseException:  # noqa: BLE001 - the server failed: say so, leave
