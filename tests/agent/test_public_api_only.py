@@ -14,8 +14,10 @@ AGENT_DIR = Path(torchx_elastic.agent.__file__).parent
 COMPAT = AGENT_DIR / "compat.py"
 # PContext's abstract hooks are the documented way to provide one
 ALLOWED_OVERRIDES = {"_start", "_poll", "_close", "_abc_impl"}  # _abc_impl: abc.ABC
-# the standard library's documented underscore names
-ALLOWED_ATTRIBUTES = {"os._exit"}
+# the standard library's underscore names (not torch's): os._exit is documented;
+# atexit._run_exitfuncs is CPython's only way to run the atexit handlers without the
+# interpreter's teardown (workers/worker_end.py), unchanged since Python 3.0
+ALLOWED_ATTRIBUTES = {"os._exit", "atexit._run_exitfuncs"}
 
 
 def _modules() -> list[Path]:
