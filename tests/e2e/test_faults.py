@@ -183,7 +183,8 @@ import torch.distributed as dist
 dist.init_process_group("gloo")
 attempt = os.environ["TORCHELASTIC_RESTART_COUNT"]
 print(f"attempt {attempt} world {dist.get_world_size()}", flush=True)
-for _ in range(int(os.environ["STEPS"])):
+world = dist.get_world_size()
+for _ in range(int(os.environ.get(f"STEPS_WORLD_{world}", os.environ["STEPS"]))):
     dist.barrier()
     time.sleep(0.1)
 print(f"done attempt {attempt} world {dist.get_world_size()}", flush=True)
@@ -246,17 +247,20 @@ def test_lost_node_elastic_job_carries_on_with_a_smaller_world(tmp_path: Path) -
 def test_new_node_joins_a_running_elastic_job(tmp_path: Path) -> None:
     (tmp_path / "steps.py").write_text(STEPS)
     port = free_port()
-    env = {"STEPS": "80"}
+    # the first node trains until the second joins (a membership change ends its world-1
+    # workers; 3000 steps bound the wait), so the join cannot land after the job is over
+    env = {"STEPS": "30", "STEPS_WORLD_1": "3000"}
     logs = [tmp_path / "a.log", tmp_path / "b.log"]
     first = start_agent(*_two_node_args(port, "1:2", host=True), cwd=tmp_path, log=logs[0], env=env)
     wait_for_text(logs[0], "attempt 0 world 1")
     second = start_agent(
         *_two_node_args(port, "1:2", host=False), cwd=tmp_path, log=logs[1], env=env
     )
-    assert first.wait(timeout=120) == 0, logs[0].read_text()
-    assert second.wait(timeout=60) == 0, logs[1].read_text()
-    assert "done attempt 0 world 2" in logs[0].read_text() or "world 2" in logs[0].read_text()
-    assert "world 2" in logs[1].read_text()
+    assert first.wait(timeout=240) == 0, logs[0].read_text()
+    assert second.wait(timeout=120) == 0, logs[1].read_text()
+    for log in logs:
+        assert "done attempt 0 world 2" in log.read_text()
+    assert "done attempt 0 world 1" not in logs[0].read_text()
 
 
 def test_lost_node_without_enough_nodes_fails_naming_the_endpoint(tmp_path: Path) -> None:
