@@ -16,16 +16,32 @@ AGENT_E2E_TESTS ?= tests/agent tests/e2e/test_faults.py tests/e2e/test_start_met
 COMPAT_SAMPLE ?= tests/e2e/test_torchrun_compat.py -m torchrun_sample
 export PIP_CACHE_DIR ?= $(HOME)/.cache/pip
 
-.PHONY: setup example image test test-fast test-torch-versions lint bench clean
+DEV_VENV ?= .venv-torchx-nightly
+
+.PHONY: setup setup-torchx-dev test-torchx-dev example image test test-fast test-torch-versions lint bench
+.PHONY: setup-torch-versions setup-other-lines test-other-lines clean
 
 setup: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml constraints.txt
+$(VENV)/.installed: pyproject.toml hatch_build.py constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -c constraints.txt torch==2.13.0
 	$(BIN)/python -m pip install -q -c constraints.txt -e '.[test]'
 	touch $@
+
+# torchx's development line (torchx-nightly) in a second venv, this package built for it
+setup-torchx-dev: $(DEV_VENV)/.installed
+
+$(DEV_VENV)/.installed: pyproject.toml hatch_build.py constraints.txt ci/torchx-nightly-venv.sh
+	ci/torchx-nightly-venv.sh $(DEV_VENV) $(PYTHON)
+	touch $@
+
+# The compatibility tests (CLI, components, run options, whole lines of a local run) with
+# torchx's development line; `make test` runs them (and everything else) with torchx 0.7.
+COMPAT_TESTS := tests/compat tests/unit/test_cli_integration.py tests/e2e/test_local_cwd_lines.py
+test-torchx-dev: setup-torchx-dev
+	$(DEV_VENV)/bin/pytest -q -p no:cacheprovider $(COMPAT_TESTS)
 
 # The main job: a real gloo DDP run through the torchx CLI on our local_cwd scheduler.
 example: setup
@@ -37,14 +53,22 @@ image: setup
 	PYTHON=$(BIN)/python docker/build-image.sh
 
 lint: setup
-	$(BIN)/ruff check torchx_elastic tests bench examples
+	$(BIN)/ruff check torchx_elastic torchx_plugins hatch_build.py tests bench examples
 	$(BIN)/mypy
 
 # Everything, slow end-to-end runs included (Docker tests need an engine: ci/docker-engine.sh).
 test: lint
 	$(BIN)/pytest -q -rs --durations=15
 
-test-torch-versions: $(foreach v,$(TORCH_VERSIONS),.venv-torch$(v)/.installed)
+setup-torch-versions: $(foreach v,$(TORCH_VERSIONS),.venv-torch$(v)/.installed)
+
+# the venvs of the other torch versions and of torchx's development line
+setup-other-lines: setup-torch-versions setup-torchx-dev
+
+# the tests again on the other torch versions and on torchx's development line
+test-other-lines: test-torch-versions test-torchx-dev
+
+test-torch-versions: setup-torch-versions
 	status=0; for v in $(TORCH_VERSIONS); do \
 		echo "== agent end-to-end tests on torch $$v"; \
 		.venv-torch$$v/bin/pytest -q -rs -p no:cacheprovider $(AGENT_E2E_TESTS) || status=1; \

@@ -264,11 +264,11 @@ def test_progress_without_a_terminal_prints_plain_status_lines(tmp_path: Path) -
         cwd=tmp_path,
     )
     assert result.returncode == 0, result.stderr
-    status = [ln for ln in result.stderr.splitlines() if ln.startswith("[n0 progress] ")]
+    status = [ln for ln in result.stderr.splitlines() if ln.startswith("[job progress] ")]
     assert len(status) >= 2, result.stderr
     assert re.fullmatch(
-        r"\[n0 progress\] 60/60 \(100\.0%\) of 2 ranks,"
-        r" slowest r\d 60, fastest r\d 60, .* steps/s, ETA 0s",
+        r"\[job progress\] 60/60 \(100\.0%\) of 2/2 ranks on 1/1 nodes,"
+        r" slowest r\d \(n0\) 60, fastest r\d \(n0\) 60, .* steps/s, ETA 0s",
         status[-1],
     ), status
     assert "\x1b[" not in result.stdout + result.stderr  # no colour, no cursor codes
@@ -348,7 +348,11 @@ def test_progress_on_a_terminal_draws_one_live_bar(tmp_path: Path) -> None:
     screen = [row for row in _screen(output) if row.strip()]
     bars = [row for row in screen if "━" in row]
     assert len(bars) == 1, "\n".join(screen)  # one bar, redrawn in place
-    assert re.search(r"n0 .*━+ 60/60 +slowest r\d 60, fastest r\d 60, .* steps/s, ETA 0s", bars[0])
+    assert re.search(
+        r"job .*━+ 60/60 of 2/2 ranks on 1/1 nodes, slowest r\d \(n0\) 60,"
+        r" fastest r\d \(n0\) 60, .* steps/s, ETA 0s",
+        bars[0],
+    )
     assert screen[-1] == bars[0]  # the bar stays below the log lines
     logs = [row.strip() for row in screen if row.startswith("[n0 r")]
     assert sorted(logs) == sorted(
@@ -359,4 +363,4 @@ def test_progress_on_a_terminal_draws_one_live_bar(tmp_path: Path) -> None:
     assert len(re.findall(r" \d+/60 ", output)) >= 2
     assert output.count("\r\x1b[2K") >= 2
     assert "\x1b[36m[n0 r0]" in output  # rank 0's prefix in its colour (cyan)
-    assert "[n0 progress]" not in output  # no plain status lines on a terminal
+    assert "[job progress]" not in output  # no plain status lines on a terminal

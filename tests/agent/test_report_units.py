@@ -239,6 +239,22 @@ def test_reply_file_names_the_root_cause_for_the_scheduler(
     assert report.reply_file_data(classify([]), 0.0) is None
 
 
+def test_reply_file_fills_an_empty_file_in_place(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Kubernetes mounts an empty /dev/termination-log: written in place, not replaced."""
+    from torchx_elastic.agent.console.session import ConsoleSession
+
+    verdict = classify([failure(1, 1, message="ValueError: bad batch")])
+    termination_log = tmp_path / "termination-log"
+    termination_log.write_text("")
+    monkeypatch.setenv("TORCHELASTIC_ERROR_FILE", str(termination_log))
+    ConsoleSession._write_reply_file(verdict)
+    data = json.loads(termination_log.read_text())
+    assert data["message"]["message"] == "rank 1 (node 0) failed first: ValueError: bad batch"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["termination-log"]
+
+
 def test_an_unwritable_log_dir_is_warned_about_not_fatal(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

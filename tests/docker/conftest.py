@@ -83,3 +83,78 @@ def docker_image(docker_client: Any) -> str:
     except docker.errors.ImageNotFound:
         skip_or_fail(f"image {IMAGE} is missing; build it with {GET_IMAGE}")
     return IMAGE
+
+
+# -- a real image registry on the loopback address ----------------------------------------
+
+REGISTRY = "localhost:5000"
+REGISTRY_URL = "http://127.0.0.1:5000/v2/"
+GET_REGISTRY = "as root: ci/docker-registry.sh (installs Debian's docker-registry)"
+REGISTRY_CONFIG = """\
+version: 0.1
+log:
+  level: warn
+storage:
+  filesystem:
+    rootdirectory: {root}
+  delete:
+    enabled: true
+http:
+  addr: 127.0.0.1:5000
+"""
+
+
+def registry_answers() -> bool:
+    """A distribution registry answers on REGISTRY_URL (its /v2/ endpoint and header)."""
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(REGISTRY_URL, timeout=2) as response:
+            return bool(response.headers.get("Docker-Distribution-Api-Version"))
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+@pytest.fixture(scope="session")
+def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """``localhost:5000``: Debian's docker-registry, started here unless one answers already
+    (then used as it is); what this fixture started, it stops."""
+    import shutil
+    import time
+
+    if registry_answers():
+        yield REGISTRY
+        return
+    executable = shutil.which("docker-registry")
+    if executable is None:
+        skip_or_fail(f"no docker-registry command; to get one, {GET_REGISTRY}")
+    root = tmp_path_factory.mktemp("registry")
+    config = root / "config.yml"
+    config.write_text(REGISTRY_CONFIG.format(root=root / "data"))
+    log_path = root / "registry.log"
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen(
+            [str(executable), "serve", str(config)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    deadline = time.monotonic() + 30
+    while not registry_answers():
+        if process.poll() is not None or time.monotonic() > deadline:
+            if registry_answers():  # another one won the port meanwhile: use it
+                break
+            process.kill()
+            pytest.fail(f"docker-registry did not start:\n{log_path.read_text()[-3000:]}")
+        time.sleep(0.2)
+    try:
+        yield REGISTRY
+    finally:
+        if process.poll() is None:
+            process.terminate()
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()

@@ -1,6 +1,6 @@
 """A stateful fake of the Docker engine, as docker-py's ``DockerClient`` shows it.
 
-Holds images, networks and containers; containers move created -> running -> exited
+Holds images, networks, volumes and containers; containers move created -> running -> exited
 (``finish``), restart by their policy (``crash``), keep their output and answer
 ``logs`` in arbitrary chunks, the way the real stream does. Errors are docker-py's own
 exception classes with the engine's status codes. Only what the scheduler calls exists.
@@ -97,6 +97,38 @@ class FakeNetworks:
 
 
 @dataclass
+class FakeVolume:
+    engine: FakeEngine
+    name: str
+    labels: Dict[str, str]
+
+    @property
+    def attrs(self) -> Dict[str, Any]:
+        return {"Name": self.name, "Labels": dict(self.labels)}
+
+    def remove(self, force: bool = False) -> None:
+        if self.name not in self.engine.volumes:
+            raise api_error(404, f"get {self.name}: no such volume")
+        self.engine.calls.append(f"remove volume {self.name}")
+        del self.engine.volumes[self.name]
+
+
+class FakeVolumes:
+    def __init__(self, engine: FakeEngine) -> None:
+        self._engine = engine
+
+    def create(self, name: str, labels: Optional[Dict[str, str]] = None) -> FakeVolume:
+        # like the engine: creating an existing volume returns it
+        if name not in self._engine.volumes:
+            self._engine.calls.append(f"create volume {name}")
+            self._engine.volumes[name] = FakeVolume(self._engine, name, dict(labels or {}))
+        return self._engine.volumes[name]
+
+    def list(self, filters: Optional[Dict[str, Any]] = None) -> List[FakeVolume]:
+        return [v for v in self._engine.volumes.values() if _labels_match(v.labels, filters)]
+
+
+@dataclass
 class FakeContainer:
     engine: FakeEngine
     name: str
@@ -168,11 +200,15 @@ class FakeContainer:
         since: Optional[datetime] = None,
         until: Optional[datetime] = None,
         tail: Union[str, int] = "all",
+        timestamps: bool = False,
     ) -> Union[bytes, Iterator[bytes]]:
         self.engine.log_calls.append({"since": since, "until": until, "follow": follow})
         wanted = {"stdout"} if stdout else set()
         wanted |= {"stderr"} if stderr else set()
         text = b"".join(data for stream_name, data in self.output if stream_name in wanted)
+        if timestamps:  # as the engine writes them; here every line is as old as the read
+            stamp = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f123Z ").encode()
+            text = b"".join(stamp + line for line in text.splitlines(keepends=True))
         if tail != "all":
             text = b"".join(text.splitlines(keepends=True)[-int(tail) :])
         if not stream:
@@ -255,6 +291,7 @@ class FakeEngine:
         self.registry_images: set[str] = set()
         self.host_paths: set[str] = set()
         self.networks: Dict[str, FakeNetwork] = {}
+        self.volumes: Dict[str, FakeVolume] = {}
         self.containers: Dict[str, FakeContainer] = {}
         self.calls: List[str] = []
         self.log_calls: List[Dict[str, Any]] = []
@@ -262,6 +299,7 @@ class FakeEngine:
         self.images = FakeImages(self)
         self.networks_api = FakeNetworks(self)
         self.containers_api = FakeContainers(self)
+        self.volumes_api = FakeVolumes(self)
 
     def next_time(self) -> str:
         start = datetime(2026, 1, 1, tzinfo=timezone.utc).timestamp()
@@ -277,6 +315,7 @@ class FakeClient:
         self.images = engine.images
         self.networks = engine.networks_api
         self.containers = engine.containers_api
+        self.volumes = engine.volumes_api
 
     def ping(self) -> bool:
         return True

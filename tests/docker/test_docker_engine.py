@@ -81,9 +81,11 @@ def wait_for_log(handle: str, pattern: str, count: int, timeout_s: float = 120) 
 
 def leftovers(client: Any, app_id: str) -> List[str]:
     label = {"label": f"{LABEL_APP_ID}={app_id}"}
-    return [c.name for c in client.containers.list(all=True, filters=label)] + [
-        n.name for n in client.networks.list(filters=label)
-    ]
+    return (
+        [c.name for c in client.containers.list(all=True, filters=label)]
+        + [n.name for n in client.networks.list(filters=label)]
+        + [v.name for v in client.volumes.list(filters=label)]
+    )
 
 
 @pytest.fixture
@@ -93,7 +95,7 @@ def handles(docker_image: str) -> Iterator[List[str]]:
     yield started
     scheduler = create_scheduler("torchx")
     for handle in started:
-        scheduler.cancel(handle.rsplit("/", 1)[1])
+        scheduler.delete(handle.rsplit("/", 1)[1])
 
 
 def test_2x2_runs_in_two_containers_with_world_size_4(
@@ -142,17 +144,56 @@ def test_2x2_runs_in_two_containers_with_world_size_4(
     assert leftovers(docker_client, app_id) == []
 
 
-def test_cancel_leaves_no_container_or_network(handles: List[str], docker_client: Any) -> None:
+PROGRESS = re.compile(
+    r"progress (\d+)/100000 \([\d.]+%\) of 4/4 ranks, [\d.]+ steps/s, ETA \w+"
+    r" \(as of \w+ ago, log of (\S+)\)"
+)
+
+
+def test_status_shows_the_progress_of_the_whole_job(handles: List[str]) -> None:
+    handle = run_job(
+        "-j", "2x2", "--script", "examples/progress.py",
+        "--", "--steps", "100000", "--step-s", "0.02", "--log-every", "100000",
+    )  # fmt: skip
+    handles.append(handle)
+    app_id = handle.rsplit("/", 1)[1]
+    seen: List[int] = []
+    deadline = time.monotonic() + 240
+    text = ""
+    while len(seen) < 2 and time.monotonic() < deadline:
+        text = status_text(handle)
+        assert "State: FAILED" not in text, text
+        match = PROGRESS.search(text)
+        if match and (not seen or int(match[1]) > seen[-1]):
+            # the rank-0 agent's container (the role is named after the script)
+            assert match[2] == f"{app_id}-progress-0", text
+            seen.append(int(match[1]))
+        time.sleep(2)
+    assert len(seen) == 2, f"no progress (or no new progress) in torchx status:\n{text}"
+    assert "State: RUNNING" in text
+
+
+def test_cancel_keeps_status_and_logs_delete_leaves_nothing(
+    handles: List[str], docker_client: Any
+) -> None:
     handle = run_job("-j", "2x1", "--script", "examples/main.py", *LONG_RUN)
     handles.append(handle)
     app_id = handle.rsplit("/", 1)[1]
-    wait_for(handle, ("RUNNING",))
+    wait_for_log(handle, r"of world size 2", 2)
     assert len(leftovers(docker_client, app_id)) == 3
     started = time.monotonic()
     torchx("cancel", handle)
     cancel_s = time.monotonic() - started
-    assert leftovers(docker_client, app_id) == []
     assert cancel_s < 15, f"cancel took {cancel_s:.1f}s"
+    # as torchx's local_docker: stopped, not removed; status and logs stay
+    status = torchx("status", handle).stdout
+    assert "State: CANCELLED" in status, status
+    assert "of world size 2" in torchx("log", f"{handle}/main/0").stdout
+    # removal: `torchx delete` on torchx's development line, this command on 0.7
+    subprocess.run(
+        [sys.executable, "-m", "torchx_elastic.schedulers.docker", "remove", app_id], check=True
+    )
+    assert leftovers(docker_client, app_id) == []
     gone = torchx("status", handle, check=False)
     assert gone.returncode == 1 and "does not exist" in gone.stderr
 

@@ -123,24 +123,59 @@ def test_logs_of_a_replica_that_does_not_exist(scheduler: DockerScheduler) -> No
     assert str(error.value) == f"job {app_id} has no replica main/5; its replicas: main/0, main/1"
 
 
-def test_cancel_leaves_nothing_behind(scheduler: DockerScheduler, engine: FakeEngine) -> None:
+def test_cancel_stops_and_keeps_status_and_logs(
+    scheduler: DockerScheduler, engine: FakeEngine
+) -> None:
+    app_id = submit(scheduler)
+    other = submit(scheduler, j="1x1")
+    engine.containers[f"{app_id}-main-0"].write("before the cancel\n")
+    scheduler.cancel(app_id)
+    # stopped (SIGTERM, SIGKILL after stop_timeout_s), as torchx's local_docker; not removed
+    for name in (f"{app_id}-main-0", f"{app_id}-main-1"):
+        assert f"stop {name} timeout=10" in engine.calls
+        assert f"remove {name}" not in engine.calls
+    desc = scheduler.describe(app_id)
+    assert desc is not None and desc.state == AppState.CANCELLED
+    assert desc.msg.startswith("cancelled by torchx cancel; ")
+    assert list(scheduler.log_iter(app_id, "main", 0)) == ["before the cancel\n"]
+    assert {a.app_id: a.state for a in scheduler.list()} == {
+        app_id: AppState.CANCELLED,
+        other: AppState.RUNNING,
+    }
+    scheduler.cancel(app_id)  # idempotent
+    assert scheduler.describe(app_id).state == AppState.CANCELLED  # type: ignore[union-attr]
+
+
+def test_cancel_of_an_ended_job_keeps_its_state(
+    scheduler: DockerScheduler, engine: FakeEngine
+) -> None:
+    app_id = submit(scheduler)
+    for container in engine.containers.values():
+        container.finish(0)
+    scheduler.cancel(app_id)
+    assert scheduler.describe(app_id).state == AppState.SUCCEEDED  # type: ignore[union-attr]
+    assert engine.volumes == {}
+
+
+def test_delete_leaves_nothing_behind(scheduler: DockerScheduler, engine: FakeEngine) -> None:
     app_id = submit(scheduler)
     other = submit(scheduler, j="1x1")
     scheduler.cancel(app_id)
+    scheduler.delete(app_id)
     assert sorted(engine.containers) == [f"{other}-main-0"]
     assert list(engine.networks) == [f"torchx-{other}"]
-    # stopped (SIGTERM, SIGKILL after stop_timeout_s), then removed
+    assert engine.volumes == {}
     for name in (f"{app_id}-main-0", f"{app_id}-main-1"):
         assert engine.calls.index(f"stop {name} timeout=10") < engine.calls.index(f"remove {name}")
     assert scheduler.describe(app_id) is None
-    scheduler.cancel(app_id)  # idempotent
+    scheduler.delete(app_id)  # idempotent
 
 
-def test_cancel_cleans_up_a_finished_job(scheduler: DockerScheduler, engine: FakeEngine) -> None:
+def test_delete_cleans_up_a_finished_job(scheduler: DockerScheduler, engine: FakeEngine) -> None:
     app_id = submit(scheduler)
     for container in engine.containers.values():
         container.finish(1)
-    scheduler.cancel(app_id)
+    scheduler.delete(app_id)
     assert engine.containers == {} and engine.networks == {}
 
 
@@ -290,3 +325,26 @@ def test_remove_without_an_engine(
     monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
     assert main(["remove", "--finished"]) == 1
     assert capsys.readouterr().err.startswith("error: no Docker engine reachable (")
+
+
+JOB_LINE = (
+    "[job progress] 120/200 (60.0%) of 4/4 ranks on 2/2 nodes, slowest r3 (n1) 120,"
+    " fastest r0 (n0) 131, 4.1 steps/s, ETA 29s\n"
+)
+
+
+def test_status_shows_the_jobs_progress_from_replica_0s_log(
+    scheduler: DockerScheduler, engine: FakeEngine
+) -> None:
+    app_id = submit(scheduler)
+    rank0 = engine.containers[f"{app_id}-main-0"]
+    assert scheduler.describe(app_id).msg == "<NONE>"  # type: ignore[union-attr]
+    rank0.write(JOB_LINE.replace("120/200 (60.0%)", "80/200 (40.0%)"), stream="stderr")
+    rank0.write(JOB_LINE, stream="stderr")
+    rank0.write("[n0 r0] step 130\n")
+    desc = scheduler.describe(app_id)
+    assert desc is not None and desc.state == AppState.RUNNING
+    assert desc.msg == (
+        "progress 120/200 (60.0%) of 4/4 ranks, 4.1 steps/s, ETA 29s"
+        f" (as of 0s ago, log of {app_id}-main-0)"
+    )

@@ -40,6 +40,8 @@ def test_runopts_are_generated_from_the_one_declaration() -> None:
         "restart_containers",
         "stop_timeout_s",
         "privileged",
+        "image_repo",
+        "quiet",
     ]
     image_pull = opts.get("image_pull")
     assert image_pull is not None and image_pull.default == "missing"

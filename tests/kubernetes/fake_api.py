@@ -3,8 +3,12 @@
 It speaks the REST paths, JSON bodies, Status errors and chunked log streams of a real
 API server for what the scheduler uses (Jobs, Services, pods, pod logs, Volcano Jobs),
 and runs a small Job controller: an Indexed Job gets one pod per index with the
-hostname ``<job>-<index>``, failed pods are replaced up to ``backoffLimit``, and the Job's
-status and conditions follow its pods. Created Jobs and Services are validated strictly
+hostname ``<job>-<index>``, failed pods are replaced up to ``backoffLimit`` (or
+``backoffLimitPerIndex`` times per index, with the ``job-index-failure-count`` annotation;
+a pod with a ``DisruptionTarget`` condition is not counted when the Job's
+``podFailurePolicy`` ignores it), the pods still running are deleted when the Job fails,
+and the Job's status and conditions follow its pods. ``/version`` answers
+``server_version``. Created Jobs and Services are validated strictly
 (``kubernetes-validate``), so an invalid manifest is answered 422 as a cluster would.
 
 Tests drive the pods with the helper methods (``set_phase``, ``wait_image``, ...), and
@@ -80,9 +84,12 @@ def _matches(obj: Obj, selector: Optional[str]) -> bool:
 class FakeCluster:
     """The state of the fake cluster, and the HTTP server that serves it."""
 
-    def __init__(self, user: str = "alice", volcano: bool = True) -> None:
+    def __init__(
+        self, user: str = "alice", volcano: bool = True, server_version: Tuple[int, int] = (1, 36)
+    ) -> None:
         self.user = user
         self.volcano = volcano
+        self.server_version = server_version
         self.objects: Dict[str, Dict[Tuple[str, str], Obj]] = {k: {} for k in _RESOURCE}
         self.logs: Dict[str, List[Tuple[datetime, bytes]]] = {}
         self.forbidden: set[Tuple[str, str]] = set()
@@ -90,6 +97,8 @@ class FakeCluster:
         self.requests: List[Tuple[str, str]] = []
         self._cond = threading.Condition()
         self._uid = 0
+        self._tries: Dict[Tuple[str, int], int] = {}
+        self._counted: Dict[str, List[str]] = {}
         self._server: Optional[ThreadingHTTPServer] = None
 
     # -- server ---------------------------------------------------------------------------
@@ -143,6 +152,9 @@ class FakeCluster:
     # -- API ------------------------------------------------------------------------------
 
     def handle(self, method: str, path: str, query: Obj, body: Optional[Obj]) -> Any:
+        if method == "GET" and path.rstrip("/") == "/version":
+            major, minor = self.server_version
+            return {"major": str(major), "minor": str(minor), "gitVersion": f"v{major}.{minor}.0"}
         found = [(kind, m) for kind, p in _ROUTES if (m := p.fullmatch(path))]
         if not found:
             raise ApiError(404, "NotFound", "the server could not find the requested resource")
@@ -279,9 +291,11 @@ class FakeCluster:
         self.logs[name] = []
         return pod
 
-    def _job_pod(self, job: Obj, index: int) -> Obj:
+    def _job_pod(self, job: Obj, index: int, failures: int = 0) -> Obj:
         job_name = job["metadata"]["name"]
-        tries = sum(1 for p in self._pods_of(job) if self.index_of(p) == index)
+        self._tries[(job["metadata"]["uid"], index)] = tries = (
+            self._tries.get((job["metadata"]["uid"], index), -1) + 1
+        )
         pod = self._pod(
             job,
             f"{job_name}-{index}-{tries:05d}",
@@ -293,9 +307,10 @@ class FakeCluster:
                 "batch.kubernetes.io/job-completion-index": str(index),
             },
         )
-        pod["metadata"].setdefault("annotations", {})[
-            "batch.kubernetes.io/job-completion-index"
-        ] = str(index)
+        annotations = pod["metadata"].setdefault("annotations", {})
+        annotations["batch.kubernetes.io/job-completion-index"] = str(index)
+        if "backoffLimitPerIndex" in job["spec"]:
+            annotations["batch.kubernetes.io/job-index-failure-count"] = str(failures)
         pod["spec"]["hostname"] = f"{job_name}-{index}"
         for container in pod["spec"]["containers"]:
             container.setdefault("env", []).append(
@@ -327,43 +342,117 @@ class FakeCluster:
         annotations = pod["metadata"].get("annotations") or {}
         return int(annotations.get("batch.kubernetes.io/job-completion-index", -1))
 
+    @staticmethod
+    def _ignored(job: Obj, pod: Obj) -> bool:
+        """Whether the Job's podFailurePolicy ignores this failure (a disruption)."""
+        conditions = {
+            c["type"] for c in pod["status"].get("conditions") or [] if c.get("status") == "True"
+        }
+        for rule in (job["spec"].get("podFailurePolicy") or {}).get("rules") or []:
+            wanted = {c["type"] for c in rule.get("onPodConditions") or []}
+            if wanted & conditions:
+                return bool(rule["action"] == "Ignore")
+        return False
+
     def _sync(self, job: Obj) -> None:
-        """The Job controller: counts, replacements, conditions."""
+        """The Job controller: counts, replacements, conditions.
+
+        Failed pods are counted once, when first seen (the real controller's finalizer):
+        a counted pod that is deleted afterwards still counts.
+        """
         pods = self._pods_of(job)
+        counted = self._counted.setdefault(job["metadata"]["uid"], [])
+        for pod in pods:
+            name = pod["metadata"]["name"]
+            failed = pod["status"]["phase"] == "Failed"
+            if failed and name not in counted and not self._ignored(job, pod):
+                counted.append(name)
+        index_failures: Dict[int, int] = {}
+        for name in counted:
+            index = int(name.rsplit("-", 2)[-2])
+            index_failures[index] = index_failures.get(index, 0) + 1
         phases = [p["status"]["phase"] for p in pods]
-        failed = phases.count("Failed")
         succeeded = {self.index_of(p) for p in pods if p["status"]["phase"] == "Succeeded"}
         status = job["status"]
         status.update(
             active=sum(ph in ("Pending", "Running") for ph in phases),
-            failed=failed,
+            failed=len(counted),
             succeeded=len(succeeded),
         )
         conditions = status.setdefault("conditions", [])
         if conditions:
             return
         spec = job["spec"]
-        if failed > spec.get("backoffLimit", 6):
-            conditions.append(
-                {
-                    "type": "Failed",
-                    "status": "True",
-                    "reason": "BackoffLimitExceeded",
-                    "message": "Job has reached the specified backoff limit",
-                }
+        completions = spec.get("completions", 1)
+        per_index = spec.get("backoffLimitPerIndex")
+        failed_indexes = set()
+        if per_index is not None:
+            failed_indexes = {i for i, n in index_failures.items() if n > per_index}
+            if failed_indexes:
+                status["failedIndexes"] = ",".join(map(str, sorted(failed_indexes)))
+        failure = None
+        if per_index is None and len(counted) > spec.get("backoffLimit", 6):
+            failure = ("BackoffLimitExceeded", "Job has reached the specified backoff limit")
+        elif len(failed_indexes) > spec.get("maxFailedIndexes", completions):
+            failure = (
+                "MaxFailedIndexesExceeded",
+                "Job has exceeded the specified maximal number of failed indexes",
             )
+        if failure is not None:
+            reason, message = failure
+            conditions.append(
+                {"type": "Failed", "status": "True", "reason": reason, "message": message}
+            )
+            # the real controller deletes the pods still running, logs and all
             for pod in pods:
                 if pod["status"]["phase"] in ("Pending", "Running"):
-                    self._finish(pod, "Failed", 143, "Error")
+                    self._remove_pod(pod)
             status["active"] = 0
-        elif len(succeeded) == spec.get("completions", 1):
-            conditions.append({"type": "Complete", "status": "True"})
+        elif len(succeeded | failed_indexes) == completions:
+            if failed_indexes:
+                conditions.append(
+                    {
+                        "type": "Failed",
+                        "status": "True",
+                        "reason": "FailedIndexes",
+                        "message": "Job has failed indexes",
+                    }
+                )
+            else:
+                conditions.append({"type": "Complete", "status": "True"})
         else:
             live = {self.index_of(p) for p in pods if p["status"]["phase"] != "Failed"}
-            for index in range(spec.get("completions", 1)):
-                if index not in live | succeeded:
-                    self._job_pod(job, index)
+            for index in range(completions):
+                if index not in live | succeeded | failed_indexes:
+                    self._job_pod(job, index, index_failures.get(index, 0))
                     status["active"] += 1
+
+    def _remove_pod(self, pod: Obj) -> None:
+        meta = pod["metadata"]
+        self.objects["pods"].pop((meta["namespace"], meta["name"]), None)
+        self.logs.pop(meta["name"], None)
+
+    def delete_pod(self, pod: Obj, disruption: bool = False) -> None:
+        """``kubectl delete pod`` (or, with ``disruption``, an eviction): the pod's agent is
+        stopped (exit code 143), the pod goes, and the Job controller replaces it."""
+
+        def change(p: Obj) -> None:
+            if disruption:
+                p["status"].setdefault("conditions", []).append(
+                    {
+                        "type": "DisruptionTarget",
+                        "status": "True",
+                        "reason": "EvictionByEvictionAPI",
+                    }
+                )
+            if p["status"]["phase"] in ("Pending", "Running"):
+                self._finish(p, "Failed", 143, "Error")
+            job = self._owner_job(p)
+            if job is not None:
+                self._sync(job)  # counted before it goes, as the controller's finalizer does
+            self._remove_pod(p)
+
+        self._update(pod, change)
 
     def _owner_job(self, pod: Obj) -> Optional[Obj]:
         for owner in pod["metadata"].get("ownerReferences") or []:
@@ -413,11 +502,18 @@ class FakeCluster:
                 self._sync(job)
             self._cond.notify_all()
 
-    def set_phase(self, pod: Obj, phase: str, exit_code: int = 0, reason: str = "") -> None:
+    def set_phase(
+        self, pod: Obj, phase: str, exit_code: int = 0, reason: str = "", message: str = ""
+    ) -> None:
+        """``message``: the container's termination message (what it wrote, or its log's tail)."""
+
         def change(p: Obj) -> None:
             if phase in ("Succeeded", "Failed"):
                 code = exit_code if phase == "Failed" else 0
                 self._finish(p, phase, code, reason or ("Completed" if code == 0 else "Error"))
+                if message:
+                    for status in p["status"]["containerStatuses"]:
+                        status["state"]["terminated"]["message"] = message
             else:
                 p["status"]["phase"] = phase
                 p["spec"]["nodeName"] = "node-1"
@@ -467,8 +563,18 @@ class FakeCluster:
             self.logs[pod["metadata"]["name"]].append((at, data))
             self._cond.notify_all()
 
-    def log_chunks(self, ns: str, name: str, follow: bool, since_s: Optional[int]) -> Any:
-        """The chunks of a pod's log, waiting for more while following a running pod."""
+    def log_chunks(
+        self,
+        ns: str,
+        name: str,
+        follow: bool,
+        since_s: Optional[int],
+        tail_lines: Optional[int] = None,
+        timestamps: bool = False,
+    ) -> Any:
+        """The chunks of a pod's log, waiting for more while following a running pod;
+        ``tail_lines`` (not following): the last lines only; ``timestamps``: each line
+        after its RFC 3339 time, as the API server writes it."""
         with self._cond:
             pod = self._get("pods", ns, name)
             if pod["status"]["phase"] == "Pending":
@@ -495,11 +601,19 @@ class FakeCluster:
                         continue
                 for at, data in new:
                     if start is None or at >= start:
-                        yield data
+                        yield data if not timestamps else _stamped(at, data)
                 if not follow or (done and sent == len(self.logs.get(name, []))):
                     return
 
+        if tail_lines is not None and not follow:
+            lines = b"".join(chunks()).splitlines(keepends=True)
+            return iter([b"".join(lines[-tail_lines:])] if tail_lines else [])
         return chunks()
+
+
+def _stamped(at: datetime, data: bytes) -> bytes:
+    stamp = at.strftime("%Y-%m-%dT%H:%M:%S.%f").encode() + b"123Z "
+    return b"".join(stamp + line for line in data.splitlines(keepends=True))
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -541,12 +655,15 @@ class _Handler(BaseHTTPRequestHandler):
         if ("get", "pods") in self.fake.forbidden:
             raise ApiError(403, "Forbidden", 'pods "log" is forbidden')
         since = query.get("sinceSeconds")
+        tail = query.get("tailLines")
+        # the API server parses booleans like Go: "true", "True", "1", ...
         chunks = self.fake.log_chunks(
             match["ns"],
             match["name"],
-            # the API server parses booleans like Go: "true", "True", "1", ...
             follow=(query.get("follow") or ["false"])[0].lower() in ("true", "t", "1"),
             since_s=int(since[0]) if since else None,
+            tail_lines=int(tail[0]) if tail else None,
+            timestamps=(query.get("timestamps") or ["false"])[0].lower() in ("true", "t", "1"),
         )
         self.send_response(200)
         self.send_header("Content-Type", "text/plain")

@@ -22,7 +22,8 @@ from torchx_elastic.schedulers.kubernetes.client import KubernetesError
 
 JOB = f"main-{SUFFIX}"
 HANDLE = f"kubernetes://torchx/default:{JOB}"
-RUN = ["run", "-s", "kubernetes", "dist.ddp", "-j", "2:4x8", "-h", "gpu.small"]
+# the image has the script: no workspace to build and push (see tests/workspace/)
+RUN = ["run", "--workspace", "", "-s", "kubernetes", "dist.ddp", "-j", "2:4x8", "-h", "gpu.small"]
 
 
 @pytest.fixture(autouse=True)
@@ -170,7 +171,7 @@ def test_run_options_from_the_command_line(
     fake: FakeCluster, capsys: pytest.CaptureFixture[str]
 ) -> None:
     cfg = "queue=team-q,tolerations=nvidia.com/gpu:NoSchedule,secret_env=HF_TOKEN:hf/token"
-    _torchx(capsys, "run", "-s", "kubernetes", "-cfg", cfg, *RUN[3:], "--script", "main.py")
+    _torchx(capsys, *RUN[:5], "-cfg", cfg, *RUN[5:], "--script", "main.py")
     job = fake.objects["jobs"][("default", JOB)]
     assert job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team-q"
     spec = job["spec"]["template"]["spec"]
@@ -181,9 +182,7 @@ def test_run_options_from_the_command_line(
 
 def test_run_option_errors_reach_the_user(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(ValueError) as error:
-        _torchx(
-            capsys, "run", "-s", "kubernetes", "-cfg", "backend=kueue", *RUN[3:], "--script", "m.py"
-        )
+        _torchx(capsys, *RUN[:5], "-cfg", "backend=kueue", *RUN[5:], "--script", "m.py")
     assert str(error.value).startswith("invalid kubernetes run option backend='kueue'")
 
 

@@ -21,6 +21,7 @@ from tests.kubernetes.validation import (
     validate_volcano,
 )
 from torchx_elastic.components.dist import ddp
+from torchx_elastic.schedulers.kubernetes.manifests import for_server
 from torchx_elastic.schedulers.kubernetes.names import JobNames, new_suffix, parse_app_id
 from torchx_elastic.schedulers.kubernetes.options import KubernetesOptions
 from torchx_elastic.schedulers.kubernetes.scheduler import KubernetesScheduler, build_request
@@ -216,9 +217,53 @@ def test_secret_env_is_a_reference_never_a_value() -> None:
     }
 
 
-def test_retries_map_to_the_backoff_limit() -> None:
+def test_retries_are_attempts_of_the_job_counted_per_index() -> None:
     job = build_request(_ddp(max_retries=3), KubernetesOptions(), SUFFIX).manifests[0]
-    assert job["spec"]["backoffLimit"] == 3
+    spec = job["spec"]
+    assert spec["backoffLimitPerIndex"] == 3 and "backoffLimit" not in spec
+    assert "maxFailedIndexes" not in spec  # no pod is deleted while writing its report
+    assert spec["podFailurePolicy"]["rules"] == [
+        {
+            "action": "Ignore",
+            "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}],
+        }
+    ]
+    assert for_server(job, (1, 36)) is job and for_server(job, (1, 29)) is job
+
+
+def test_servers_without_per_index_limits_get_a_pod_count_for_the_same_attempts() -> None:
+    # 4 nodes, 3 retries: 4 attempts in which every node fails, less one failure
+    job = build_request(_ddp(max_retries=3), KubernetesOptions(), SUFFIX).manifests[0]
+    old = for_server(job, (1, 28))
+    assert old["spec"]["backoffLimit"] == 4 * 4 - 1
+    assert "backoffLimitPerIndex" not in old["spec"] and "backoffLimitPerIndex" in job["spec"]
+    assert old["spec"]["podFailurePolicy"] == job["spec"]["podFailurePolicy"]
+    validate_all([old])
+
+
+def test_pull_policy_ttl_and_the_root_cause_in_the_termination_message() -> None:
+    job = build_request(_ddp(), KubernetesOptions(), SUFFIX).manifests[0]
+    (container,) = job["spec"]["template"]["spec"]["containers"]
+    assert container["imagePullPolicy"] == "IfNotPresent"
+    assert job["spec"]["ttlSecondsAfterFinished"] == 7 * 24 * 3600
+    assert container["terminationMessagePolicy"] == "FallbackToLogsOnError"
+    assert {"name": "TORCHELASTIC_ERROR_FILE", "value": "/dev/termination-log"} in container["env"]
+    options = KubernetesOptions(image_pull_policy="Never", ttl_seconds_after_finished=0)
+    job = build_request(_ddp(), options, SUFFIX).manifests[0]
+    assert job["spec"]["template"]["spec"]["containers"][0]["imagePullPolicy"] == "Never"
+    assert job["spec"]["ttlSecondsAfterFinished"] == 0
+    volcano = build_request(_ddp(), KubernetesOptions(backend="volcano"), SUFFIX).manifests[0]
+    assert volcano["spec"]["ttlSecondsAfterFinished"] == 7 * 24 * 3600
+
+
+def test_fractional_cpus_are_millicpus() -> None:
+    app = ddp(script="main.py", j="2x1", cpu=0.5)
+    job = build_request(app, KubernetesOptions(reserved_millicpu=0), SUFFIX).manifests[0]
+    resources = job["spec"]["template"]["spec"]["containers"][0]["resources"]
+    assert resources["requests"]["cpu"] == resources["limits"]["cpu"] == "500m"
+    app = ddp(script="main.py", j="2x1", cpu=2)
+    job = build_request(app, KubernetesOptions(reserved_millicpu=0), SUFFIX).manifests[0]
+    assert job["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["cpu"] == "2000m"
 
 
 def test_kueue_queue_label_and_partial_admission() -> None:
@@ -337,6 +382,14 @@ def test_runopts_come_from_the_options_dataclass() -> None:
         "queue",
         "priority_class",
         "service_account",
+        "image_pull_policy",
+        "ttl_seconds_after_finished",
+        "reserved_millicpu",
+        "reserved_memmb",
+        "efa_device_count",
+        "validate_spec",
+        "image_repo",
+        "quiet",
         "image_pull_secrets",
         "node_selector",
         "tolerations",
@@ -357,8 +410,17 @@ def test_runopts_come_from_the_options_dataclass() -> None:
     [
         (
             {"backend": "kueue"},
-            "invalid kubernetes run option backend='kueue'; accepted: job, volcano"
-            " (default: job)",
+            "invalid kubernetes run option backend='kueue'; accepted: job, volcano (default: job)",
+        ),
+        (
+            {"image_pull_policy": "Sometimes"},
+            "invalid kubernetes run option image_pull_policy='Sometimes'; accepted:"
+            " IfNotPresent, Always, Never (default: IfNotPresent)",
+        ),
+        (
+            {"ttl_seconds_after_finished": -1},
+            "invalid kubernetes run option ttl_seconds_after_finished=-1; accepted: a number"
+            " >= 0 (default: 604800)",
         ),
         (
             {"tolerations": ["gpu:Sometimes"]},

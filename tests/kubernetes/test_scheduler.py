@@ -3,10 +3,11 @@ and each error a user can meet, read as the user reads it."""
 
 from __future__ import annotations
 
+import json
 import threading
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any, List
+from typing import Any, Dict, List, Optional
 
 import pytest
 from torchx.schedulers.api import Stream
@@ -19,6 +20,7 @@ from torchx_elastic.schedulers.kubernetes import create_scheduler
 from torchx_elastic.schedulers.kubernetes.client import KubernetesError
 from torchx_elastic.schedulers.kubernetes.logs import since_seconds
 from torchx_elastic.schedulers.kubernetes.scheduler import KubernetesScheduler
+from torchx_elastic.schedulers.kubernetes.status import attempts_restarted, termination_summary
 from torchx_elastic.schedulers.log_lines import whole_lines
 
 JOB = f"main-{SUFFIX}"
@@ -103,14 +105,137 @@ def test_unschedulable_and_oom_killed_pods_say_so(
     )
     fake.set_phase(fake.pod(JOB, 0), "Failed", exit_code=137, reason="OOMKilled")
     desc = scheduler.describe(APP_ID)
-    assert desc is not None and desc.state == AppState.FAILED
+    assert desc is not None and desc.state == AppState.PENDING
+    # replica 0 is out of retries; the Job ends when replica 1 is done too
+    for _ in range(2):
+        fake.set_phase(fake.pod(JOB, 1), "Failed", exit_code=1)
+    desc = scheduler.describe(APP_ID)
+    assert desc is not None and desc.state == AppState.FAILED and desc.num_restarts == 1
     lines = desc.msg.splitlines()
-    assert lines[0] == "BackoffLimitExceeded: Job has reached the specified backoff limit"
+    assert lines[0] == "FailedIndexes: Job has failed indexes"
     assert (
         f"main[0] pod {fake.pod(JOB, 0)['metadata']['name']}: OOMKilled (container main,"
         in (lines[1])
     )
     assert lines[1].endswith("exit code 137)")
+
+
+def test_one_failure_of_every_node_is_one_retry(
+    scheduler: KubernetesScheduler, fake: FakeCluster
+) -> None:
+    """A rank that fails for good fails every node: that is one attempt, not one per pod."""
+    _submit(scheduler, j="3x1", app={"max_retries": 1})
+    for attempt in range(2):
+        for index in range(3):
+            fake.set_phase(fake.pod(JOB, index), "Running")
+        for index in range(3):
+            fake.set_phase(fake.pod(JOB, index), "Failed", exit_code=1)
+        desc = scheduler.describe(APP_ID)
+        assert desc is not None and desc.num_restarts == 1
+        assert desc.state == (AppState.PENDING if attempt == 0 else AppState.FAILED)
+    assert len(fake.pods(JOB)) == 6  # every failed pod is kept, with its log
+
+
+def test_a_lost_pod_is_replaced_and_a_disruption_costs_no_retry(
+    scheduler: KubernetesScheduler, fake: FakeCluster
+) -> None:
+    _submit(scheduler, j="2x1", app={"max_retries": 1})
+    for index in range(2):
+        fake.set_phase(fake.pod(JOB, index), "Running")
+    evicted = fake.pod(JOB, 1)
+    fake.delete_pod(evicted, disruption=True)  # an eviction, preemption or drain
+    replacement = fake.pod(JOB, 1)
+    assert replacement["metadata"]["name"] != evicted["metadata"]["name"]
+    assert replacement["spec"]["hostname"] == evicted["spec"]["hostname"]
+    desc = scheduler.describe(APP_ID)
+    assert desc is not None and desc.num_restarts == 0 and desc.state == AppState.RUNNING
+    fake.set_phase(replacement, "Running")
+    fake.delete_pod(replacement)  # kubectl delete pod: a failure of that replica
+    desc = scheduler.describe(APP_ID)
+    assert desc is not None and desc.num_restarts == 1 and desc.state == AppState.RUNNING
+    for index in range(2):
+        fake.set_phase(fake.pod(JOB, index), "Running")
+        fake.set_phase(fake.pod(JOB, index), "Succeeded")
+    desc = scheduler.describe(APP_ID)
+    assert desc is not None and desc.state == AppState.SUCCEEDED and desc.num_restarts == 1
+
+
+def test_the_root_cause_reaches_status_from_the_termination_message(
+    scheduler: KubernetesScheduler, fake: FakeCluster
+) -> None:
+    _submit(scheduler, j="2x1")
+    root, victim = fake.pod(JOB, 0), fake.pod(JOB, 1)
+    for pod in (root, victim):
+        fake.set_phase(pod, "Running")
+    reply = {
+        "message": {
+            "message": "rank 1 (node 0) failed first: CrashOnPurpose: rank 1 crashes on purpose",
+            "extraInfo": {"py_callstack": "Traceback ...", "timestamp": "1"},
+        }
+    }
+    fake.set_phase(root, "Failed", exit_code=1, message=json.dumps(reply))
+    # a node stopped before it wrote a report: the tail of its log, from the report on
+    report = ["=" * 72, "Root cause", "=" * 72, "  rank 2 failed first", "Logs of every rank: /x"]
+    log_tail = "\n".join(["step 9", "", *report])
+    fake.set_phase(victim, "Failed", exit_code=1, message=log_tail)
+    desc = scheduler.describe(APP_ID)
+    assert desc is not None and desc.state == AppState.FAILED
+    assert desc.msg.splitlines()[1:] == [
+        f"main[0] pod {root['metadata']['name']}: Error (container main, exit code 1):"
+        " rank 1 (node 0) failed first: CrashOnPurpose: rank 1 crashes on purpose",
+        f"main[1] pod {victim['metadata']['name']}: Error (container main, exit code 1):"
+        "   rank 2 failed first",
+    ]
+
+
+def test_restarts_are_the_most_replacements_of_one_replica_in_any_pod_order() -> None:
+    def pod(index: int, failures: Optional[int]) -> Dict[str, Any]:
+        annotations = {"batch.kubernetes.io/job-completion-index": str(index)}
+        if failures is not None:
+            annotations["batch.kubernetes.io/job-index-failure-count"] = str(failures)
+        labels = {"torchx.pytorch.org/role-name": "main"}
+        return {"metadata": {"annotations": annotations, "labels": labels}}
+
+    # newest first, as a list may come: one replacement of each node is one restart
+    assert attempts_restarted([pod(0, 1), pod(0, 0), pod(1, 1), pod(1, 0)]) == 1
+    # a server without the annotation: older pods of the replica still count
+    assert attempts_restarted([pod(0, None), pod(0, None), pod(0, None), pod(1, None)]) == 2
+    assert attempts_restarted([]) == 0
+
+
+def test_termination_messages() -> None:
+    cut = '{"message": {"message": "rank 0 (node 1) failed first: boom \\"x\\"", "extraInfo'
+    assert termination_summary(cut) == 'rank 0 (node 1) failed first: boom "x"'
+    assert termination_summary("a\nb\nc\nd\ne\nf\ng\n") == "b\nc\nd\ne\nf\ng"
+    assert termination_summary("  ") == ""
+    agent_error = "torchx-elastic: error: rendezvous at h:29500 failed: RendezvousClosedError"
+    assert termination_summary(f"Traceback\n  gloo: closed\n{agent_error}\n") == agent_error
+
+
+def test_a_replica_whose_pod_is_gone_says_so(
+    scheduler: KubernetesScheduler, fake: FakeCluster, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _submit(scheduler, j="2x1")
+    for index in range(2):
+        fake.set_phase(fake.pod(JOB, index), "Running")
+    # the Job controller deletes the pods still running when a Job fails
+    fake.set_phase(fake.pod(JOB, 0), "Failed", exit_code=1)
+    fake.objects["jobs"][("default", JOB)]["status"]["conditions"] = [
+        {"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded"}
+    ]
+    fake.delete_pod(fake.pod(JOB, 1))
+    desc = scheduler.describe(APP_ID)
+    assert desc is not None and desc.state == AppState.FAILED
+    assert _states(scheduler) == [ReplicaState.FAILED, ReplicaState.UNKNOWN]
+    assert desc.msg.splitlines()[-1] == (
+        "main[1]: no pod: it was deleted, with its log (the Job controller deletes the pods"
+        " still running when a Job fails)"
+    )
+    assert list(scheduler.log_iter(APP_ID, "main", 1)) == [
+        f"torchx-elastic: replica main/1 of {APP_ID} has no pod: it was deleted, with its log"
+        " (the Job controller deletes the pods still running when a Job fails)"
+        " (replicas with a pod: main/0)\n"
+    ]
 
 
 def test_a_suspended_job_waits_for_its_queue(
@@ -192,24 +317,26 @@ def test_log_follow_stops_waiting_when_the_job_is_gone(fake: FakeCluster) -> Non
 
     scheduler = KubernetesScheduler("test", suffix=lambda: SUFFIX, sleep=cancel)
     _submit(scheduler, j="2x1")
-    with pytest.raises(KubernetesError) as error:
-        list(scheduler.log_iter(APP_ID, "main", 0, should_tail=True))
-    assert str(error.value) == f"no pod of replica main/0 in {APP_ID} (pods: none)"
+    assert list(scheduler.log_iter(APP_ID, "main", 0, should_tail=True)) == [
+        f"torchx-elastic: replica main/0 of {APP_ID} has no pod: the job does not exist"
+        " (any more) (replicas with a pod: none)\n"
+    ]
 
 
 def test_log_of_a_pending_replica(scheduler: KubernetesScheduler, fake: FakeCluster) -> None:
     _submit(scheduler, j="2x1")
     assert list(scheduler.log_iter(APP_ID, "main", 0)) == []
     fake.wait_image(fake.pod(JOB, 0))
-    with pytest.raises(KubernetesError) as error:
-        list(scheduler.log_iter(APP_ID, "main", 0, should_tail=True))
-    assert str(error.value) == (
-        f"replica main/0 of {APP_ID} has not started: ImagePullBackOff:"
-        ' Back-off pulling image "torchx-elastic:latest"'
-    )
-    with pytest.raises(KubernetesError) as error:
-        list(scheduler.log_iter(APP_ID, "main", 7))
-    assert str(error.value) == f"no pod of replica main/7 in {APP_ID} (pods: main/0, main/1)"
+    not_started = [
+        f"torchx-elastic: replica main/0 of {APP_ID} has not started: ImagePullBackOff:"
+        ' Back-off pulling image "torchx-elastic:latest"\n'
+    ]
+    assert list(scheduler.log_iter(APP_ID, "main", 0, should_tail=True)) == not_started
+    assert list(scheduler.log_iter(APP_ID, "main", 0)) == not_started
+    assert list(scheduler.log_iter(APP_ID, "main", 7)) == [
+        f"torchx-elastic: replica main/7 of {APP_ID} has no pod: not created yet"
+        " (replicas with a pod: main/0, main/1)\n"
+    ]
 
 
 def test_log_options_it_cannot_honour(scheduler: KubernetesScheduler) -> None:
@@ -394,3 +521,27 @@ def test_line_splitting_and_since() -> None:
     now = datetime(2026, 1, 1, 12, 0, 0)
     assert since_seconds(now - timedelta(seconds=1.2), now) == 2
     assert since_seconds(now + timedelta(seconds=5), now) == 1
+
+
+def test_status_shows_the_jobs_progress_from_replica_0s_pod_log(
+    scheduler: KubernetesScheduler, fake: FakeCluster
+) -> None:
+    _submit(scheduler, j="2x2")
+    pod0 = fake.pod(JOB, 0)
+    fake.set_phase(pod0, "Running")
+    fake.set_phase(fake.pod(JOB, 1), "Running")
+    line = (
+        b"[job progress] 120/200 (60.0%) of 4/4 ranks on 2/2 nodes, slowest r3 (n1) 120,"
+        b" fastest r0 (n0) 131, 4.1 steps/s, ETA 29s\n"
+    )
+    fake.write_log(pod0, line, age_s=12)
+    fake.write_log(pod0, b"[n0 r0] step 125\n")
+    desc = scheduler.describe(APP_ID)
+    assert desc is not None and desc.state == AppState.RUNNING
+    assert desc.msg == (
+        "progress 120/200 (60.0%) of 4/4 ranks, 4.1 steps/s, ETA 29s"
+        f" (as of 12s ago, log of pod {pod0['metadata']['name']})"
+    )
+    # a log the scheduler may not read: the status says the rest, without progress
+    fake.forbidden.add(("get", "pods"))
+    assert scheduler.describe(APP_ID) is not None

@@ -13,6 +13,8 @@ import kubernetes_validate
 import yaml
 from kubernetes_validate.utils import all_versions, latest_version
 
+from torchx_elastic.schedulers.kubernetes.manifests import for_server
+
 REPO = Path(__file__).resolve().parents[2]
 VOLCANO_CRD = REPO.parent / "shared/schemas/volcano/batch.volcano.sh_jobs.yaml"
 OLDEST_VERSION = min(all_versions(), key=lambda v: tuple(int(x) for x in v.split(".")))
@@ -26,7 +28,9 @@ def validate_core(manifest: Obj) -> None:
     """Raises ``kubernetes_validate.ValidationError`` unless valid for every version in
     VERSIONS, unknown fields included; a Job's pod template is also checked as a Pod."""
     for version in VERSIONS:
-        kubernetes_validate.validate(manifest, version, strict=True)
+        # what is sent to a server of that version (Jobs differ before 1.29)
+        major, minor = (int(x) for x in version.split(".")[:2])
+        kubernetes_validate.validate(for_server(manifest, (major, minor)), version, strict=True)
     if manifest["kind"] == "Job" and manifest["apiVersion"] == "batch/v1":
         validate_core(pod_of(manifest["spec"]["template"], manifest["metadata"]["name"]))
 

@@ -28,6 +28,7 @@ class AgentCommand:
     script_args: tuple[str, ...] = ()
     rdzv_port: int = 29500
     rdzv_backend: str = "c10d"
+    rdzv_conf: str = ""  # KEY=VALUE,... (e.g. join_timeout=600)
     max_restarts: int = 0
     tee: int = 3
     hang_timeout_s: float = 0
@@ -73,6 +74,7 @@ class AgentCommand:
             self.rdzv_backend,
             "--rdzv-endpoint",
             self.rdzv_endpoint,
+            *(["--rdzv-conf", self.rdzv_conf] if self.rdzv_conf else []),
             "--rdzv-id",
             macros.app_id,
             "--max-restarts",

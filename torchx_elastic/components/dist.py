@@ -1,31 +1,114 @@
-"""Distributed training components: ``dist.ddp`` and ``dist.spmd``.
+"""Distributed training components: ``dist.torchrun``, ``dist.ddp`` and ``dist.spmd``.
 
-Same parameters as torchx's own ``dist.ddp`` / ``dist.spmd`` so existing command lines
-keep working, but the role runs torchx-elastic's bundled agent directly (no ``bash -c``):
-user arguments reach the worker's ``sys.argv`` exactly as given.
+The same parameters as torchx's own components (torchx 0.7's ``dist.ddp``/``dist.spmd`` and
+its development line's ``dist.torchrun``, with ``rdzv_conf`` and ``metadata``), with the same
+meaning, so existing command lines keep working. The role runs torchx-elastic's bundled agent
+directly (no ``bash -c``): user arguments reach the worker's ``sys.argv`` exactly as given.
 
-Only component functions live at module level here: torchx's finder lists every
-module-level function of this module as a component.
+- ``dist.torchrun``: with a named host (``-h``) a bare ``-j N`` is N nodes of as many
+  processes as the host has GPUs; without one it is N processes on one node.
+- ``dist.ddp``: a bare ``-j N`` is always N processes on one node.
+- ``dist.spmd``: ``-h gpu.small -j 1x1`` by default; a bare ``-j N`` counts nodes.
+
+Only component functions (and torchx's ``parse_nnodes``) live at module level here:
+torchx's finder lists every module-level function of this module, and shows those that
+return an ``AppDef`` as components.
 """
 
-import os
-from pathlib import Path
 from typing import Dict, List, Optional
 
 import torchx.specs as specs
-from torchx.components.structured_arg import StructuredNameArgument
 
-from torchx_elastic.components.agent_command import AgentCommand
-from torchx_elastic.components.job_size import JobSize
+from torchx_elastic.components.dist_app import DEFAULT_IMAGE, DistApp, host_gpus
+from torchx_elastic.components.job_size import JobSize, parse_nnodes
 
-DEFAULT_IMAGE = "torchx-elastic:latest"
+__all__ = ["ddp", "parse_nnodes", "spmd", "torchrun"]
 
-_TORCH_DEBUG_FLAGS: Dict[str, str] = {
-    "CUDA_LAUNCH_BLOCKING": "1",
-    "NCCL_DESYNC_DEBUG": "1",
-    "TORCH_DISTRIBUTED_DEBUG": "DETAIL",
-    "TORCH_SHOW_CPP_STACKTRACES": "1",
-}
+
+def torchrun(
+    *script_args: str,
+    script: Optional[str] = None,
+    m: Optional[str] = None,
+    image: str = DEFAULT_IMAGE,
+    name: str = "/",
+    h: Optional[str] = None,
+    cpu: float = 2,
+    gpu: int = 0,
+    memMB: int = 1024,
+    j: str = "1x2",
+    env: Optional[Dict[str, str]] = None,
+    metadata: Optional[Dict[str, str]] = None,
+    max_retries: int = 0,
+    rdzv_port: int = 29500,
+    rdzv_backend: str = "c10d",
+    rdzv_conf: Optional[str] = None,
+    mounts: Optional[List[str]] = None,
+    debug: bool = False,
+    tee: int = 3,
+    hang_timeout_s: float = 0,
+    start_method: str = "spawn",
+) -> specs.AppDef:
+    """
+    Distributed PyTorch job (one role, several replicas = nodes), run by torchx-elastic's
+    elastic agent, which takes torchrun's command line: per-rank prefixed logs, in-place
+    restarts and a root-cause report when a rank fails.
+
+    Usage: torchx run dist.torchrun -j 2x4 --script main.py -- --lr 0.1
+
+    Args:
+        script_args: arguments to the script or module, passed byte for byte
+        script: the Python script to run (relative to the working directory or image WORKDIR)
+        m: the Python module to run instead of a script (as ``python -m``)
+        image: container image (docker, kubernetes); ignored by local_cwd
+        name: job name: ``{experimentname}/{runname}``, ``{experimentname}/``,
+            ``/{runname}`` or ``{runname}``
+        h: a registered named resource (takes precedence over cpu, gpu, memMB)
+        cpu: number of cpus per node; fractions too (0.5: kubernetes asks for 500m)
+        gpu: number of gpus per node
+        memMB: cpu memory in MB per node
+        j: [{min_nodes}:]{max_nodes}x{procs_per_node}, e.g. 2x4 or 2:4x8 (min_nodes may be 0);
+            with a named host -h a bare N is N nodes x the host's GPUs, without one N processes
+        env: environment variables for the workers (e.g. ENV1=v1,ENV2=v2)
+        metadata: metadata for the scheduler (e.g. KEY1=v1,KEY2=v2)
+        max_retries: in-place restarts of the worker group by the agent when a rank fails
+        rdzv_port: port of the rendezvous store on the rank-0 node (multi-node only;
+            a single-node job picks a free port)
+        rdzv_backend: rendezvous backend of torch.distributed.elastic (c10d)
+        rdzv_conf: extra rendezvous settings (e.g. join_timeout=600,close_timeout=600,timeout=600)
+        mounts: mounts for container schedulers
+            (type=<bind|volume|device>,src=/host,dst=/job[,readonly])
+        debug: run with torch's distributed debug flags set
+        tee: which worker streams the console shows: 0 none, 1 stdout, 2 stderr, 3 both
+            (the per-rank log files always keep both)
+        hang_timeout_s: restart (or fail) when a rank sends no progress()/heartbeat() for this
+            many seconds, after dumping every rank's stack to its log (0: off)
+        start_method: spawn (a fresh interpreter per worker) or fork-server (forked from a
+            process that imported torch once: much faster starts and restarts)
+    """
+    size = JobSize.parse_on_host(j, h, host_gpus(h)) if h else JobSize.parse(j)
+    return DistApp(
+        size=size,
+        script=script,
+        m=m,
+        script_args=tuple(script_args),
+        image=image,
+        name=name,
+        h=h,
+        cpu=cpu,
+        gpu=gpu,
+        memMB=memMB,
+        env=dict(env or {}),
+        metadata=dict(metadata or {}),
+        max_retries=max_retries,
+        rdzv_port=rdzv_port,
+        rdzv_backend=rdzv_backend,
+        rdzv_conf=rdzv_conf,
+        mounts=list(mounts or []),
+        debug=debug,
+        tee=tee,
+        hang_timeout_s=hang_timeout_s,
+        start_method=start_method,
+    ).build()
 
 
 def ddp(
@@ -35,14 +118,16 @@ def ddp(
     image: str = DEFAULT_IMAGE,
     name: str = "/",
     h: Optional[str] = None,
-    cpu: int = 2,
+    cpu: float = 2,
     gpu: int = 0,
     memMB: int = 1024,
     j: str = "1x2",
     env: Optional[Dict[str, str]] = None,
+    metadata: Optional[Dict[str, str]] = None,
     max_retries: int = 0,
     rdzv_port: int = 29500,
     rdzv_backend: str = "c10d",
+    rdzv_conf: Optional[str] = None,
     mounts: Optional[List[str]] = None,
     debug: bool = False,
     tee: int = 3,
@@ -52,7 +137,8 @@ def ddp(
     """
     Distributed data parallel job (one role, several replicas = nodes), run by
     torchx-elastic's elastic agent: per-rank prefixed logs, in-place restarts and a
-    root-cause report when a rank fails.
+    root-cause report when a rank fails. As ``dist.torchrun``, but a bare ``-j N`` is
+    always N processes on one node.
 
     Usage: torchx run dist.ddp -j 2x4 --script main.py -- --lr 0.1
 
@@ -64,15 +150,18 @@ def ddp(
         name: job name: ``{experimentname}/{runname}``, ``{experimentname}/``,
             ``/{runname}`` or ``{runname}``
         h: a registered named resource (takes precedence over cpu, gpu, memMB)
-        cpu: number of cpus per node
+        cpu: number of cpus per node; fractions too (0.5: kubernetes asks for 500m)
         gpu: number of gpus per node
         memMB: cpu memory in MB per node
-        j: [{min_nodes}:]{max_nodes}x{procs_per_node}, e.g. 2x4 or 2:4x8; a bare M means 1xM
+        j: [{min_nodes}:]{max_nodes}x{procs_per_node}, e.g. 2x4 or 2:4x8 (min_nodes may be 0);
+            a bare M means 1xM
         env: environment variables for the workers (e.g. ENV1=v1,ENV2=v2)
+        metadata: metadata for the scheduler (e.g. KEY1=v1,KEY2=v2)
         max_retries: in-place restarts of the worker group by the agent when a rank fails
         rdzv_port: port of the rendezvous store on the rank-0 node (multi-node only;
             a single-node job picks a free port)
         rdzv_backend: rendezvous backend of torch.distributed.elastic (c10d)
+        rdzv_conf: extra rendezvous settings (e.g. join_timeout=600,close_timeout=600,timeout=600)
         mounts: mounts for container schedulers
             (type=<bind|volume|device>,src=/host,dst=/job[,readonly])
         debug: run with torch's distributed debug flags set
@@ -83,44 +172,28 @@ def ddp(
         start_method: spawn (a fresh interpreter per worker) or fork-server (forked from a
             process that imported torch once: much faster starts and restarts)
     """
-    size = JobSize.parse(j)
-    command = AgentCommand(
-        size=size,
+    return torchrun(
+        *script_args,
         script=script,
-        module=m,
-        script_args=tuple(script_args),
+        m=m,
+        image=image,
+        name=name,
+        h=h,
+        cpu=cpu,
+        gpu=gpu,
+        memMB=memMB,
+        j=f"1x{j}" if j.isdigit() else j,
+        env=env,
+        metadata=metadata,
+        max_retries=max_retries,
         rdzv_port=rdzv_port,
         rdzv_backend=rdzv_backend,
-        max_restarts=max_retries,
+        rdzv_conf=rdzv_conf,
+        mounts=mounts,
+        debug=debug,
         tee=tee,
         hang_timeout_s=hang_timeout_s,
         start_method=start_method,
-    )
-    run_name = StructuredNameArgument.parse_from(name=name, m=m, script=script)
-    role_env = dict(env or {})
-    role_env["TORCHX_TRACKING_EXPERIMENT_NAME"] = run_name.experiment_name
-    role_env.setdefault("LOGLEVEL", os.getenv("LOGLEVEL", "WARNING"))
-    if debug:
-        role_env.update(_TORCH_DEBUG_FLAGS)
-
-    role_name = Path(script).stem if script else str(m).rpartition(".")[2]
-    return specs.AppDef(
-        name=run_name.run_name,
-        roles=[
-            specs.Role(
-                name=role_name,
-                image=image,
-                entrypoint=command.entrypoint(),
-                args=command.args(),
-                min_replicas=size.min_nodes,
-                num_replicas=size.max_nodes,
-                resource=specs.resource(cpu=cpu, gpu=gpu, memMB=memMB, h=h),
-                env=role_env,
-                port_map={"c10d": rdzv_port},
-                max_retries=max_retries,
-                mounts=specs.parse_mounts(mounts) if mounts else [],
-            )
-        ],
     )
 
 
@@ -133,14 +206,15 @@ def spmd(
     h: str = "gpu.small",
     j: str = "1x1",
     env: Optional[Dict[str, str]] = None,
+    metadata: Optional[Dict[str, str]] = None,
     max_retries: int = 0,
     mounts: Optional[List[str]] = None,
     debug: bool = False,
 ) -> specs.AppDef:
     """
     Single-Process-Multiple-Data job: ``N x M`` copies of one program (DDP, FSDP, RPC)
-    on hosts of the named resource ``h``. On a GPU host ``-j N`` (or ``MIN:MAX``)
-    counts nodes and starts one process per GPU.
+    on hosts of the named resource ``h``. ``-j N`` (or ``MIN:MAX``) counts nodes and
+    starts one process per GPU of the host.
 
     Usage: torchx run dist.spmd -j 2 -h aws_p4d.24xlarge --script train.py
 
@@ -152,24 +226,25 @@ def spmd(
         name: job name: ``{experimentname}/{runname}``, ``{experimentname}/``,
             ``/{runname}`` or ``{runname}``
         h: a registered named resource (e.g. gpu.small, aws_p4d.24xlarge)
-        j: [{min_nodes}:]{max_nodes}x{procs_per_node}; on GPU hosts [{min}:]{nodes}
-            infers the processes per node from the GPU count
+        j: [{min_nodes}:]{max_nodes}x{procs_per_node}; [{min}:]{nodes} infers the processes
+            per node from the host's GPU count
         env: environment variables for the workers (e.g. ENV1=v1,ENV2=v2)
+        metadata: metadata for the scheduler (e.g. KEY1=v1,KEY2=v2)
         max_retries: in-place restarts of the worker group by the agent when a rank fails
         mounts: mounts for container schedulers
             (type=<bind|volume|device>,src=/host,dst=/job[,readonly])
         debug: run with torch's distributed debug flags set
     """
-    size = JobSize.parse(j, gpus_per_node=specs.named_resources[h].gpu)
-    return ddp(
+    return torchrun(
         *args,
         script=script,
         m=m,
         image=image,
         name=name,
         h=h,
-        j=str(size),
+        j=j,
         env=env,
+        metadata=metadata,
         max_retries=max_retries,
         mounts=mounts,
         debug=debug,

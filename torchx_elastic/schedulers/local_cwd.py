@@ -14,7 +14,9 @@ On top of torchx's own ``local_cwd``:
 - ``torchx run`` returns as soon as the job ends: its status poll (once a second) waits up to
   ``STATUS_WAIT_S`` for the replicas to exit instead of answering "running" at once;
 - ``torchx log`` and the log tail of ``torchx run`` hand out whole lines only: a line that is
-  half written when the log is read waits for its end (torchx's own tail splits it).
+  half written when the log is read waits for its end (torchx's own tail splits it);
+- on a terminal, the followed logs scroll above one live progress bar of the whole job
+  (``job_bar.py``, ``progress_bar`` run option).
 
 Run options: torchx's local ones (``log_dir``, ``prepend_cwd``, ``auto_set_cuda_visible_devices``)
 with the same meaning, declared once in :class:`LocalCwdOptions`.
@@ -30,7 +32,7 @@ import time
 import warnings
 from dataclasses import asdict, dataclass
 from datetime import datetime
-from typing import Any, Callable, ClassVar, Iterable, List, Mapping, Optional
+from typing import Any, Callable, ClassVar, Dict, Iterable, List, Mapping, Optional
 
 from torchx.schedulers.api import AppDryRunInfo, DescribeAppResponse, Stream
 from torchx.schedulers.local_scheduler import (
@@ -42,6 +44,12 @@ from torchx.schedulers.local_scheduler import (
 from torchx.specs import AppDef, CfgVal, is_terminal, runopts
 
 from torchx_elastic.schedulers.file_lines import follow_lines
+from torchx_elastic.schedulers.job_bar import (
+    SharedBar,
+    TerminalBar,
+    progress_files,
+    terminal_wanted,
+)
 from torchx_elastic.schedulers.names import RANK0_ENV
 from torchx_elastic.schedulers.options import RunOptions, option
 
@@ -82,6 +90,11 @@ class LocalCwdOptions(RunOptions):
         help="sets CUDA_VISIBLE_DEVICES for roles that request GPUs: each replica gets"
         " its own GPUs (nothing is set when there are fewer GPUs than asked for)",
     )
+    progress_bar: bool = option(
+        True,
+        type_=bool,
+        help="on a terminal, one live progress bar of the whole job below the followed logs",
+    )
 
 
 class LocalCwdScheduler(LocalScheduler):
@@ -98,16 +111,20 @@ class LocalCwdScheduler(LocalScheduler):
             cache_size=cache_size,
             extra_paths=extra_paths,
         )
+        self._bars: Dict[str, SharedBar] = {}
+        self._bar_wanted: Dict[str, bool] = {}
 
     def _run_opts(self) -> runopts:
         return LocalCwdOptions.runopts()
 
-    def _submit_dryrun(
-        self, app: AppDef, cfg: Mapping[str, CfgVal]
-    ) -> AppDryRunInfo[PopenRequest]:
+    def _submit_dryrun(self, app: AppDef, cfg: Mapping[str, CfgVal]) -> AppDryRunInfo[PopenRequest]:
         options = LocalCwdOptions.from_cfg(cfg)
         resolved = {**asdict(options), "log_dir": os.path.abspath(options.log_dir)}
-        info = super()._submit_dryrun(app, resolved)
+        # torchx 0.7 hands the cfg over as a dict, its development line as its own
+        # options dataclass (``from_cfg``), and reads it back the same way
+        as_torchx = getattr(type(cfg), "from_cfg", None)
+        info = super()._submit_dryrun(app, as_torchx(resolved) if as_torchx else resolved)
+        self._bar_wanted[info.request.app_id] = options.progress_bar
         for replicas in info.request.role_params.values():
             for replica in replicas:
                 replica.env[RANK0_ENV] = RANK0_HOST
@@ -158,7 +175,13 @@ class LocalCwdScheduler(LocalScheduler):
         )
         if regex:
             pattern = re.compile(regex)
-            return (line for line in lines if pattern.search(line))
+            lines = (line for line in lines if pattern.search(line))
+        if should_tail and self._bar_wanted.get(app_id, True) and terminal_wanted(sys.stderr):
+            app_log_dir = app.log_dir
+            bar = self._bars.setdefault(
+                app_id, SharedBar(TerminalBar(lambda: progress_files(app_log_dir)))
+            )
+            return bar.lines(lines)
         return lines
 
     def _finished(self, app_id: str) -> bool:

@@ -109,8 +109,10 @@ class RunOptions:
         default = _default(f)
         if spec.unsupported and value != default:
             raise self.error(
-                f.name, value, f"torchx-elastic's {self.SCHEDULER} scheduler does not support it:"
-                f" {spec.unsupported}"
+                f.name,
+                value,
+                f"torchx-elastic's {self.SCHEDULER} scheduler does not support it:"
+                f" {spec.unsupported}",
             )
         if value is None:
             return

@@ -16,8 +16,10 @@ from collections.abc import Callable
 from typing import IO, TYPE_CHECKING, Any, BinaryIO, Literal
 
 from torchx_elastic.agent.console.channel import RankActivity
+from torchx_elastic.agent.console.job_progress import JobProgressExchange
 from torchx_elastic.agent.console.output import Stream
 from torchx_elastic.agent.console.progress_bar import JobProgress, details, status_line, summarize
+from torchx_elastic.job_summary import JobSummary, rich_bar
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
@@ -38,10 +40,12 @@ RANK_COLOURS = (
 
 
 class _Progress:
-    """The node's ranks (updated each attempt) and their activity, summarized on demand."""
+    """The node's ranks (updated each attempt) and their activity, summarized on demand;
+    with a job exchange, the whole job's summary on the rank-0 node."""
 
-    def __init__(self, activity: RankActivity) -> None:
+    def __init__(self, activity: RankActivity, job: JobProgressExchange | None = None) -> None:
         self.activity = activity
+        self.job = job
         self.node = 0
         self.global_ranks: dict[int, int] = {}
 
@@ -50,6 +54,19 @@ class _Progress:
 
     def summary(self) -> JobProgress | None:
         return summarize(self.activity.snapshot(), self.global_ranks)
+
+    def job_summary(self) -> JobSummary | None:
+        """The whole job's figures: on the rank-0 node of a job that exchanges progress."""
+        return self.job.latest() if self.job is not None else None
+
+    def status_line(self) -> str | None:
+        """The plain status line: the job's on node rank 0, none on the other nodes (one
+        line per job, not per node); the node's own without an exchange."""
+        if self.job is not None and self.job.joined:
+            job = self.job.latest()
+            return None if job is None else job.line()
+        progress = self.summary()
+        return None if progress is None else status_line(progress, self.node)
 
 
 class PlainConsole:
@@ -61,13 +78,14 @@ class PlainConsole:
         out: BinaryIO | None = None,
         err: BinaryIO | None = None,
         status_interval_s: float = DEFAULT_STATUS_INTERVAL_S,
+        job: JobProgressExchange | None = None,
     ) -> None:
-        self._progress = _Progress(activity)
+        self._progress = _Progress(activity, job)
         self._streams = {"stdout": out or sys.stdout.buffer, "stderr": err or sys.stderr.buffer}
         self._lock = threading.Lock()
         self._closed = threading.Event()
         self._status_interval_s = status_interval_s
-        self._last_status: JobProgress | None = None
+        self._last_status: str | None = None
         self._thread: threading.Thread | None = None
         if status_interval_s > 0:
             self._thread = threading.Thread(
@@ -90,11 +108,11 @@ class PlainConsole:
 
     def print_status(self) -> None:
         """Print the progress line now if the ranks moved since the last one."""
-        progress = self._progress.summary()
-        if progress is None or progress == self._last_status:
+        text = self._progress.status_line()
+        if text is None or text == self._last_status:
             return
-        self._last_status = progress
-        line = status_line(progress, self._progress.node).encode() + b"\n"
+        self._last_status = text
+        line = text.encode() + b"\n"
         with self._lock:
             out = self._streams["stderr"]
             out.write(line)
@@ -116,11 +134,16 @@ class PlainConsole:
 class LiveConsole:
     """Lines scrolling above one live progress bar, on a terminal, drawn with ``rich``."""
 
-    def __init__(self, activity: RankActivity, file: IO[str] | None = None) -> None:
+    def __init__(
+        self,
+        activity: RankActivity,
+        file: IO[str] | None = None,
+        job: JobProgressExchange | None = None,
+    ) -> None:
         from rich.console import Console as RichConsole
         from rich.live import Live
 
-        self._progress = _Progress(activity)
+        self._progress = _Progress(activity, job)
         self._transients: dict[int, tuple[str, str]] = {}
         self._styles: dict[int, Any] = {}
         self._lock = threading.Lock()
@@ -200,8 +223,11 @@ class LiveConsole:
             text = self._text(rank, prefix.encode(), body.encode())
             text.no_wrap, text.overflow = True, "ellipsis"  # one row per rank, always
             parts.append(text)
-        progress = self._progress.summary()
-        if progress is not None:
+        job = self._progress.job_summary()
+        progress = None if job is not None else self._progress.summary()
+        if job is not None:
+            parts.append(rich_bar(job))
+        elif progress is not None:
             grid = Table.grid(padding=(0, 1))
             grid.add_row(
                 Text(f"n{self._progress.node}", style="bold"),
@@ -241,12 +267,15 @@ def is_terminal(stream: IO[Any]) -> bool:
 
 
 def make_console(
-    mode: ConsoleMode, activity: RankActivity, status_interval_s: float = DEFAULT_STATUS_INTERVAL_S
+    mode: ConsoleMode,
+    activity: RankActivity,
+    status_interval_s: float = DEFAULT_STATUS_INTERVAL_S,
+    job: JobProgressExchange | None = None,
 ) -> PlainConsole | LiveConsole:
     """``auto``: live when the agent's stdout is a terminal, plain otherwise."""
     if mode == "live" or (mode == "auto" and is_terminal(sys.stdout)):
-        return LiveConsole(activity)
-    return PlainConsole(activity, status_interval_s=status_interval_s)
+        return LiveConsole(activity, job=job)
+    return PlainConsole(activity, status_interval_s=status_interval_s, job=job)
 
 
 def parse_rank_filter(text: str) -> frozenset[int] | None:

@@ -8,11 +8,12 @@ JSON summary and prints the "Root cause" report. Each attempt's workers get a fr
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import sys
 import time
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import TextIO
 
 from torch.distributed.elastic.agent.server.api import RunResult
@@ -25,7 +26,14 @@ from torchx_elastic.agent.console.display import (
     make_console,
 )
 from torchx_elastic.agent.console.events import EventLog
-from torchx_elastic.agent.console.output import DEFAULT_PREFIX, RankOutput, RankSink, Stream
+from torchx_elastic.agent.console.job_progress import JobProgressExchange
+from torchx_elastic.agent.console.output import (
+    DEFAULT_PREFIX,
+    OutputSink,
+    RankOutput,
+    RankSink,
+    Stream,
+)
 from torchx_elastic.agent.error_file import ERROR_FILE_ENV
 
 log = logging.getLogger(__name__)
@@ -47,7 +55,9 @@ class ConsoleSession:
         self.log_dir = log_dir
         self.activity = RankActivity()
         self.channel = ActivityChannel(self.activity)
-        self.console = make_console(mode, self.activity, status_interval_s)
+        # the whole job's progress, over the rendezvous store (see job_progress.py)
+        self.job_progress = JobProgressExchange(self.activity, log_dir)
+        self.console = make_console(mode, self.activity, status_interval_s, self.job_progress)
         self.events = EventLog.in_dir(log_dir)
         self._prefix_template = prefix_template
         self._tee = tee
@@ -62,7 +72,7 @@ class ConsoleSession:
         """Extra environment of every worker (the channel's address)."""
         return self.channel.env()
 
-    def make_sink(self, ranks: list[RankOutput]) -> RankSink:
+    def make_sink(self, ranks: list[RankOutput]) -> OutputSink:
         attempt_dir = os.path.dirname(os.path.dirname(ranks[0].stdout_path)) if ranks else "."
         sink = RankSink(
             ranks,
@@ -76,13 +86,15 @@ class ConsoleSession:
             {s: os.path.join(attempt_dir, f"filtered_{s}.log") for s in ("stdout", "stderr")},
         )
         self._sinks.append(sink)
-        return sink
+        self.job_progress.set_ranks({r.local_rank: r.global_rank for r in ranks})
+        return _EndingSink(sink, self.job_progress.workers_ended)
 
     def close(self) -> None:
         """Stop the console (a live bar is drawn one last time) and the channel."""
         if self._closed:
             return
         self._closed = True
+        self.job_progress.close()  # its final figures first: the console shows them last
         self.console.close()
         self.channel.close()
 
@@ -140,9 +152,33 @@ class ConsoleSession:
         """The root cause into the agent's own error file, if its scheduler gave it one."""
         path = os.environ.get(ERROR_FILE_ENV)
         data = report.reply_file_data(verdict, time.time())
-        if not path or data is None or os.path.exists(path):
+        # an empty file may be there already: Kubernetes creates the termination-message file
+        if not path or data is None or (os.path.exists(path) and os.path.getsize(path) > 0):
             return
         try:
-            report.write_summary(path, data)
+            if os.path.exists(path):
+                # written in place: a file mounted there (Kubernetes) cannot be replaced
+                with open(path, "w") as file:
+                    json.dump(data, file)
+            else:
+                report.write_summary(path, data)
         except OSError as err:
             log.warning("cannot write the error file %s: %s", path, err)
+
+
+class _EndingSink:
+    """A sink that also says when the attempt's workers are gone (it is closed then)."""
+
+    def __init__(self, sink: OutputSink, on_close: Callable[[], None]) -> None:
+        self._sink = sink
+        self._on_close = on_close
+
+    def feed(self, local_rank: int, stream: Stream, data: bytes) -> None:
+        self._sink.feed(local_rank, stream, data)
+
+    def end(self, local_rank: int, stream: Stream) -> None:
+        self._sink.end(local_rank, stream)
+
+    def close(self) -> None:
+        self._sink.close()
+        self._on_close()

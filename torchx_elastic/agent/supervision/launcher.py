@@ -20,6 +20,7 @@ from torchx_elastic.agent.rendezvous.handler import (
     describe_error,
     lost_nodes,
 )
+from torchx_elastic.agent.rendezvous.observed import ObservedRendezvous
 from torchx_elastic.agent.supervision.loop import Supervision, Supervisor
 from torchx_elastic.agent.supervision.watchdog import HangWatchdog
 from torchx_elastic.agent.workers.forkserver import ForkServer
@@ -74,7 +75,8 @@ def launch(config: AgentConfig, fork_server: ForkServer | None = None) -> int:
     specs = logs_specs(config, log_dir)
     session = console_session(config, log_dir)
     try:
-        handler = create_handler(config)
+        # every round's store reaches the cross-node progress exchange
+        handler = ObservedRendezvous(create_handler(config), session.job_progress.start_round)
     except BaseException:
         session.close()
         raise

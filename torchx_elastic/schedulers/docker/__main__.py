@@ -1,8 +1,8 @@
 """Remove finished docker jobs: ``python -m torchx_elastic.schedulers.docker remove``.
 
-``torchx cancel`` stops and removes a running job's containers and network, but torchx's
-runner does not call the scheduler for a job that already finished, whose containers stay
-for ``torchx status`` and ``torchx log``. This removes them:
+``torchx cancel`` stops a running job's containers; they stay, as those of a finished job,
+for ``torchx status`` and ``torchx log``. torchx's development line removes a job with
+``torchx delete``; with torchx 0.7 (no ``delete``), this removes them:
 
     python -m torchx_elastic.schedulers.docker remove APP_ID [APP_ID ...]
     python -m torchx_elastic.schedulers.docker remove --finished
@@ -46,7 +46,7 @@ def main(argv: Optional[Sequence[str]] = None, client: Optional[DockerClient] = 
         if args.finished:
             app_ids = [app.app_id for app in scheduler.list() if is_terminal(app.state)]
         for app_id in app_ids:
-            scheduler.cancel(app_id)
+            scheduler.delete(app_id)
             print(f"removed {app_id}")
     except DockerSchedulerError as e:
         print(f"error: {e}", file=sys.stderr)

@@ -61,3 +61,13 @@ class DockerOptions(RunOptions):
     privileged: bool = option(
         False, type_=bool, help="run the containers privileged (docker run --privileged)"
     )
+    image_repo: Optional[str] = option(
+        None,
+        type_=str,
+        help="repository of the workspace image (torchx run --workspace, default: the current"
+        " directory, built on the role's image), tagged by its content digest;"
+        " default: torchx-workspace",
+    )
+    quiet: bool = option(
+        False, type_=bool, help="do not print the output of the workspace image build"
+    )

@@ -19,6 +19,7 @@ from torchx.specs import AppDef, BindMount, DeviceMount, Role, VolumeMount, macr
 
 from torchx_elastic.schedulers.docker.options import DockerOptions
 from torchx_elastic.schedulers.names import DNS_LABEL_MAX, RANK0_ENV, dns_label
+from torchx_elastic.schedulers.workspace import WorkspaceBuild
 
 # torchx's own labels, so tools that know torchx's local_docker read our containers too
 LABEL_VERSION = "torchx.pytorch.org/version"
@@ -48,6 +49,11 @@ def container_name(app_id: str, role_name: str, replica_id: int) -> str:
 
 def network_name(app_id: str) -> str:
     return dns_label(f"torchx-{app_id}", max_length=NAME_MAX_CHARS)
+
+
+def cancel_marker_name(app_id: str) -> str:
+    """The empty volume that records ``torchx cancel`` of a job (labels cannot be changed)."""
+    return f"{network_name(app_id)}-cancelled"
 
 
 @dataclass(frozen=True)
@@ -126,9 +132,15 @@ class DockerJob:
     images: Tuple[str, ...]
     image_pull: str  # missing | always | never
     containers: List[ContainerRequest]
+    workspace_builds: Tuple[WorkspaceBuild, ...] = ()  # built before the containers start
 
     def __str__(self) -> str:
-        return yaml.safe_dump(asdict(self), sort_keys=False, width=100)
+        fields = asdict(self)
+        if not self.workspace_builds:
+            del fields["workspace_builds"]
+        else:
+            fields["workspace_builds"] = [asdict(b) for b in self.workspace_builds]
+        return yaml.safe_dump(fields, sort_keys=False, width=100)
 
     def __repr__(self) -> str:
         return str(self)

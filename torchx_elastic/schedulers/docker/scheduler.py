@@ -2,13 +2,17 @@
 
 One network per job (``torchx-<app_id>``), one container per replica on it, named and
 hostnamed ``<app_id>-<role>-<replica>``; every replica's ``TORCHX_RANK0_HOST`` names the
-replica-0 container, which the others reach by name over the job's network. ``cancel``
-stops and removes the job's containers and network: nothing is left behind.
+replica-0 container, which the others reach by name over the job's network.
+
+``cancel`` stops the job's containers, as torchx's ``local_docker`` does: the job keeps its
+status (CANCELLED) and logs. ``delete`` (torchx's development line: ``torchx delete``)
+removes its containers and network: nothing is left behind.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 from concurrent.futures import ThreadPoolExecutor
@@ -36,13 +40,17 @@ from torchx_elastic.schedulers.docker.request import (
     SCHEDULER_NAME,
     DockerJob,
     build_job,
+    cancel_marker_name,
 )
 from torchx_elastic.schedulers.docker.status import (
+    NOT_SET,
     ContainerSnapshot,
     app_message,
     app_state,
     roles_and_statuses,
 )
+from torchx_elastic.schedulers.progress_status import TAIL_LINES, join_message, progress_message
+from torchx_elastic.schedulers.workspace import WorkspaceImages
 
 if TYPE_CHECKING:
     from docker.models.containers import Container
@@ -66,11 +74,15 @@ def connect() -> DockerClient:
     return client
 
 
-class DockerScheduler(Scheduler[Mapping[str, CfgVal]]):
-    """torchx scheduler ``docker``: the job's replicas as containers on one Docker engine."""
+class DockerScheduler(WorkspaceImages, Scheduler[Mapping[str, CfgVal]]):
+    """torchx scheduler ``docker``: the job's replicas as containers on one Docker engine.
+
+    With a workspace (``torchx run --workspace``, default: the current directory) the
+    first role runs the workspace built as a layer on its image (see ``workspace``).
+    """
 
     def __init__(self, session_name: str, client: Optional[DockerClient] = None) -> None:
-        super().__init__(SCHEDULER_NAME, session_name)
+        super().__init__(SCHEDULER_NAME, session_name, docker_client=client)
         self._docker: Optional[DockerClient] = client
 
     @property
@@ -82,11 +94,22 @@ class DockerScheduler(Scheduler[Mapping[str, CfgVal]]):
     def _run_opts(self) -> runopts:
         return DockerOptions.runopts()
 
+    def workspace_docker_client(self) -> DockerClient:
+        return self.client
+
+    def workspace_base_image_id(
+        self, client: DockerClient, image: str, cfg: Mapping[str, CfgVal]
+    ) -> str:
+        self._ensure_image(client, image, DockerOptions.from_cfg(cfg).image_pull)
+        base: str = client.images.get(image).id
+        return base
+
     def _validate(self, app: AppDef, scheduler: str) -> None:
         """Any resource is fine: a role without one runs without limits."""
 
     def _submit_dryrun(self, app: AppDef, cfg: Mapping[str, CfgVal]) -> AppDryRunInfo[DockerJob]:
         job = build_job(app, DockerOptions.from_cfg(cfg), make_unique(app.name), os.environ)
+        job = dataclasses.replace(job, workspace_builds=self.workspace_builds(app))
         return AppDryRunInfo(job, str)
 
     # -- submit -------------------------------------------------------------------------
@@ -94,8 +117,11 @@ class DockerScheduler(Scheduler[Mapping[str, CfgVal]]):
     def schedule(self, dryrun_info: AppDryRunInfo[DockerJob]) -> str:
         job: DockerJob = dryrun_info.request
         client = self.client
+        self.build_workspace_images(job.workspace_builds)
+        built = {build.image for build in job.workspace_builds}
         for image in job.images:
-            self._ensure_image(client, image, job.image_pull)
+            if image not in built:
+                self._ensure_image(client, image, job.image_pull)
         self._check_names_free(client, job)
         client.networks.create(job.network, driver="bridge", labels=job.network_labels)
         try:
@@ -193,6 +219,18 @@ class DockerScheduler(Scheduler[Mapping[str, CfgVal]]):
             snapshot = ContainerSnapshot.from_attrs(container.attrs, log_tail=text)
         return snapshot
 
+    @staticmethod
+    def _progress(containers: List[Container], snapshots: List[ContainerSnapshot]) -> Optional[str]:
+        """The job's latest progress: the rank-0 agent's last ``[job progress]`` line in the
+        tail of replica 0's log (its agent's stderr), read through the engine."""
+        for container, snapshot in zip(containers, snapshots, strict=True):
+            if snapshot.replica_id != 0 or snapshot.status == "created":
+                continue
+            tail = container.logs(stdout=False, stderr=True, tail=TAIL_LINES, timestamps=True)
+            text = tail.decode("utf-8", errors="replace") if isinstance(tail, bytes) else tail
+            return progress_message(text.splitlines(), where=f"log of {snapshot.name}")
+        return None
+
     def describe(self, app_id: str) -> Optional[DescribeAppResponse]:
         """The job's state; a FAILED job's containers that still run are stopped.
 
@@ -205,13 +243,17 @@ class DockerScheduler(Scheduler[Mapping[str, CfgVal]]):
         snapshots = [self._snapshot(c) for c in containers]
         if not snapshots:
             return None
-        state = app_state(snapshots)
+        cancelled = app_id in self._cancelled()
+        state = app_state(snapshots, cancelled)
         msg = app_message(snapshots, self.session_name)
+        if cancelled:
+            msg = f"cancelled by torchx cancel; {msg}"
         live = [c for c, s in zip(containers, snapshots, strict=True) if not is_terminal(s.state)]
         if state == AppState.FAILED and live:
             logger.info("job %s failed: stopping its %d live containers", app_id, len(live))
             self._for_each(live, self._stop)
             msg += f"; stopped the {len(live)} replica(s) still running"
+        msg = join_message(msg, self._progress(containers, snapshots), NOT_SET)
         roles, statuses = roles_and_statuses(snapshots)
         return DescribeAppResponse(
             app_id=app_id,
@@ -227,10 +269,18 @@ class DockerScheduler(Scheduler[Mapping[str, CfgVal]]):
         for container in self._containers():
             snapshot = ContainerSnapshot.from_attrs(container.attrs)
             by_app.setdefault(snapshot.app_id, []).append(snapshot)
+        cancelled = self._cancelled()
         return [
-            ListAppResponse(app_id=app_id, state=app_state(snapshots))
+            ListAppResponse(app_id=app_id, state=app_state(snapshots, app_id in cancelled))
             for app_id, snapshots in sorted(by_app.items())
         ]
+
+    def _cancelled(self) -> set[str]:
+        """App ids of the jobs ``cancel`` has stopped (their marker volumes)."""
+        volumes = self.client.volumes.list(
+            filters={"label": [f"{LABEL_SCHEDULER}={SCHEDULER_NAME}", LABEL_APP_ID]}
+        )
+        return {volume.attrs["Labels"][LABEL_APP_ID] for volume in volumes}
 
     def log_iter(
         self,
@@ -259,10 +309,32 @@ class DockerScheduler(Scheduler[Mapping[str, CfgVal]]):
     # -- cancel ---------------------------------------------------------------------------
 
     def cancel(self, app_id: str) -> None:
-        """Stop and remove the job's containers and network; idempotent."""
-        self._remove_job(app_id)
+        """Stop the job's containers; its status (CANCELLED) and logs stay. Idempotent.
+
+        A job that has already ended is left as it is (it keeps SUCCEEDED or FAILED).
+        """
+        containers = self._containers(app_id)
+        snapshots = [ContainerSnapshot.from_attrs(c.attrs) for c in containers]
+        if not snapshots or is_terminal(app_state(snapshots)):
+            return
+        self.client.volumes.create(
+            name=cancel_marker_name(app_id),
+            labels={LABEL_SCHEDULER: SCHEDULER_NAME, LABEL_APP_ID: app_id},
+        )
+        self._for_each(containers, self._stop)
 
     def _cancel_existing(self, app_id: str) -> None:
+        self.cancel(app_id)
+
+    def delete(self, app_id: str) -> None:
+        """Remove the job: stop and remove its containers and network; idempotent.
+
+        torchx's development line calls this for ``torchx delete``; nothing of the job is
+        left behind (its logs go with its containers).
+        """
+        self._remove_job(app_id)
+
+    def _delete_existing(self, app_id: str) -> None:
         self._remove_job(app_id)
 
     @staticmethod
@@ -300,10 +372,17 @@ class DockerScheduler(Scheduler[Mapping[str, CfgVal]]):
         for network in networks:
             with contextlib.suppress(NotFound):
                 network.remove()
+        volumes = self.client.volumes.list(
+            filters={"label": [f"{LABEL_SCHEDULER}={SCHEDULER_NAME}", f"{LABEL_APP_ID}={app_id}"]}
+        )
+        for volume in volumes:
+            with contextlib.suppress(NotFound):
+                volume.remove(force=True)
 
 
 def create_scheduler(
     session_name: str, client: Optional[DockerClient] = None, **kwargs: Any
 ) -> DockerScheduler:
-    """torchx's ``torchx.schedulers`` entry point; ``client`` lets tests pass a fake engine."""
-    return DockerScheduler(session_name, client=client)
+    """torchx's ``torchx.schedulers`` entry point; ``client`` (or torchx's ``docker_client``)
+    lets tests pass a fake engine."""
+    return DockerScheduler(session_name, client=client or kwargs.get("docker_client"))

@@ -128,11 +128,16 @@ class ContainerSnapshot:
         )
 
 
-def app_state(replicas: Sequence[ContainerSnapshot]) -> AppState:
-    """The job's state: FAILED as soon as too few replicas are left to meet ``min_replicas``."""
+def app_state(replicas: Sequence[ContainerSnapshot], cancelled: bool = False) -> AppState:
+    """The job's state: FAILED as soon as too few replicas are left to meet ``min_replicas``.
+
+    A job stopped by ``torchx cancel`` is CANCELLED once none of its replicas runs.
+    """
     states = [r.state for r in replicas]
     if not states:
         return AppState.UNKNOWN
+    if cancelled and all(is_terminal(s) for s in states):
+        return AppState.CANCELLED
     if all(s == AppState.SUCCEEDED for s in states):
         return AppState.SUCCEEDED
     if all(is_terminal(s) for s in states):

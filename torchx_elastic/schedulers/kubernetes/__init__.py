@@ -20,7 +20,13 @@ def create_scheduler(
     namespace: Optional[str] = None,
     **kwargs: Any,
 ) -> KubernetesScheduler:
-    """torchx's factory: ``client`` (an ``ApiClient``) may be injected, e.g. by tests."""
+    """torchx's factory: ``client`` (an ``ApiClient``) and ``docker_client`` (the engine
+    that builds and pushes workspace images) may be injected, e.g. by tests."""
     from torchx_elastic.schedulers.kubernetes.scheduler import KubernetesScheduler
 
-    return KubernetesScheduler(session_name, client=client, namespace=namespace)
+    return KubernetesScheduler(
+        session_name,
+        client=client,
+        namespace=namespace,
+        docker_client=kwargs.get("docker_client"),
+    )

@@ -111,6 +111,11 @@ def api_errors(action: str, host: str) -> Iterator[None]:
         ) from e
 
 
+def _leading_number(text: Any) -> int:
+    match = re.match(r"\d+", str(text or ""))
+    return int(match.group()) if match else 0
+
+
 class KubeApi:
     """The calls the scheduler makes, each returning the API's JSON."""
 
@@ -159,6 +164,13 @@ class KubeApi:
             VOLCANO_PLURAL,
             manifest,
         )
+
+    def server_version(self) -> tuple[int, int]:
+        """(major, minor) of the API server; a provider's ``29+`` reads as 29."""
+        from kubernetes import client
+
+        found = self._call("read the server version", client.VersionApi(self._api_client).get_code)
+        return _leading_number(found.get("major")), _leading_number(found.get("minor"))
 
     def read_job(self, namespace: str, name: str) -> Obj:
         action = f"read Job {name} in namespace {namespace}"
@@ -219,6 +231,15 @@ class KubeApi:
             name,
             propagation_policy="Background",
         )
+
+    def pod_log_tail(self, namespace: str, pod: str, tail_lines: int) -> str:
+        """The last ``tail_lines`` lines of a pod's log, each after its timestamp."""
+        with api_errors(f"read the log of pod {pod} in namespace {namespace}", self.host):
+            response = self._core().read_namespaced_pod_log(
+                pod, namespace, tail_lines=tail_lines, timestamps=True, _preload_content=False
+            )
+        data = response.data
+        return data.decode("utf-8", "replace") if isinstance(data, bytes) else str(data)
 
     def pod_log(
         self,

@@ -38,6 +38,8 @@ LABEL_KUEUE_QUEUE = "kueue.x-k8s.io/queue-name"
 ANNOTATION_KUEUE_MIN_PARALLELISM = "kueue.x-k8s.io/job-min-parallelism"
 ANNOTATION_COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
 REPLICA_ID_ENV = "TORCHX_REPLICA_ID"
+ERROR_FILE_ENV = "TORCHELASTIC_ERROR_FILE"
+TERMINATION_MESSAGE_PATH = "/dev/termination-log"
 DEFAULT_VOLCANO_QUEUE = "default"
 VOLCANO_TASK_MAX = 20
 
@@ -98,6 +100,8 @@ def indexed_job(app: AppDef, options: KubernetesOptions, names: JobNames) -> Lis
                 },
             },
             {"name": RANK0_ENV, "value": rank0_host},
+            # the agent writes the root cause there: the pod's status keeps it
+            {"name": ERROR_FILE_ENV, "value": TERMINATION_MESSAGE_PATH},
         ],
         placeholders={_REPLICA_MARKER: f"$({REPLICA_ID_ENV})"},
     )
@@ -114,8 +118,8 @@ def indexed_job(app: AppDef, options: KubernetesOptions, names: JobNames) -> Lis
             "completionMode": "Indexed",
             "completions": role.num_replicas,
             "parallelism": role.num_replicas,
-            # a failed pod is replaced (same index, same hostname) this many times in all
-            "backoffLimit": role.max_retries,
+            **retry_policy(role.max_retries),
+            "ttlSecondsAfterFinished": options.ttl_seconds_after_finished,
             "template": template,
         },
     }
@@ -139,6 +143,55 @@ def indexed_job(app: AppDef, options: KubernetesOptions, names: JobNames) -> Lis
         },
     }
     return [job, service]
+
+
+def retry_policy(max_retries: int) -> Manifest:
+    """``max_retries`` as attempts of the job, whatever number of pods one failure fails.
+
+    When a rank fails for good, every node exits non-zero: counted per pod (``backoffLimit``)
+    one failure would use up as many retries as the job has nodes. Counted per index, each
+    node may be replaced ``max_retries`` times. The Job ends when every index has succeeded
+    or is out of retries (no ``maxFailedIndexes``): the Job controller then never deletes a
+    pod that is still writing its root-cause report. A pod lost to a disruption (eviction,
+    preemption, a drained node) is replaced without counting: the job did not fail.
+    Servers without per-index limits: :func:`for_server`.
+    """
+    return {
+        "backoffLimitPerIndex": max_retries,
+        "podFailurePolicy": {
+            "rules": [
+                {
+                    "action": "Ignore",
+                    "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}],
+                },
+            ]
+        },
+    }
+
+
+# the first Kubernetes minor version whose Jobs count failures per index by default (beta)
+PER_INDEX_BACKOFF_SINCE = (1, 29)
+
+
+def for_server(manifest: Manifest, server_version: tuple[int, int]) -> Manifest:
+    """``manifest`` as a server of ``server_version`` (major, minor) understands it.
+
+    Before 1.29 a Job counts failed pods only (an unknown field is dropped silently, which
+    would leave the default of 6 retries): the limit becomes ``max_retries + 1`` failures of
+    every node, less one, so that a job whose nodes all fail together gets ``max_retries``
+    attempts more (a node lost alone costs one pod of that budget).
+    """
+    spec = manifest.get("spec") or {}
+    if (
+        manifest.get("apiVersion") != "batch/v1"
+        or "backoffLimitPerIndex" not in spec
+        or server_version >= PER_INDEX_BACKOFF_SINCE
+    ):
+        return manifest
+    spec = {k: v for k, v in spec.items() if k != "backoffLimitPerIndex"}
+    nodes = int(spec.get("completions") or 1)
+    spec["backoffLimit"] = nodes * (manifest["spec"]["backoffLimitPerIndex"] + 1) - 1
+    return {**manifest, "spec": spec}
 
 
 def volcano_task_name(role: Role, replica_id: int) -> str:
@@ -168,6 +221,7 @@ def volcano_job(app: AppDef, options: KubernetesOptions, names: JobNames) -> Man
                 first_env=[
                     {"name": REPLICA_ID_ENV, "value": str(replica_id)},
                     {"name": RANK0_ENV, "value": "localhost" if is_rank0 else rank0_host},
+                    {"name": ERROR_FILE_ENV, "value": TERMINATION_MESSAGE_PATH},
                 ],
             )
             task: Manifest = {
@@ -188,6 +242,7 @@ def volcano_job(app: AppDef, options: KubernetesOptions, names: JobNames) -> Man
         "minAvailable": sum(role.min_replicas or role.num_replicas for role in app.roles),
         "maxRetry": min(role.max_retries for role in app.roles),
         "plugins": {"svc": ["--publish-not-ready-addresses"], "env": []},
+        "ttlSecondsAfterFinished": options.ttl_seconds_after_finished,
         "tasks": tasks,
     }
     if options.priority_class:

@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
+import secrets
 from dataclasses import dataclass
-
-from torchx.schedulers.ids import get_len_random_id
 
 from torchx_elastic.schedulers.names import DNS_LABEL_MAX, dns_label
 
 SUFFIX_LENGTH = 8
+# torchx 0.7's id alphabet (``torchx.schedulers.ids``; gone from its development line):
+# no vowels, so no words, and a letter first, so a valid DNS label
+_FIRST = "bcdfghjklmnpqrstvwxz"
+_REST = _FIRST + "012345679"
 
 
 def new_suffix() -> str:
     """A random suffix that starts with a letter (torchx's id alphabet)."""
-    return str(get_len_random_id(SUFFIX_LENGTH))
+    rest = "".join(secrets.choice(_REST) for _ in range(SUFFIX_LENGTH - 1))
+    return secrets.choice(_FIRST) + rest
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,13 @@ BACKEND_VOLCANO = "volcano"
 BACKENDS = (BACKEND_JOB, BACKEND_VOLCANO)
 
 _TOLERATION_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
+IMAGE_PULL_POLICIES = ("IfNotPresent", "Always", "Never")
+DEFAULT_IMAGE_PULL_POLICY = "IfNotPresent"
+DEFAULT_TTL_SECONDS_AFTER_FINISHED = 7 * 24 * 3600
+# torchx's reservation for the node's own daemons (kubelet, container runtime, ...): a pod
+# of a named resource asks for the whole host less this, so it fits the node the resource names
+RESERVED_MILLICPU = 100
+RESERVED_MEMMB = 1024
 
 
 @dataclass(frozen=True)
@@ -25,9 +32,7 @@ class KubernetesOptions(RunOptions):
 
     SCHEDULER: ClassVar[str] = "kubernetes"
 
-    namespace: str = option(
-        "default", type_=str, help="Kubernetes namespace to create the job in"
-    )
+    namespace: str = option("default", type_=str, help="Kubernetes namespace to create the job in")
     backend: str = option(
         BACKEND_JOB,
         type_=str,
@@ -41,13 +46,64 @@ class KubernetesOptions(RunOptions):
         help="backend=job: Kueue LocalQueue name (set as the kueue.x-k8s.io/queue-name label);"
         " backend=volcano: Volcano queue (default: 'default')",
     )
-    priority_class: Optional[str] = option(
-        None, type_=str, help="PriorityClass name of the pods"
-    )
+    priority_class: Optional[str] = option(None, type_=str, help="PriorityClass name of the pods")
     service_account: Optional[str] = option(
         None,
         type_=str,
         help="ServiceAccount of the pods; without one the pods get no API token mounted",
+    )
+    image_pull_policy: str = option(
+        DEFAULT_IMAGE_PULL_POLICY,
+        type_=str,
+        choices=IMAGE_PULL_POLICIES,
+        help="when a node pulls the image: IfNotPresent (an image already on the node runs as"
+        " it is, also a :latest tag), Always (look the tag up in the registry at every pod"
+        " start) or Never (only images already on the node)",
+    )
+    ttl_seconds_after_finished: int = option(
+        DEFAULT_TTL_SECONDS_AFTER_FINISHED,
+        type_=int,
+        minimum=0,
+        help="seconds after the job ends before Kubernetes deletes it with its pods, logs and"
+        " Service (default: 7 days; 0: at once)",
+    )
+    reserved_millicpu: int = option(
+        RESERVED_MILLICPU,
+        type_=int,
+        minimum=0,
+        help="millicores of each pod's cpu left to the node's own daemons: the pod requests"
+        " its cpu less this (as torchx)",
+    )
+    reserved_memmb: int = option(
+        RESERVED_MEMMB,
+        type_=int,
+        minimum=0,
+        help="MB of each pod's memory left to the node's own daemons: the pod requests its"
+        " memMB less this (as torchx)",
+    )
+    efa_device_count: Optional[int] = option(
+        None,
+        type_=int,
+        minimum=0,
+        help="EFA devices (vpc.amazonaws.com/efa) per pod: unset: the resource's own count,"
+        " 0: none, N: N (as torchx)",
+    )
+    validate_spec: bool = option(
+        True,
+        type_=bool,
+        help="torchx's dry-run check before submission: here the API server always checks the"
+        " whole request when it is created, and an invalid one leaves nothing behind",
+    )
+    image_repo: Optional[str] = option(
+        None,
+        type_=str,
+        help="registry repository the workspace image is pushed to, tagged by its content"
+        " digest (e.g. registry.example/me/train); needs push access (docker login) and,"
+        " for a private registry, image_pull_secrets. Required with a workspace"
+        " (torchx run --workspace, default: the current directory)",
+    )
+    quiet: bool = option(
+        False, type_=bool, help="do not print the output of the workspace image build and push"
     )
     image_pull_secrets: List[str] = option(
         [], type_=List[str], help="names of docker-registry Secrets to pull the image with"
@@ -114,8 +170,5 @@ def parse_secret_ref(env_name: str, ref: str) -> tuple[str, str]:
     """``secret/key`` of a ``secret_env`` entry as (secret name, key)."""
     secret, _, key = ref.partition("/")
     if not secret or not key:
-        raise ValueError(
-            "expected NAME:secret/key"
-            " (e.g. HF_TOKEN:hf/token)"
-        )
+        raise ValueError("expected NAME:secret/key (e.g. HF_TOKEN:hf/token)")
     return secret, key

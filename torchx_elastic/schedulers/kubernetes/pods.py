@@ -16,6 +16,8 @@ from typing import Any, Dict, List, Optional
 from torchx.specs import BindMount, DeviceMount, Resource, Role, VolumeMount
 
 from torchx_elastic.schedulers.kubernetes.options import (
+    RESERVED_MEMMB,
+    RESERVED_MILLICPU,
     KubernetesOptions,
     parse_secret_ref,
     parse_toleration,
@@ -27,6 +29,7 @@ logger = logging.getLogger(__name__)
 Manifest = Dict[str, Any]
 
 GPU_RESOURCE = "nvidia.com/gpu"
+EFA_DEVICE = "vpc.amazonaws.com/efa"
 SHM_VOLUME = "dshm"
 ANNOTATION_ISTIO_SIDECAR = "sidecar.istio.io/inject"
 # torchx's capability for an instance type, honoured as a node selector
@@ -42,22 +45,38 @@ def k8s_literal(text: str) -> str:
     return text.replace("$", "$$")
 
 
-def _cpu_quantity(cpu: float) -> str:
-    return str(int(cpu)) if float(cpu).is_integer() else f"{round(cpu * 1000)}m"
+def resources(
+    resource: Resource,
+    reserved_millicpu: int = RESERVED_MILLICPU,
+    reserved_memmb: int = RESERVED_MEMMB,
+    efa_device_count: Optional[int] = None,
+) -> Manifest:
+    """Limits and requests as torchx's kubernetes scheduler sizes them.
 
-
-def resources(resource: Resource) -> Manifest:
-    """Requests equal to limits (Guaranteed QoS): a training pod gets the host it asked for."""
-    amounts: Dict[str, str] = {}
+    Limits are the resource (cpu in millicores, memory in ``M`` as torchx writes memMB);
+    requests, what the scheduler places the pod by, are the limits less the reservation
+    for the node's own daemons. GPUs are requested as they are limited; other devices
+    (e.g. EFA) are limits, which Kubernetes also requests; ``efa_device_count`` replaces
+    the resource's EFA count (0: none).
+    """
+    limits: Dict[str, str] = {}
+    requests: Dict[str, str] = {}
     if resource.cpu > 0:
-        amounts["cpu"] = _cpu_quantity(resource.cpu)
+        millicpu = int(resource.cpu * 1000)
+        limits["cpu"] = f"{millicpu}m"
+        requests["cpu"] = f"{max(millicpu - reserved_millicpu, 0)}m"
     if resource.memMB > 0:
-        amounts["memory"] = f"{int(resource.memMB)}Mi"
+        limits["memory"] = f"{int(resource.memMB)}M"
+        requests["memory"] = f"{max(int(resource.memMB) - reserved_memmb, 0)}M"
     if resource.gpu > 0:
-        amounts[GPU_RESOURCE] = str(resource.gpu)
+        limits[GPU_RESOURCE] = requests[GPU_RESOURCE] = str(resource.gpu)
     for device, count in resource.devices.items():
-        amounts[device] = str(count)
-    return {"limits": dict(amounts), "requests": dict(amounts)}
+        limits[device] = str(count)
+    if efa_device_count == 0:
+        limits.pop(EFA_DEVICE, None)
+    elif efa_device_count is not None:
+        limits[EFA_DEVICE] = str(efa_device_count)
+    return {"limits": limits, "requests": requests}
 
 
 def _placement(resource: Resource, options: KubernetesOptions) -> Manifest:
@@ -164,6 +183,7 @@ def pod_template(
     container: Manifest = {
         "name": dns_label(role.name, fallback="worker"),
         "image": role.image,
+        "imagePullPolicy": options.image_pull_policy,
         "command": [k8s_literal(role.entrypoint)],
         "args": [literal(arg) for arg in role.args],
         "env": env,
@@ -171,8 +191,16 @@ def pod_template(
             {"name": dns_label(name, _PORT_NAME_MAX, fallback="port"), "containerPort": port}
             for name, port in role.port_map.items()
         ],
-        "resources": resources(role.resource),
+        "resources": resources(
+            role.resource,
+            options.reserved_millicpu,
+            options.reserved_memmb,
+            options.efa_device_count,
+        ),
         "volumeMounts": volumes.mounts,
+        # a failed container's last log lines (the agent's root-cause report) are kept in
+        # the pod's status, where `torchx status` reads them
+        "terminationMessagePolicy": "FallbackToLogsOnError",
         "securityContext": (
             {"privileged": True} if volumes.privileged else {"allowPrivilegeEscalation": False}
         ),

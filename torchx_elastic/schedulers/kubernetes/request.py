@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import List
+from dataclasses import dataclass, field
+from typing import Dict, List, Tuple
 
 import yaml
 
 from torchx_elastic.schedulers.kubernetes.names import JobNames
 from torchx_elastic.schedulers.kubernetes.pods import Manifest
+from torchx_elastic.schedulers.workspace import WorkspaceBuild
 
 
 @dataclass
@@ -16,9 +17,26 @@ class KubernetesRequest:
     backend: str
     names: JobNames
     manifests: List[Manifest]
+    # the workspace images built (when not built yet) and pushed before the job is created
+    workspace_builds: Tuple[WorkspaceBuild, ...] = ()
+    images_to_push: Dict[str, Tuple[str, str]] = field(default_factory=dict)
 
     def to_yaml(self) -> str:
         return yaml.safe_dump_all(self.manifests, sort_keys=False, width=100)
 
+    def header(self) -> str:
+        """YAML comments naming the images built and pushed first (empty without any)."""
+        lines = []
+        for build in self.workspace_builds:
+            action = "on the engine already" if build.built else "to build"
+            lines.append(
+                f"# workspace image {build.image} ({action}): {build.workspace}"
+                f" ({build.context_files} files, {build.dockerfile}) on {build.base_image}"
+            )
+        for local, (repo, tag) in self.images_to_push.items():
+            source = "" if local == f"{repo}:{tag}" else f" (local {local})"
+            lines.append(f"# push {repo}:{tag}{source} before creating the job")
+        return "".join(line + "\n" for line in lines)
+
     def __str__(self) -> str:
-        return self.to_yaml()
+        return self.header() + self.to_yaml()

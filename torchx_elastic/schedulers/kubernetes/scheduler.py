@@ -17,7 +17,7 @@ from torchx.schedulers.api import (
     Stream,
     filter_regex,
 )
-from torchx.specs import AppDef, CfgVal, runopts
+from torchx.specs import AppDef, AppState, CfgVal, runopts
 
 from torchx_elastic.schedulers.kubernetes import manifests, status
 from torchx_elastic.schedulers.kubernetes import names as job_names
@@ -33,9 +33,13 @@ from torchx_elastic.schedulers.kubernetes.options import BACKEND_VOLCANO, Kubern
 from torchx_elastic.schedulers.kubernetes.request import KubernetesRequest
 from torchx_elastic.schedulers.log_lines import whole_lines
 from torchx_elastic.schedulers.names import dns_label
+from torchx_elastic.schedulers.progress_status import TAIL_LINES, join_message, progress_message
+from torchx_elastic.schedulers.workspace import WorkspaceImages
 
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient
+
+    from docker import DockerClient
 
 logger = logging.getLogger(__name__)
 
@@ -57,13 +61,18 @@ def build_request(app: AppDef, options: KubernetesOptions, suffix: str) -> Kuber
     return KubernetesRequest(options.backend, names, manifests.indexed_job(app, options, names))
 
 
-class KubernetesScheduler(Scheduler[Cfg]):
+class KubernetesScheduler(WorkspaceImages, Scheduler[Cfg]):
     """Runs torchx apps as Indexed Jobs (default) or Volcano Jobs.
 
     ``client`` is a ``kubernetes.client.ApiClient`` (default: from the current kubeconfig
     context, or in-cluster); ``namespace`` is where ``list`` looks (default: the
     context's namespace); ``suffix`` makes the unique part of job names (tests fix it).
+    With a workspace (``torchx run --workspace``, default: the current directory) the
+    first role runs the workspace built on its image and pushed to ``image_repo``;
+    ``docker_client`` is the engine that builds and pushes it.
     """
+
+    push_workspace_images = True
 
     def __init__(
         self,
@@ -72,8 +81,9 @@ class KubernetesScheduler(Scheduler[Cfg]):
         namespace: Optional[str] = None,
         suffix: Optional[Callable[[], str]] = None,
         sleep: Callable[[float], None] = time.sleep,
+        docker_client: Optional[DockerClient] = None,
     ) -> None:
-        super().__init__("kubernetes", session_name)
+        super().__init__("kubernetes", session_name, docker_client=docker_client)
         self._client = client
         self._namespace = namespace
         self._suffix = suffix
@@ -93,15 +103,21 @@ class KubernetesScheduler(Scheduler[Cfg]):
 
     def _submit_dryrun(self, app: AppDef, cfg: Cfg) -> AppDryRunInfo[KubernetesRequest]:
         suffix = self._suffix() if self._suffix else job_names.new_suffix()
+        images_to_push = self.dryrun_push_images(app, cfg)  # renames local image ids
         request = build_request(app, KubernetesOptions.from_cfg(cfg), suffix)
+        request.workspace_builds = self.workspace_builds(app)
+        request.images_to_push = images_to_push
         return AppDryRunInfo(request, str)
 
     def schedule(self, dryrun_info: AppDryRunInfo[KubernetesRequest]) -> str:
         request: KubernetesRequest = dryrun_info.request
+        self.build_workspace_images(request.workspace_builds)
+        self.push_images(request.images_to_push)
         api = self._api()
         names = request.names
+        server_version = api.server_version()
         try:
-            owner = api.create(request.manifests[0])
+            owner = api.create(manifests.for_server(request.manifests[0], server_version))
         except KubernetesError as e:
             raise self._clash(e, names, "Job") from e
         for dependent in request.manifests[1:]:
@@ -158,9 +174,29 @@ class KubernetesScheduler(Scheduler[Cfg]):
         if found is None:
             return None
         backend, job = found
+        pods = self._pods(app_id)
         if backend == BACKEND_VOLCANO:
-            return status.describe_volcano_job(app_id, job, self._pods(app_id))
-        return status.describe_job(app_id, job, self._pods(app_id))
+            described = status.describe_volcano_job(app_id, job, pods)
+        else:
+            described = status.describe_job(app_id, job, pods)
+        described.msg = join_message(described.msg, self._progress(app_id, pods))
+        return described
+
+    def _progress(self, app_id: str, pods: List[Obj]) -> Optional[str]:
+        """The job's latest progress: the rank-0 agent's last ``[job progress]`` line in the
+        tail of replica 0's pod log, read through the API server (``progress_status.py``)."""
+        namespace, _ = parse_app_id(app_id)
+        for (_, index), pod in sorted(status.latest_pods(pods).items()):
+            if index != 0 or (pod.get("status") or {}).get("phase") in (None, "Pending"):
+                continue
+            name = pod["metadata"]["name"]
+            try:
+                text = self._api().pod_log_tail(namespace, name, TAIL_LINES)
+            except KubernetesError as e:  # gone, or not allowed: the status says the rest
+                logger.debug("no progress from pod %s: %s", name, e)
+                return None
+            return progress_message(text.splitlines(), where=f"log of pod {name}")
+        return None
 
     def list(self) -> List[ListAppResponse]:
         namespace = self._namespace or current_namespace()
@@ -187,25 +223,42 @@ class KubernetesScheduler(Scheduler[Cfg]):
             if e.status != 404:  # already collected with its Job
                 raise
 
-    def _replica_pod(self, app_id: str, role_name: str, k: int, wait: bool) -> Obj:
+    def _replica_pod(
+        self, app_id: str, role_name: str, k: int, wait: bool
+    ) -> tuple[Optional[Obj], str]:
+        """The newest pod of a replica, or None and why there is none to read."""
+        replica = f"replica {role_name}/{k} of {app_id}"
         while True:
             pods = status.latest_pods(self._pods(app_id))
             # pods carry the role name as a label value: as the user typed it or normalized
             pod = pods.get((role_name, k)) or pods.get((dns_label(role_name, fallback="worker"), k))
             started = pod is not None and (pod.get("status") or {}).get("phase") != "Pending"
             if started or (pod is not None and not wait):
-                return pod  # type: ignore[return-value]
-            if not wait or self._read(app_id) is None:
-                replicas = ", ".join(f"{r}/{i}" for r, i in sorted(pods)) or "none"
-                raise KubernetesError(
-                    f"no pod of replica {role_name}/{k} in {app_id} (pods: {replicas})", 404
-                )
+                return pod, ""
+            found = self._read(app_id)
+            if pod is None and (not wait or found is None or self._finished(found)):
+                others = ", ".join(f"{r}/{i}" for r, i in sorted(pods)) or "none"
+                if found is None:
+                    why = "the job does not exist (any more)"
+                elif self._finished(found):
+                    why = (
+                        "it was deleted, with its log (the Job controller deletes the pods"
+                        " still running when a Job fails)"
+                    )
+                else:
+                    why = "not created yet"
+                return None, f"{replica} has no pod: {why} (replicas with a pod: {others})"
             if pod is not None and status.pod_problems(pod):
-                raise KubernetesError(
-                    f"replica {role_name}/{k} of {app_id} has not started: "
-                    + "; ".join(status.pod_problems(pod))
-                )
+                return None, f"{replica} has not started: " + "; ".join(status.pod_problems(pod))
             self._sleep(LOG_POLL_INTERVAL_S)
+
+    @staticmethod
+    def _finished(found: tuple[str, Obj]) -> bool:
+        backend, job = found
+        if backend == BACKEND_VOLCANO:
+            return False
+        state, _ = status.job_state(job, any_running=False)
+        return state in (AppState.SUCCEEDED, AppState.FAILED)
 
     def log_iter(
         self,
@@ -223,8 +276,15 @@ class KubernetesScheduler(Scheduler[Cfg]):
         if streams not in (None, Stream.COMBINED):
             raise ValueError(f"the kubernetes scheduler has one combined log stream, not {streams}")
         namespace, _ = parse_app_id(app_id)
-        pod = self._replica_pod(app_id, role_name, k, wait=should_tail)
+        pod, why_none = self._replica_pod(app_id, role_name, k, wait=should_tail)
+        if pod is None:
+            # said in the log itself: torchx prints a failing log thread as tracebacks
+            return iter([f"torchx-elastic: {why_none}\n"])
         if pod["status"].get("phase") == "Pending" and not should_tail:
+            problems = status.pod_problems(pod)
+            if problems:
+                replica = f"replica {role_name}/{k} of {app_id}"
+                return iter([f"torchx-elastic: {replica} has not started: {'; '.join(problems)}\n"])
             return iter(())
         response = self._api().pod_log(
             namespace,

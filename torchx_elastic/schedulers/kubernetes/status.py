@@ -7,6 +7,8 @@ says why on the first status call instead of staying silently PENDING.
 
 from __future__ import annotations
 
+import json
+import re
 from typing import Any, Dict, List, Optional, Tuple
 
 from torchx.schedulers.api import DescribeAppResponse
@@ -42,6 +44,14 @@ WAITING_PROBLEMS = frozenset(
         "RunContainerError",
     }
 )
+ANNOTATION_INDEX_FAILURES = "batch.kubernetes.io/job-index-failure-count"
+ANNOTATION_INDEX_IGNORED_FAILURES = "batch.kubernetes.io/job-index-ignored-failure-count"
+# lines of a log tail (the termination message of a container without a report) kept
+TERMINATION_TAIL_LINES = 6
+_REPORT_HEADER = "Root cause"
+_AGENT_ERROR = "torchx-elastic: error:"
+_REPORT_END = ("Logs of every rank:", "Summary (JSON):")
+_JSON_MESSAGE = re.compile(r'"message":\s*"((?:[^"\\]|\\.)*)"')
 VOLCANO_STATE: Dict[str, AppState] = {
     **{phase: state for phase, state in JOB_STATE.items() if isinstance(state, AppState)},
     # torchx 0.7 maps "Failed" to a ReplicaState by mistake
@@ -85,13 +95,73 @@ def pod_problems(pod: Obj) -> List[str]:
         if terminated and terminated.get("exitCode", 0) != 0:
             reason = terminated.get("reason") or "Error"
             text = f"{reason} (container {status.get('name')}, exit code {terminated['exitCode']})"
-            if terminated.get("message"):
-                text += f": {terminated['message'].strip()}"
+            summary = termination_summary(terminated.get("message") or "")
+            if summary:
+                text += f": {summary}"
             problems.append(text)
     reason = _get(pod, "status", "reason")
     if reason:  # Evicted, DeadlineExceeded, UnexpectedAdmissionError, ...
         problems.append(f"{reason}: {_get(pod, 'status', 'message') or ''}".rstrip(": "))
     return problems
+
+
+def termination_summary(message: str) -> str:
+    """The root cause in a container's termination message.
+
+    The agent writes torch's error-file JSON there (``TORCHELASTIC_ERROR_FILE``); a container
+    that wrote none has the tail of its log (``FallbackToLogsOnError``), from which the
+    agent's "Root cause" section is kept, or else the last lines.
+    """
+    message = message.strip()
+    if not message:
+        return ""
+    try:
+        data = json.loads(message)
+        return str(data["message"]["message"]).strip()
+    except (ValueError, TypeError, KeyError):
+        pass
+    if message.startswith("{"):  # the JSON, cut at the API's size limit
+        match = _JSON_MESSAGE.search(message)
+        if match:
+            return str(json.loads(f'"{match.group(1)}"')).strip()
+    lines = [line.rstrip() for line in message.splitlines()]
+    if _REPORT_HEADER in lines:
+        section = lines[lines.index(_REPORT_HEADER) + 2 :]
+        kept = [ln for ln in section if ln.strip() and not ln.startswith(_REPORT_END)]
+        return "\n".join(kept)
+    # the agent's own last word (e.g. why its rendezvous failed) says more than the lines above
+    errors = [ln for ln in lines if ln.startswith(_AGENT_ERROR)]
+    if errors:
+        return errors[-1]
+    return "\n".join(ln for ln in lines[-TERMINATION_TAIL_LINES:] if ln.strip())
+
+
+def restarts_of(pod: Obj) -> int:
+    """How many pods of this pod's index failed before it (or were lost to a disruption)."""
+    annotations = _get(pod, "metadata", "annotations") or {}
+    count = 0
+    for key in (ANNOTATION_INDEX_FAILURES, ANNOTATION_INDEX_IGNORED_FAILURES):
+        text = str(annotations.get(key, "0"))
+        count += int(text) if text.isdigit() else 0
+    return count
+
+
+def attempts_restarted(pods: List[Obj]) -> int:
+    """Restarts of the job as attempts: the most any one replica was replaced.
+
+    One failure fails every node of a job at once, so it counts once, not once per pod.
+    Servers that do not annotate pods with their index's failures: older pods of a replica.
+    """
+    pods_of: Dict[Tuple[str, int], int] = {}
+    annotated: Dict[Tuple[str, int], int] = {}
+    for pod in pods:
+        index = replica_id(pod)
+        if index is None:
+            continue
+        key = ((_get(pod, "metadata", "labels") or {}).get(LABEL_ROLE_NAME, ""), index)
+        pods_of[key] = pods_of.get(key, 0) + 1
+        annotated[key] = max(annotated.get(key, 0), restarts_of(pod))
+    return max((max(n - 1, annotated[key]) for key, n in pods_of.items()), default=0)
 
 
 def replica_id(pod: Obj) -> Optional[int]:
@@ -114,8 +184,10 @@ def latest_pods(pods: List[Obj]) -> Dict[Tuple[str, int], Obj]:
 
 
 def _roles_and_problems(
-    roles: List[Role], pods: List[Obj]
+    roles: List[Role], pods: List[Obj], finished: bool = False
 ) -> Tuple[List[RoleStatus], List[str], bool]:
+    """Replica states and why pods stopped; ``finished``: the job is over, so a replica
+    without a pod lost it (not yet created is what it means while the job runs)."""
     newest = latest_pods(pods)
     statuses: List[RoleStatus] = []
     problems: List[str] = []
@@ -131,6 +203,12 @@ def _roles_and_problems(
                 node = _get(pod, "spec", "nodeName") or ""
                 pod_name = _get(pod, "metadata", "name")
                 problems += [f"{role.name}[{index}] pod {pod_name}: {p}" for p in pod_problems(pod)]
+            elif finished:
+                state = ReplicaState.UNKNOWN
+                problems.append(
+                    f"{role.name}[{index}]: no pod: it was deleted, with its log (the Job"
+                    " controller deletes the pods still running when a Job fails)"
+                )
             any_running = any_running or state == ReplicaState.RUNNING
             replicas.append(ReplicaStatus(id=index, state=state, role=role.name, hostname=node))
         statuses.append(RoleStatus(role=role.name, replicas=replicas))
@@ -164,12 +242,13 @@ def job_state(job: Obj, any_running: bool) -> Tuple[AppState, str]:
 def describe_job(app_id: str, job: Obj, pods: List[Obj]) -> DescribeAppResponse:
     template = _get(job, "spec", "template") or {}
     role = _role_of(job, template, int(_get(job, "spec", "completions") or 1))
-    statuses, problems, any_running = _roles_and_problems([role], pods)
+    finished = job_state(job, any_running=False)[0] in (AppState.SUCCEEDED, AppState.FAILED)
+    statuses, problems, any_running = _roles_and_problems([role], pods, finished)
     state, detail = job_state(job, any_running)
     return DescribeAppResponse(
         app_id=app_id,
         state=state,
-        num_restarts=int(_get(job, "status", "failed") or 0),
+        num_restarts=attempts_restarted(pods),
         msg=_message(detail, problems),
         roles_statuses=statuses,
         roles=[role],

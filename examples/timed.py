@@ -1,0 +1,67 @@
+"""A gloo DDP job that trains for a set time, and can fail on purpose: try restarts, a lost
+node (delete a pod mid-run) and cancel with it.
+
+    torchx run -s kubernetes dist.ddp -j 2x1 --cpu 0.5 --max_retries 1 \
+        --script examples/timed.py -- --seconds 60
+    torchx run -s local_cwd dist.ddp -j 1x2 --max_retries 1 \
+        --script examples/timed.py -- --seconds 5 --crash-rank 1 --crash-attempts 1
+
+Every attempt starts the clock again. ``--crash-rank R`` makes rank R raise an error after
+``--crash-after-s`` seconds in the first ``--crash-attempts`` attempts of its node (the
+agent's ``TORCHELASTIC_RESTART_COUNT``; -1: every attempt).
+"""
+
+import argparse
+import os
+import time
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+
+
+class CrashOnPurpose(RuntimeError):
+    """The failure this script was asked to have."""
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--seconds", type=float, default=30.0, help="how long to train")
+    parser.add_argument("--crash-rank", type=int, default=-1, help="rank that fails (-1: none)")
+    parser.add_argument("--crash-after-s", type=float, default=1.0)
+    parser.add_argument("--crash-attempts", type=int, default=-1, help="-1: every attempt")
+    args = parser.parse_args()
+
+    dist.init_process_group("gloo")
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+    print(f"rank {rank} of world size {world_size}, attempt {attempt}", flush=True)
+    crashes = args.crash_rank == rank and (args.crash_attempts < 0 or attempt < args.crash_attempts)
+
+    model = DistributedDataParallel(torch.nn.Linear(8, 1))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    start_s = time.monotonic()
+    step = 0
+    while True:
+        elapsed_s = time.monotonic() - start_s
+        if crashes and elapsed_s >= args.crash_after_s:
+            raise CrashOnPurpose(f"rank {rank} crashes on purpose at step {step}")
+        # rank 0's clock decides for everyone, so that every rank stops at the same step
+        stop = torch.tensor([1.0 if elapsed_s >= args.seconds else 0.0])
+        dist.broadcast(stop, src=0)
+        if stop.item():
+            break
+        inputs = torch.randn(16, 8)
+        loss = (model(inputs) - inputs.sum(dim=1, keepdim=True)).pow(2).mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        step += 1
+        time.sleep(0.05)
+    print(f"rank {rank} done: {step} steps in {time.monotonic() - start_s:.0f} s", flush=True)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

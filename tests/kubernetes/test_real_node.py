@@ -1,0 +1,412 @@
+"""End to end on a real single-node Kubernetes cluster (``../shared/k8s/cluster.sh``).
+
+The module starts the cluster once (``down`` then ``up``), loads the project image into the
+node under a ``:latest`` tag (so that the default pull policy must take the node's own
+image), drives the real ``torchx`` CLI against it, and ``down``s it at the end. Without a
+cluster (not root, no ``cluster.sh``, ``up`` fails, no image) these tests skip with the
+reason locally, and fail in CI (``CI=true``).
+
+``TORCHX_ELASTIC_K8S_IMAGE`` picks the Docker image to load (default
+``torchx-elastic:latest``, built by ``make image``). ``TORCHX_ELASTIC_K8S_MOUNT_SOURCES=1``
+mounts this checkout's ``torchx_elastic/`` and ``examples/`` over the image's (``hostPath``
+volumes: one node), to try a change without building the image again. The cluster is one per
+machine: it is used under ``flock /tmp/k8s-cluster.lock``.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Dict, Iterator, List, Optional, TypeVar
+
+import pytest
+from torchx.specs import AppState, ReplicaState
+
+from tests.kubernetes.validation import REPO
+from torchx_elastic.schedulers.kubernetes.client import load_api_client
+from torchx_elastic.schedulers.kubernetes.scheduler import KubernetesScheduler
+
+# the first test also starts the cluster and loads the image (a minute or two)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+
+CLUSTER_SH = REPO.parent / "shared" / "k8s" / "cluster.sh"
+CLUSTER_LOCK = "/tmp/k8s-cluster.lock"
+SOURCE_IMAGE = os.environ.get("TORCHX_ELASTIC_K8S_IMAGE", "torchx-elastic:latest")
+# a :latest tag that exists only on the node: Kubernetes' own default would pull it (Always)
+NODE_IMAGE = "torchx-elastic-e2e:latest"
+TORCHX = str(Path(sys.executable).parent / "torchx")
+IMAGE_PACKAGE_DIR = "/opt/venv/lib/python3.11/site-packages/torchx_elastic"
+IMAGE_WORKDIR = "/workspace"
+JOB_TIMEOUT_S = 300.0
+ELASTIC_TTL_S = 30
+POLL_S = 1.0
+
+T = TypeVar("T")
+
+
+def _in_ci() -> bool:
+    return os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+def _skip_or_fail(reason: str) -> None:
+    if _in_ci():
+        pytest.fail(f"CI=true and {reason}", pytrace=False)
+    pytest.skip(reason)
+
+
+@dataclass
+class Cluster:
+    env: Dict[str, str]
+    workdir: Path
+
+    def core(self) -> Any:
+        from kubernetes import client, config
+
+        return client.CoreV1Api(config.new_client_from_config(self.env["KUBECONFIG"]))
+
+    def torchx(self, *args: str) -> subprocess.CompletedProcess[str]:
+        """The real ``torchx`` CLI, in a directory without a .torchxconfig."""
+        return subprocess.run(
+            [TORCHX, *args],
+            env=self.env,
+            cwd=self.workdir,
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
+
+    def run(self, *component_args: str, cfg: str = "") -> str:
+        """``torchx run -s kubernetes dist.ddp ...``; returns the app handle."""
+        cfg_args = ["-cfg", cfg] if cfg else []
+        if os.environ.get("TORCHX_ELASTIC_K8S_MOUNT_SOURCES") == "1":
+            package = f"type=bind,src={REPO / 'torchx_elastic'},dst={IMAGE_PACKAGE_DIR},readonly"
+            examples = f"type=bind,src={REPO / 'examples'},dst={IMAGE_WORKDIR}/examples,readonly"
+            component_args = ("--mounts", f"{package},{examples}", *component_args)
+        result = self.torchx(
+            "run", "--workspace", "", "-s", "kubernetes", *cfg_args,
+            "dist.ddp", "--image", NODE_IMAGE, *component_args,
+        )  # fmt: skip
+        assert result.returncode == 0, result.stderr
+        handle = result.stdout.strip().splitlines()[-1]
+        assert handle.startswith("kubernetes://torchx/default:"), result.stdout
+        return handle
+
+    def pods(self, job: str) -> List[Dict[str, Any]]:
+        """The pods of a job, oldest first, as the API's JSON."""
+        found = self.core().list_namespaced_pod(
+            "default", label_selector=f"app.kubernetes.io/instance={job}", _preload_content=False
+        )
+        items = json.loads(found.data)["items"]
+        return sorted(items, key=lambda p: str(p["metadata"]["creationTimestamp"]))
+
+    def delete_pod(self, name: str) -> None:
+        """``kubectl delete pod NAME --wait=false``."""
+        self.core().delete_namespaced_pod(name, "default")
+
+    def pod_log(self, name: str) -> str:
+        from kubernetes.client.rest import ApiException
+
+        try:
+            return str(self.core().read_namespaced_pod_log(name, "default"))
+        except ApiException:
+            return ""  # not started yet
+
+    def services(self) -> List[str]:
+        found = self.core().list_namespaced_service("default", _preload_content=False)
+        return [item["metadata"]["name"] for item in json.loads(found.data)["items"]]
+
+
+def _cluster_sh(
+    *args: str, env: Optional[Dict[str, str]] = None
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["bash", str(CLUSTER_SH), *args],
+        env=env or dict(os.environ),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    if not CLUSTER_SH.is_file():
+        _skip_or_fail(f"no {CLUSTER_SH}: the real-node tests need ../shared/k8s beside the repo")
+    if os.geteuid() != 0:
+        _skip_or_fail("the real Kubernetes node (../shared/k8s/cluster.sh) needs root")
+    image = subprocess.run(["docker", "image", "inspect", SOURCE_IMAGE], capture_output=True)
+    if image.returncode != 0:
+        _skip_or_fail(f"no Docker image {SOURCE_IMAGE}: build it with `make image`")
+    with open(CLUSTER_LOCK, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # one cluster per machine
+        try:
+            yield _start(tmp_path_factory.mktemp("k8s-e2e"))
+        finally:
+            _cluster_sh("down")
+
+
+def _start(workdir: Path) -> Cluster:
+    _cluster_sh("down")
+    up = _cluster_sh("up")
+    if up.returncode != 0:
+        _skip_or_fail(
+            f"cluster.sh up failed (`{CLUSTER_SH} install` installs what it needs):\n"
+            f"{up.stderr[-3000:]}"
+        )
+    kubeconfig = up.stdout.strip().splitlines()[-1].removeprefix("export KUBECONFIG=")
+    env = {**os.environ, "KUBECONFIG": kubeconfig}
+    subprocess.run(["docker", "tag", SOURCE_IMAGE, NODE_IMAGE], check=True)
+    loaded = _cluster_sh("load-image", NODE_IMAGE, env=env)
+    if loaded.returncode != 0:
+        _skip_or_fail(f"cluster.sh load-image {NODE_IMAGE} failed:\n{loaded.stderr[-3000:]}")
+    return Cluster(env=env, workdir=workdir)
+
+
+@pytest.fixture
+def scheduler(cluster: Cluster, monkeypatch: pytest.MonkeyPatch) -> KubernetesScheduler:
+    """The scheduler in this process, to poll states without starting a CLI each time."""
+    monkeypatch.setenv("KUBECONFIG", cluster.env["KUBECONFIG"])
+    return KubernetesScheduler("torchx", client=load_api_client())
+
+
+def _wait(what: str, check: Callable[[], Optional[T]], timeout_s: float = JOB_TIMEOUT_S) -> T:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        found = check()
+        if found is not None:
+            return found
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}")
+        time.sleep(POLL_S)
+
+
+def _app_id(handle: str) -> str:
+    return handle.rpartition("/")[2]
+
+
+def _wait_done(scheduler: KubernetesScheduler, handle: str) -> AppState:
+    def done() -> Optional[AppState]:
+        desc = scheduler.describe(_app_id(handle))
+        assert desc is not None, f"{handle} is gone"
+        return desc.state if desc.state in (AppState.SUCCEEDED, AppState.FAILED) else None
+
+    return _wait(f"{handle} to end", done)
+
+
+def _log_has(cluster: Cluster, pod: str, text: str) -> Optional[bool]:
+    return True if text in cluster.pod_log(pod) else None
+
+
+def _no_traceback(result: subprocess.CompletedProcess[str]) -> None:
+    assert "Traceback" not in result.stdout + result.stderr, result.stderr
+
+
+def _no_traceback_of_torchx(result: subprocess.CompletedProcess[str]) -> None:
+    """torchx's own tracebacks go to stderr (the job's own are in its log, on stdout)."""
+    assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr
+
+
+def test_2x2_job_on_a_loaded_latest_image(cluster: Cluster, scheduler: KubernetesScheduler) -> None:
+    """World size 4 over two pods, fractional CPUs, the node's own :latest image; then the
+    log and status of a replica whose pod was deleted after the end."""
+    handle = cluster.run(
+        "-j", "2x2", "--cpu", "0.5", "--memMB", "1500", "--script", "examples/main.py"
+    )
+    assert _wait_done(scheduler, handle) == AppState.SUCCEEDED
+    status = cluster.torchx("status", handle)
+    assert "State: SUCCEEDED" in status.stdout and "Num Restarts: 0" in status.stdout
+    log = cluster.torchx("log", handle)
+    assert log.returncode == 0, log.stderr
+    assert "world size 4" in log.stdout and "done: 20 steps" in log.stdout
+    job = _app_id(handle).partition(":")[2]
+    pods = cluster.pods(job)
+    assert len(pods) == 2
+    assert {p["spec"]["containers"][0]["imagePullPolicy"] for p in pods} == {"IfNotPresent"}
+    assert pods[0]["spec"]["containers"][0]["resources"]["limits"]["cpu"] == "500m"
+
+    index = "batch.kubernetes.io/job-completion-index"
+    (second,) = [p for p in pods if p["metadata"]["annotations"][index] == "1"]
+    cluster.delete_pod(second["metadata"]["name"])
+    _wait("the pod to go", lambda: True if len(cluster.pods(job)) == 1 else None, timeout_s=60)
+    log = cluster.torchx("log", f"{handle}/main/1")
+    _no_traceback(log)
+    assert log.returncode == 0
+    assert (
+        f"replica main/1 of {_app_id(handle)} has no pod: it was deleted, with its log"
+        in log.stdout
+    )
+    log = cluster.torchx("log", handle)  # every replica: the one left, and a plain line
+    _no_traceback(log)
+    assert "world size 4" in log.stdout and "has no pod" in log.stdout
+    desc = scheduler.describe(_app_id(handle))
+    assert desc is not None
+    assert [r.state for r in desc.roles_statuses[0].replicas] == [
+        ReplicaState.SUCCEEDED,
+        ReplicaState.UNKNOWN,
+    ]
+    assert "main[1]: no pod: it was deleted" in desc.msg
+    cluster.torchx("cancel", handle)
+
+
+def test_elastic_job_and_ttl_cleanup(cluster: Cluster, scheduler: KubernetesScheduler) -> None:
+    handle = cluster.run(
+        "-j", "1:2x1", "--cpu", "0.5", "--script", "examples/main.py",
+        cfg=f"ttl_seconds_after_finished={ELASTIC_TTL_S}",
+    )  # fmt: skip
+    assert _wait_done(scheduler, handle) == AppState.SUCCEEDED
+    # read in this process: a CLI can take longer than the TTL on a busy machine
+    log = "".join(scheduler.log_iter(_app_id(handle), "main", 0))
+    assert "world size 2" in log, log
+    # the finished Job goes by itself, with its pods and Service
+    job = _app_id(handle).partition(":")[2]
+    _wait(
+        "the TTL controller to delete the finished Job",
+        lambda: True if scheduler.describe(_app_id(handle)) is None else None,
+        timeout_s=ELASTIC_TTL_S + 150,
+    )
+    _wait("its pods to go", lambda: True if not cluster.pods(job) else None, timeout_s=150)
+    status = cluster.torchx("status", handle)
+    assert "does not exist or has been removed" in status.stdout + status.stderr
+
+
+def test_a_rank_that_keeps_crashing_uses_the_retries_as_attempts(
+    cluster: Cluster, scheduler: KubernetesScheduler
+) -> None:
+    """A rank fails for good: every node fails, which is one attempt of the job; the pods
+    are replaced once (--max_retries 1), then the job fails with the root cause in status."""
+    handle = cluster.run(
+        "-j", "2x1", "--cpu", "0.5", "--max_retries", "1", "--script", "examples/timed.py",
+        "--", "--seconds", "60", "--crash-rank", "1", "--crash-after-s", "1",
+    )  # fmt: skip
+    assert _wait_done(scheduler, handle) == AppState.FAILED
+    job = _app_id(handle).partition(":")[2]
+    pods = cluster.pods(job)
+    assert len(pods) == 4, [p["metadata"]["name"] for p in pods]
+    status = cluster.torchx("status", handle)
+    annotations = [(p["metadata"]["name"], p["metadata"]["annotations"]) for p in pods]
+    assert "State: FAILED" in status.stdout, status.stdout
+    assert "Num Restarts: 1" in status.stdout, (status.stdout, annotations)
+    # rank 1 is on either node (the rendezvous assigns ranks): its report reaches status
+    assert "failed first: CrashOnPurpose: rank 1 crashes on purpose" in status.stdout, status.stdout
+    log = cluster.torchx("log", handle)
+    _no_traceback_of_torchx(log)
+    assert "Root cause" in log.stdout and "rank 1 crashes on purpose" in log.stdout, log.stdout
+
+
+def test_a_deleted_pod_is_replaced_and_the_job_goes_on(
+    cluster: Cluster, scheduler: KubernetesScheduler
+) -> None:
+    """kubectl delete pod (an eviction, a node drain): the other node waits in the open
+    rendezvous, the Job replaces the pod (same host name) and the job succeeds."""
+    handle = cluster.run(
+        "-j", "2x1", "--cpu", "0.5", "--max_retries", "1", "--script", "examples/timed.py",
+        "--", "--seconds", "25",
+    )  # fmt: skip
+    job = _app_id(handle).partition(":")[2]
+
+    def training() -> Optional[List[str]]:
+        names = [str(p["metadata"]["name"]) for p in cluster.pods(job)]
+        started = len(names) == 2 and all(_log_has(cluster, n, "attempt 0") for n in names)
+        return names if started else None
+
+    first_pods = _wait("both nodes to train", training)
+    lost = next(n for n in first_pods if n.startswith(f"{job}-1-"))
+    cluster.delete_pod(lost)
+    assert _wait_done(scheduler, handle) == AppState.SUCCEEDED, cluster.torchx(
+        "status", handle
+    ).stdout
+    pods = cluster.pods(job)
+    # node 0 restarted its workers in place: had the lost node closed the rendezvous, node 0
+    # would have failed too and been replaced (the job may still succeed on the retries)
+    node0 = [p["metadata"]["name"] for p in pods if p["metadata"]["name"].startswith(f"{job}-0-")]
+    assert node0 == [n for n in first_pods if n.startswith(f"{job}-0-")], node0
+    replacements = [p for p in pods if str(p["metadata"]["name"]).startswith(f"{job}-1-")]
+    assert [p["metadata"]["name"] for p in replacements] != [lost]
+    assert {p["spec"]["hostname"] for p in replacements} == {f"{job}-1"}
+    status = cluster.torchx("status", handle)
+    assert "State: SUCCEEDED" in status.stdout and "Num Restarts: 1" in status.stdout, status.stdout
+    log = cluster.torchx("log", f"{handle}/timed/0")
+    assert "rank 0 done" in log.stdout, log.stdout
+
+
+def test_cancel_while_running(cluster: Cluster, scheduler: KubernetesScheduler) -> None:
+    handle = cluster.run(
+        "-j", "2x1", "--cpu", "0.5", "--script", "examples/timed.py", "--", "--seconds", "600"
+    )
+    job = _app_id(handle).partition(":")[2]
+
+    def running() -> Optional[bool]:
+        desc = scheduler.describe(_app_id(handle))
+        return True if desc is not None and desc.state == AppState.RUNNING else None
+
+    _wait("the job to run", running)
+    log = cluster.torchx("log", f"{handle}/timed/0")
+    assert log.returncode == 0, log.stderr
+    cancel = cluster.torchx("cancel", handle)
+    assert cancel.returncode == 0, cancel.stderr
+    _wait("the pods to go", lambda: True if not cluster.pods(job) else None, timeout_s=120)
+    assert scheduler.describe(_app_id(handle)) is None and job not in cluster.services()
+    status = cluster.torchx("status", handle)
+    assert "does not exist or has been removed" in status.stdout + status.stderr
+
+
+def test_a_missing_image_says_why_the_job_waits(
+    cluster: Cluster, scheduler: KubernetesScheduler
+) -> None:
+    result = cluster.torchx(
+        "run", "--workspace", "", "-s", "kubernetes", "dist.ddp", "-j", "2x1", "--cpu", "0.5",
+        "--image", "torchx-elastic-e2e:no-such-tag", "--script", "examples/main.py",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    handle = result.stdout.strip().splitlines()[-1]
+
+    def pull_error() -> Optional[str]:
+        desc = scheduler.describe(_app_id(handle))
+        assert desc is not None
+        pulling = "ErrImagePull" in desc.msg or "ImagePullBackOff" in desc.msg
+        return desc.msg if pulling and desc.state == AppState.PENDING else None
+
+    _wait("the pull error in the status", pull_error, timeout_s=120)
+    status = cluster.torchx("status", handle)
+    assert "State: PENDING" in status.stdout and "torchx-elastic-e2e:no-such-tag" in status.stdout
+    # torchx's log of a whole app waits for it to start: one replica's says why it does not
+    log = cluster.torchx("log", f"{handle}/main/0")
+    _no_traceback(log)
+    assert log.returncode == 0
+    assert "has not started: " in log.stdout and "no-such-tag" in log.stdout, log.stdout
+    assert cluster.torchx("cancel", handle).returncode == 0
+
+
+def test_status_shows_the_progress_of_the_whole_job(
+    cluster: Cluster, scheduler: KubernetesScheduler
+) -> None:
+    """The rank-0 agent's job-wide line, read from replica 0's pod log by torchx status."""
+    handle = cluster.run(
+        "-j", "2x2", "--cpu", "0.5", "--memMB", "1500", "--script", "examples/progress.py",
+        "--", "--steps", "100000", "--step-s", "0.02", "--log-every", "100000",
+    )  # fmt: skip
+    job = _app_id(handle).partition(":")[2]
+    progress = re.compile(
+        r"progress (\d+)/100000 \([\d.]+%\) of 4/4 ranks, [\d.]+ steps/s, ETA \w+"
+        rf" \(as of \w+ ago, log of pod {re.escape(job)}-0-\w+\)"
+    )
+    steps: List[int] = []
+
+    def more_progress() -> Optional[bool]:
+        status = cluster.torchx("status", handle)
+        assert "State: FAILED" not in status.stdout, status.stdout
+        match = progress.search(status.stdout)
+        if match and (not steps or int(match[1]) > steps[-1]):
+            steps.append(int(match[1]))
+        return True if len(steps) >= 2 else None
+
+    _wait("two growing progress figures in torchx status", more_progress)
+    assert "State: RUNNING" in cluster.torchx("status", handle).stdout
+    assert cluster.torchx("cancel", handle).returncode == 0

@@ -1,0 +1,304 @@
+"""Progress across nodes in one process: the summary's forms, aggregation, the exchange over
+a real torch TCPStore, the rendezvous hook, and what ``torchx status`` makes of the line."""
+
+from __future__ import annotations
+
+import socket
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import pytest
+from torch.distributed import PrefixStore, TCPStore
+from torch.distributed.elastic.rendezvous import (
+    RendezvousHandler,
+    RendezvousInfo,
+    RendezvousStoreInfo,
+)
+
+from torchx_elastic.agent.console.channel import RankActivity
+from torchx_elastic.agent.console.job_progress import (
+    KEY_PREFIX,
+    PUBLISHERS_KEY,
+    JobProgressExchange,
+    NodeReport,
+    RankReport,
+    aggregate,
+)
+from torchx_elastic.agent.rendezvous.observed import ObservedRendezvous
+from torchx_elastic.job_summary import JobSummary, QuietRank, parse_line, read_file
+from torchx_elastic.schedulers.progress_status import (
+    join_message,
+    log_timestamp,
+    progress_message,
+)
+
+
+def _summary(**changes: Any) -> JobSummary:
+    fields: dict[str, Any] = dict(
+        step=120, total=200, slowest_rank=3, slowest_node=1, fastest_rank=0, fastest_node=0,
+        fastest_step=131, rate_per_s=4.1, eta_s=19.5, ranks_reporting=4, ranks=4,
+        nodes_reporting=2, nodes=2, quiet=(), time_s=1.0,
+    )  # fmt: skip
+    fields.update(changes)
+    return JobSummary(**fields)
+
+
+def test_the_line_says_where_the_whole_job_is() -> None:
+    assert _summary().line() == (
+        "[job progress] 120/200 (60.0%) of 4/4 ranks on 2/2 nodes, slowest r3 (n1) 120,"
+        " fastest r0 (n0) 131, 4.1 steps/s, ETA 20s"
+    )
+    quiet = tuple(QuietRank(r, 1, 45.0 + r) for r in range(6))
+    line = _summary(total=None, rate_per_s=None, eta_s=None, quiet=quiet).line()
+    assert line == (
+        "[job progress] 120/? of 4/4 ranks on 2/2 nodes, slowest r3 (n1) 120,"
+        " fastest r0 (n0) 131, quiet: r0 (n1) 45s r1 (n1) 46s r2 (n1) 47s r3 (n1) 48s +2 more"
+    )
+
+
+def test_the_line_reads_back_after_any_prefix() -> None:
+    figures = parse_line("2026-11-22T10:00:00.1Z progress/0 " + _summary().line())
+    assert figures is not None
+    assert (figures.step, figures.total, figures.ranks_reporting, figures.ranks) == (
+        120, 200, 4, 4,
+    )  # fmt: skip
+    assert (figures.rate_per_s, figures.eta, figures.quiet) == (4.1, "20s", None)
+    quiet = _summary(rate_per_s=None, eta_s=None, quiet=(QuietRank(5, 1, 45.0),)).line()
+    figures = parse_line(quiet)
+    assert figures is not None and (figures.rate_per_s, figures.eta) == (None, None)
+    assert figures.quiet == "r5 (n1) 45s"
+    assert parse_line("[n0 r0] [job progress] is what I print") is None
+    assert parse_line("step 10/200 of 4 ranks") is None
+
+
+def test_the_file_round_trips(tmp_path: Path) -> None:
+    from torchx_elastic.job_summary import write_file
+
+    summary = _summary(quiet=(QuietRank(2, 0, 31.0),))
+    path = write_file(str(tmp_path), summary)
+    assert read_file(path) == summary
+    assert read_file(str(tmp_path / "missing.json")) is None
+    (tmp_path / "bad.json").write_text('{"step": 1}')
+    assert read_file(str(tmp_path / "bad.json")) is None
+
+
+def _rank(rank: int, step: int | None, rate: float | None = 2.0, silent_s: float | None = 0.5,
+          finished: bool = False) -> RankReport:  # fmt: skip
+    return RankReport(rank, step, None if step is None else 100, rate, silent_s, finished)
+
+
+def test_aggregate_finds_the_slowest_and_fastest_rank_of_any_node() -> None:
+    node0 = NodeReport(0, 7, False, (_rank(0, 50, 5.0), _rank(1, 48, 4.0)))
+    node1 = NodeReport(1, 3, False, (_rank(2, 40, 2.5), _rank(3, 60, 6.0)))
+    summary = aggregate([(node0, 0.0), (node1, 0.0)], num_nodes=2, time_s=5.0)
+    assert summary is not None
+    assert (summary.slowest_rank, summary.slowest_node, summary.step) == (2, 1, 40)
+    assert (summary.fastest_rank, summary.fastest_node, summary.fastest_step) == (3, 1, 60)
+    assert (summary.rate_per_s, summary.eta_s) == (2.5, 24.0)  # the slowest rank's pace
+    assert (summary.ranks_reporting, summary.ranks, summary.nodes_reporting) == (4, 4, 2)
+    assert summary.quiet == () and summary.time_s == 5.0
+
+
+def test_aggregate_names_quiet_ranks_and_nodes_that_stopped_publishing() -> None:
+    node0 = NodeReport(0, 9, False, (_rank(0, 50, silent_s=40.0), _rank(1, None, silent_s=None)))
+    # node 1's report has not changed for 28 s: its ranks were last heard 28 s + 3 s ago
+    node1 = NodeReport(1, 2, False, (_rank(2, 40, silent_s=3.0), _rank(3, 45, finished=True)))
+    summary = aggregate([(node0, 0.0), (node1, 28.0)], num_nodes=3, quiet_after_s=30.0)
+    assert summary is not None
+    assert summary.quiet == (QuietRank(0, 0, 40.0), QuietRank(2, 1, 31.0))
+    assert (summary.ranks_reporting, summary.ranks, summary.nodes) == (3, 4, 3)
+    # a rank that never spoke, a finished rank, a final report: not quiet
+    final = NodeReport(1, 3, True, (_rank(2, 40, silent_s=300.0),))
+    assert aggregate([(final, 100.0)], num_nodes=1) is not None
+    assert aggregate([(final, 100.0)], num_nodes=1).quiet == ()  # type: ignore[union-attr]
+    assert aggregate([(NodeReport(0, 1, False, (_rank(0, None),)), 0.0)], 1) is None
+
+
+def test_node_reports_round_trip_and_bad_ones_are_refused() -> None:
+    report = NodeReport(1, 4, True, (_rank(2, 40), _rank(3, None, None, None)))
+    assert NodeReport.from_json(report.to_json().encode()) == report
+    for bad in ("", "[]", '{"node": 1}', '{"node":1,"seq":1,"final":false,"ranks":[[1]]}'):
+        with pytest.raises(ValueError, match="not a node progress report"):
+            NodeReport.from_json(bad)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def stores() -> tuple[Any, Any]:
+    """The round's store on the rank-0 node (it hosts the TCPStore) and on another node."""
+    port = _free_port()
+    server = TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False)
+    client = TCPStore("127.0.0.1", port, is_master=False)
+    prefix = "torch.rendezvous.test.1"
+    return PrefixStore(prefix, server), PrefixStore(prefix, client)
+
+
+def _feed(activity: RankActivity, local_rank: int, step: int, total: int = 100) -> None:
+    activity.progress(local_rank, 0, step, total)
+
+
+def test_two_nodes_exchange_over_the_rendezvous_store(
+    stores: tuple[Any, Any], tmp_path: Path
+) -> None:
+    store0, store1 = stores
+    activity0, activity1 = RankActivity(), RankActivity()
+    node0 = JobProgressExchange(activity0, str(tmp_path), interval_s=60, final_wait_s=5)
+    node1 = JobProgressExchange(activity1, None, interval_s=60, final_wait_s=5)
+    try:
+        node0.start_round(store0, 0, 2)
+        node1.start_round(store1, 1, 2)
+        node0.set_ranks({0: 0, 1: 1})
+        node1.set_ranks({0: 2, 1: 3})
+        node1.exchange()
+        node0.exchange()
+        assert node0.latest() is None  # no rank reported a step yet
+        assert not store0.check([f"{KEY_PREFIX}1"])  # nothing to say: nothing published
+        _feed(activity0, 0, 30), _feed(activity0, 1, 25)
+        _feed(activity1, 0, 10), _feed(activity1, 1, 40)
+        node1.exchange()
+        node0.exchange()
+        summary = node0.latest()
+        assert summary is not None
+        assert (summary.step, summary.slowest_rank, summary.slowest_node) == (10, 2, 1)
+        assert (summary.fastest_step, summary.fastest_rank, summary.fastest_node) == (40, 3, 1)
+        assert (summary.ranks_reporting, summary.nodes_reporting, summary.nodes) == (4, 2, 2)
+        assert node1.latest() is None  # only node rank 0 sums up
+        assert read_file(str(tmp_path / "job_progress.json")) == summary
+        assert int(store0.add(PUBLISHERS_KEY, 0)) == 2
+
+        # the end: node 1's final report comes in while node 0 waits for it
+        for local_rank, step in ((0, 100), (1, 100)):
+            _feed(activity0, local_rank, step), _feed(activity1, local_rank, step)
+            activity0.finish(local_rank, 0), activity1.finish(local_rank, 0)
+        node1.workers_ended()
+        node0.workers_ended()
+        final = node0.latest()
+        assert final is not None and (final.step, final.fastest_step) == (100, 100)
+        assert read_file(str(tmp_path / "job_progress.json")) == final
+        store0.set(f"{KEY_PREFIX}1", "garbage")  # after the end nothing is read any more
+        node0.exchange()
+        assert node0.latest() == final
+    finally:
+        node0.close()
+        node1.close()
+
+
+def test_node_rank_0_waits_a_bounded_time_for_a_lost_node(stores: tuple[Any, Any]) -> None:
+    store0, _ = stores
+    activity = RankActivity()
+    node0 = JobProgressExchange(activity, None, interval_s=60, final_wait_s=0.5)
+    node0.start_round(store0, 0, 2)
+    node0.set_ranks({0: 0})
+    _feed(activity, 0, 100)
+    node0.workers_ended()  # node 1 never reports: returns after final_wait_s
+    summary = node0.latest()
+    assert summary is not None and (summary.nodes_reporting, summary.nodes) == (1, 2)
+    node0.close()
+
+
+class _Handler(RendezvousHandler):
+    def __init__(self, store: Any) -> None:
+        self.store = store
+        self.rounds = 0
+
+    def get_backend(self) -> str:
+        return "test"
+
+    def next_rendezvous(self) -> RendezvousInfo:
+        self.rounds += 1
+        return RendezvousInfo(self.store, 1, 3, RendezvousStoreInfo("localhost", 0))
+
+    def is_closed(self) -> bool:
+        return False
+
+    def set_closed(self) -> None:
+        pass
+
+    def num_nodes_waiting(self) -> int:
+        return 0
+
+    def get_run_id(self) -> str:
+        return "run"
+
+    def shutdown(self) -> bool:
+        return True
+
+
+def test_every_rendezvous_round_reaches_the_listener(stores: tuple[Any, Any]) -> None:
+    rounds: list[tuple[Any, int, int]] = []
+    inner = _Handler(stores[0])
+    handler = ObservedRendezvous(
+        inner, lambda store, rank, nodes: rounds.append((store, rank, nodes))
+    )
+    info = handler.next_rendezvous()
+    assert (info.rank, info.world_size) == (1, 3)
+    assert rounds == [(stores[0], 1, 3)]
+    assert (handler.get_run_id(), handler.get_backend(), handler.rounds) == ("run", "test", 1)
+
+    def broken(store: Any, rank: int, nodes: int) -> None:
+        raise RuntimeError("listener bug")
+
+    assert ObservedRendezvous(inner, broken).next_rendezvous().rank == 1  # never fails a round
+
+
+NOW = datetime(2026, 11, 22, 10, 0, 30, tzinfo=timezone.utc)
+
+
+def test_status_shows_the_newest_progress_line_with_its_age() -> None:
+    lines = [
+        "2026-11-22T10:00:00.000000001Z [job progress] 10/200 (5.0%) of 4/4 ranks on 2/2"
+        " nodes, slowest r3 (n1) 10, fastest r0 (n0) 12, 2 steps/s, ETA 1m35s",
+        "2026-11-22T10:00:05.123456789Z [n0 r0] step 10",
+        "2026-11-22T10:00:25.5Z [job progress] 50/200 (25.0%) of 3/4 ranks on 2/2 nodes,"
+        " slowest r3 (n1) 50, fastest r0 (n0) 60, 2 steps/s, ETA 1m15s, quiet: r1 (n0) 40s",
+        "2026-11-22T10:00:28Z [n0 r0] [job progress] printed by the script is no line of ours",
+    ]
+    assert progress_message(lines, now=NOW, where="log of c0") == (
+        "progress 50/200 (25.0%) of 3/4 ranks, 2 steps/s, ETA 1m15s, quiet: r1 (n0) 40s"
+        " (as of 4s ago, log of c0)"
+    )
+    assert progress_message(lines[1:2], now=NOW) is None
+    assert log_timestamp("2026-11-22T10:00:05.123456789Z") == datetime(
+        2026, 11, 22, 10, 0, 5, 123456, tzinfo=timezone.utc
+    )
+    assert log_timestamp("yesterday") is None
+    assert NOW - timedelta(seconds=30) == log_timestamp("2026-11-22T10:00:00Z")
+
+
+def test_status_message_keeps_what_was_there() -> None:
+    assert join_message("<NONE>", "progress 1/2", "<NONE>") == "progress 1/2"
+    assert join_message("", "progress 1/2") == "progress 1/2"
+    assert join_message("r1 failed", "progress 1/2") == "r1 failed\nprogress 1/2"
+    assert join_message("r1 failed", None) == "r1 failed"
+
+
+def test_only_the_rank_0_node_prints_the_job_line(stores: tuple[Any, Any]) -> None:
+    import io
+
+    from torchx_elastic.agent.console.display import PlainConsole
+
+    store0, store1 = stores
+    printed: dict[int, bytes] = {}
+    for node, store in ((1, store1), (0, store0)):
+        activity = RankActivity()
+        exchange = JobProgressExchange(activity, None, interval_s=60)
+        exchange.start_round(store, node, 2)
+        exchange.set_ranks({0: 2 * node, 1: 2 * node + 1})
+        _feed(activity, 0, 10 + node), _feed(activity, 1, 20 + node)
+        err = io.BytesIO()
+        console = PlainConsole(activity, io.BytesIO(), err, status_interval_s=0, job=exchange)
+        exchange.exchange()
+        console.print_status()
+        printed[node] = err.getvalue()
+        exchange.close()
+    assert printed[1] == b""  # one line per job, not one per node
+    assert printed[0] == (
+        b"[job progress] 10/100 (10.0%) of 4/4 ranks on 2/2 nodes, slowest r0 (n0) 10,"
+        b" fastest r3 (n1) 21\n"
+    )

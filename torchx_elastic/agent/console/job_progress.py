@@ -1,0 +1,350 @@
+"""Progress across nodes: every agent publishes its node's ranks, the rank-0 agent sums up.
+
+Over what the job already shares, no new port: the store of the current rendezvous round
+(a ``PrefixStore`` of the c10d rendezvous ``TCPStore`` on the rank-0 host, handed out by
+torch's public ``RendezvousHandler.next_rendezvous``). Every ``interval_s`` each agent sets
+``torchx_elastic/progress/node<N>`` to a small JSON :class:`NodeReport` of its ranks (step,
+total, rate, seconds since each last spoke). The node-rank-0 agent reads every node's
+report and :func:`aggregate` makes one :class:`~torchx_elastic.job_summary.JobSummary`:
+the job-wide line it prints, the live bar of ``local_cwd`` (through the file it rewrites in
+its log directory) and ``torchx status`` all show that one summary.
+
+Nodes' clocks are not compared: a report carries ages, not times, and the rank-0 agent adds
+how long a node's report has not changed (a node that stopped publishing goes quiet too).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from torchx_elastic.agent.console.channel import RankActivity
+from torchx_elastic.job_summary import JobSummary, QuietRank, write_file
+
+log = logging.getLogger(__name__)
+
+KEY_PREFIX = "torchx_elastic/progress/node"
+PUBLISHERS_KEY = "torchx_elastic/progress/publishers"  # nodes that published this round
+DEFAULT_INTERVAL_S = 1.0
+DEFAULT_QUIET_AFTER_S = 30.0
+FINAL_WAIT_S = 30.0  # node rank 0, for the other nodes' last reports (as the exit barrier)
+
+
+class KeyValueStore(Protocol):
+    """The part of ``torch.distributed.Store`` used here."""
+
+    def set(self, key: str, value: str) -> None: ...
+
+    def get(self, key: str) -> bytes: ...
+
+    def add(self, key: str, value: int) -> int: ...
+
+    def check(self, keys: list[str]) -> bool: ...
+
+
+@dataclass(frozen=True)
+class RankReport:
+    rank: int  # global
+    step: int | None
+    total: int | None
+    rate_per_s: float | None
+    silent_s: float | None  # since its last message; None: it sent none
+    finished: bool
+
+
+@dataclass(frozen=True)
+class NodeReport:
+    node: int
+    seq: int  # +1 per publish: the rank-0 agent sees whether a node still publishes
+    final: bool  # the node's last report (its agent is closing)
+    ranks: tuple[RankReport, ...]
+
+    def to_json(self) -> str:
+        ranks = [
+            [r.rank, r.step, r.total, r.rate_per_s, r.silent_s, int(r.finished)] for r in self.ranks
+        ]
+        data = {"node": self.node, "seq": self.seq, "final": self.final, "ranks": ranks}
+        return json.dumps(data, separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> NodeReport:
+        """The report in ``text``; ``ValueError`` when it is not one."""
+        try:
+            data = json.loads(text)
+            ranks = tuple(
+                RankReport(int(r[0]), r[1], r[2], r[3], r[4], bool(r[5])) for r in data["ranks"]
+            )
+            return cls(int(data["node"]), int(data["seq"]), bool(data["final"]), ranks)
+        except (KeyError, IndexError, TypeError, json.JSONDecodeError) as err:
+            raise ValueError(f"not a node progress report: {err}") from None
+
+
+def node_report(
+    activity: RankActivity,
+    global_ranks: Mapping[int, int],
+    node: int,
+    seq: int,
+    now_s: float,
+    final: bool = False,
+) -> NodeReport:
+    """This node's ranks (local rank -> global rank) as they last reported."""
+    snapshot = activity.snapshot()
+    ranks = []
+    for local_rank, rank in sorted(global_ranks.items()):
+        seen = snapshot.get(local_rank)
+        if seen is None:
+            ranks.append(RankReport(rank, None, None, None, None, False))
+            continue
+        ranks.append(
+            RankReport(
+                rank,
+                seen.step,
+                seen.total,
+                seen.rate_per_s,
+                round(max(0.0, now_s - seen.last_seen_s), 3),
+                activity.is_finished(local_rank),
+            )
+        )
+    return NodeReport(node, seq, final, tuple(ranks))
+
+
+def aggregate(
+    reports: Sequence[tuple[NodeReport, float]],
+    num_nodes: int,
+    quiet_after_s: float = DEFAULT_QUIET_AFTER_S,
+    time_s: float = 0.0,
+) -> JobSummary | None:
+    """One summary of every node's ranks; None before any rank reported a step.
+
+    ``reports`` pairs each node's latest report with how long it has gone unchanged (added
+    to its ranks' silence). A rank is quiet when it spoke before, is not done, and has been
+    silent for more than ``quiet_after_s``.
+    """
+    stepping: list[tuple[RankReport, int]] = []
+    quiet: list[QuietRank] = []
+    ranks = 0
+    for report, unchanged_s in reports:
+        ranks += len(report.ranks)
+        for rank in report.ranks:
+            if rank.step is not None:
+                stepping.append((rank, report.node))
+            if rank.silent_s is not None and not rank.finished and not report.final:
+                silent_s = rank.silent_s + unchanged_s
+                if silent_s > quiet_after_s:
+                    quiet.append(QuietRank(rank.rank, report.node, round(silent_s, 1)))
+    if not stepping:
+        return None
+
+    def key(item: tuple[RankReport, int]) -> tuple[int, int]:
+        return (item[0].step or 0, item[0].rank)
+
+    (slowest, slowest_node), (fastest, fastest_node) = (
+        min(stepping, key=key),
+        max(stepping, key=key),
+    )
+    totals = [r.total for r, _ in stepping if r.total is not None]
+    total = max(totals) if totals else None
+    rates = [r.rate_per_s for r, _ in stepping if r.rate_per_s is not None]
+    # the job moves at the pace of its slowest rank
+    rate = slowest.rate_per_s if slowest.rate_per_s is not None else (min(rates) if rates else None)
+    step = slowest.step or 0
+    eta_s = None
+    if total is not None and rate is not None and rate > 0:
+        eta_s = max(0.0, (total - step) / rate)
+    return JobSummary(
+        step=step,
+        total=total,
+        slowest_rank=slowest.rank,
+        slowest_node=slowest_node,
+        fastest_rank=fastest.rank,
+        fastest_node=fastest_node,
+        fastest_step=fastest.step or 0,
+        rate_per_s=rate,
+        eta_s=eta_s,
+        ranks_reporting=len(stepping),
+        ranks=ranks,
+        nodes_reporting=len(reports),
+        nodes=num_nodes,
+        quiet=tuple(sorted(quiet, key=lambda q: (-q.silent_s, q.rank))),
+        time_s=time_s,
+    )
+
+
+class JobProgressExchange:
+    """Publishes this node's report every ``interval_s``; on node rank 0, also sums up.
+
+    :meth:`start_round` (after every rendezvous round) hands it the round's store and
+    :meth:`set_ranks` (when the workers of an attempt start) this node's ranks. On node
+    rank 0 :meth:`latest` is the job's summary, also written to ``log_dir/job_progress.json``
+    after each exchange.
+
+    The end of an attempt (:meth:`workers_ended`, on the agent's main thread before torch's
+    exit barrier) publishes a final report, and node rank 0 waits there for every node's
+    final report: after that nobody touches the store, so no agent uses it after the
+    agent that hosts it left (the exit barrier cannot complete before every agent ended its
+    exchange). A node whose ranks report nothing publishes nothing until that final report.
+    """
+
+    def __init__(
+        self,
+        activity: RankActivity,
+        log_dir: str | None,
+        interval_s: float = DEFAULT_INTERVAL_S,
+        quiet_after_s: float = DEFAULT_QUIET_AFTER_S,
+        final_wait_s: float = FINAL_WAIT_S,
+        clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._activity = activity
+        self._log_dir = log_dir
+        self._interval_s = interval_s
+        self._quiet_after_s = quiet_after_s
+        self._final_wait_s = final_wait_s
+        self._clock = clock
+        self._wall_clock = wall_clock
+        self._lock = threading.Lock()  # the fields below
+        self._store_lock = threading.Lock()  # one exchange at a time
+        self._store: KeyValueStore | None = None
+        self._stopped = False  # this round's exchange is over (or its store failed)
+        self._node = 0
+        self._num_nodes = 1
+        self._global_ranks: dict[int, int] = {}
+        self._seq = 0
+        self._published = False  # in this round
+        # node -> (its last report, monotonic time it was first seen)
+        self._seen: dict[int, tuple[NodeReport, float]] = {}
+        self._latest: JobSummary | None = None
+        self._closing = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    @property
+    def joined(self) -> bool:
+        """Whether a rendezvous round completed (before that, nothing is exchanged)."""
+        with self._lock:
+            return self._store is not None
+
+    def start_round(self, store: KeyValueStore, node_rank: int, num_nodes: int) -> None:
+        with self._store_lock, self._lock:
+            self._store, self._node, self._num_nodes = store, node_rank, num_nodes
+            self._stopped = False
+            self._published = False
+            self._seen.clear()
+            self._latest = None
+            start = self._thread is None and not self._closing.is_set()
+            if start:
+                self._thread = threading.Thread(
+                    target=self._loop, name="torchx-elastic-job-progress", daemon=True
+                )
+                self._thread.start()
+
+    def set_ranks(self, global_ranks: Mapping[int, int]) -> None:
+        """This node's ranks in the current attempt: local rank -> global rank."""
+        with self._lock:
+            self._global_ranks = dict(global_ranks)
+
+    def latest(self) -> JobSummary | None:
+        """The job's latest summary (node rank 0 only; None elsewhere or before any step)."""
+        with self._lock:
+            return self._latest if self._node == 0 else None
+
+    def _loop(self) -> None:
+        while not self._closing.wait(self._interval_s):
+            self.exchange()
+
+    def exchange(self) -> None:
+        """Publish this node's report (if its ranks said anything); node rank 0 sums up."""
+        with self._store_lock:
+            self._exchange(final=False)
+
+    def workers_ended(self) -> None:
+        """The attempt's workers are gone: publish the final report; node rank 0 waits
+        (up to ``final_wait_s``) for every node's, sums up once more, and the exchange of
+        this round ends."""
+        with self._store_lock:
+            deadline_s = self._clock() + self._final_wait_s
+            while not self._exchange(final=True) and self._clock() < deadline_s:
+                time.sleep(min(0.2, self._interval_s))
+            with self._lock:
+                self._stopped = True
+
+    def _exchange(self, final: bool) -> bool:
+        """One exchange; whether every node's final report is in (always True off node 0)."""
+        with self._lock:
+            if self._store is None or self._stopped:
+                return True
+            store, node, num_nodes = self._store, self._node, self._num_nodes
+            first = not self._published
+            self._seq += 1
+            report = node_report(
+                self._activity, self._global_ranks, node, self._seq, self._clock(), final
+            )
+        spoke = any(r.silent_s is not None for r in report.ranks)
+        try:
+            if spoke or final:
+                store.set(f"{KEY_PREFIX}{node}", report.to_json())
+                if first:
+                    store.add(PUBLISHERS_KEY, 1)
+                    with self._lock:
+                        self._published = True
+            if node != 0 or (final and not spoke):
+                return True  # node 0 waits for the others only when its ranks report
+            # one call while nobody reports (scripts that never call progress())
+            if not spoke and store.add(PUBLISHERS_KEY, 0) == 0:
+                return True
+            reports = self._read_reports(store, num_nodes)
+        except Exception as err:  # the store went away (the job is ending): best effort
+            log.debug("job progress exchange failed: %s", err)
+            with self._lock:
+                self._stopped = True
+            return True
+        summary, all_final = self._sum_up(reports, num_nodes)
+        with self._lock:
+            if self._store is store:
+                self._latest = summary
+        if summary is not None and self._log_dir:
+            try:
+                write_file(self._log_dir, summary)
+            except OSError as err:
+                log.debug("cannot write the job progress file: %s", err)
+        return all_final
+
+    @staticmethod
+    def _read_reports(store: KeyValueStore, num_nodes: int) -> list[NodeReport]:
+        reports = []
+        for node in range(num_nodes):
+            key = f"{KEY_PREFIX}{node}"
+            if store.check([key]):  # get() would wait for a key that is not there yet
+                try:
+                    reports.append(NodeReport.from_json(store.get(key)))
+                except ValueError as err:
+                    log.debug("ignoring node %d's progress report: %s", node, err)
+        return reports
+
+    def _sum_up(self, reports: list[NodeReport], num_nodes: int) -> tuple[JobSummary | None, bool]:
+        now_s = self._clock()
+        aged: list[tuple[NodeReport, float]] = []
+        with self._lock:
+            for report in reports:
+                previous = self._seen.get(report.node)
+                if previous is None or previous[0].seq != report.seq:
+                    self._seen[report.node] = (report, now_s)
+                aged.append((report, now_s - self._seen[report.node][1]))
+        summary = aggregate(aged, num_nodes, self._quiet_after_s, self._wall_clock())
+        all_final = len(reports) == num_nodes and all(r.final for r in reports)
+        return summary, all_final
+
+    def close(self) -> None:
+        """Stop exchanging (without waiting for a store that stopped answering)."""
+        with self._lock:
+            if self._closing.is_set():
+                return
+            self._closing.set()
+            self._stopped = True
+            thread = self._thread
+        if thread is not None:
+            thread.join(timeout=self._interval_s + 1.0)

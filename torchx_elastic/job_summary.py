@@ -1,0 +1,200 @@
+"""The whole job's progress as the rank-0 node's agent sees it: one value, three forms.
+
+- :class:`JobSummary`: every node's ranks together (slowest and fastest rank with their
+  nodes, rate, ETA, quiet ranks); built by the agent (``agent/console/job_progress.py``).
+- :meth:`JobSummary.line`: the plain ``[job progress] ...`` line the rank-0 agent prints
+  every status interval (CI logs, ``docker logs``, ``kubectl logs``); :func:`parse_line`
+  reads the figures back, which is how ``torchx status`` on docker and kubernetes finds
+  them in replica 0's log.
+- :meth:`JobSummary.to_json` / :func:`read_file`: the small file the rank-0 agent rewrites
+  in its log directory (:data:`FILE_NAME`), which ``local_cwd`` draws as a live bar.
+
+Standard library only (``rich`` is imported inside :func:`rich_bar`, when a bar is drawn):
+the agent and the schedulers both import it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rich.console import RenderableType
+
+LINE_PREFIX = "[job progress] "
+FILE_NAME = "job_progress.json"
+MAX_QUIET_SHOWN = 4
+
+
+@dataclass(frozen=True)
+class QuietRank:
+    """A rank that reported before but has been silent for ``silent_s``."""
+
+    rank: int
+    node: int
+    silent_s: float
+
+
+@dataclass(frozen=True)
+class JobSummary:
+    """Where the ranks of every node are; the job moves at its slowest rank's pace."""
+
+    step: int  # the slowest rank's step
+    total: int | None
+    slowest_rank: int
+    slowest_node: int
+    fastest_rank: int
+    fastest_node: int
+    fastest_step: int
+    rate_per_s: float | None  # the slowest rank's, over its last 30 s
+    eta_s: float | None
+    ranks_reporting: int
+    ranks: int  # ranks of the nodes that reported
+    nodes_reporting: int
+    nodes: int
+    quiet: tuple[QuietRank, ...] = field(default=())
+    time_s: float = 0.0  # wall-clock time (seconds since the epoch) of the figures
+
+    @property
+    def fraction(self) -> float | None:
+        if not self.total:
+            return None
+        return min(1.0, self.step / self.total)
+
+    def details(self) -> str:
+        """``slowest r3 (n1) 120, fastest r0 (n0) 130, 4.1 steps/s, ETA 3m05s, quiet: ...``"""
+        parts = [
+            f"slowest r{self.slowest_rank} (n{self.slowest_node}) {self.step}",
+            f"fastest r{self.fastest_rank} (n{self.fastest_node}) {self.fastest_step}",
+        ]
+        if self.rate_per_s is not None:
+            parts.append(f"{self.rate_per_s:.3g} steps/s")
+        if self.eta_s is not None:
+            parts.append(f"ETA {format_duration(self.eta_s)}")
+        if self.quiet:
+            shown = [
+                f"r{q.rank} (n{q.node}) {format_duration(q.silent_s)}"
+                for q in self.quiet[:MAX_QUIET_SHOWN]
+            ]
+            more = len(self.quiet) - MAX_QUIET_SHOWN
+            parts.append("quiet: " + " ".join(shown) + (f" +{more} more" if more > 0 else ""))
+        return ", ".join(parts)
+
+    def counts(self) -> str:
+        """``of 4/4 ranks on 2/2 nodes`` (ranks that reported a step / ranks of the nodes)."""
+        return (
+            f"of {self.ranks_reporting}/{self.ranks} ranks"
+            f" on {self.nodes_reporting}/{self.nodes} nodes"
+        )
+
+    def line(self) -> str:
+        """The plain status line (no colour, no cursor movement)."""
+        total = "?" if self.total is None else str(self.total)
+        fraction = self.fraction
+        percent = "" if fraction is None else f" ({100 * fraction:.1f}%)"
+        return f"{LINE_PREFIX}{self.step}/{total}{percent} {self.counts()}, {self.details()}"
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, text: str) -> JobSummary:
+        """The summary in ``text``; ``ValueError`` when it is not one."""
+        try:
+            data: dict[str, Any] = json.loads(text)
+            quiet = tuple(QuietRank(**q) for q in data.pop("quiet", ()))
+            return cls(**data, quiet=quiet)
+        except (TypeError, AttributeError, json.JSONDecodeError) as err:
+            raise ValueError(f"not a job progress summary: {err}") from None
+
+
+def format_duration(seconds: float) -> str:
+    """``42s``, ``3m05s``, ``2h07m``."""
+    whole = int(round(seconds))
+    if whole < 60:
+        return f"{whole}s"
+    if whole < 3600:
+        return f"{whole // 60}m{whole % 60:02d}s"
+    return f"{whole // 3600}h{whole % 3600 // 60:02d}m"
+
+
+def rich_bar(summary: JobSummary, label: str = "job") -> RenderableType:
+    """``job ━━━━━━━━ 120/200 of 4/4 ranks on 2/2 nodes, slowest r3 (n1) 120, ...``"""
+    from rich.progress_bar import ProgressBar
+    from rich.table import Table
+    from rich.text import Text
+
+    grid = Table.grid(padding=(0, 1))
+    grid.add_row(
+        Text(label, style="bold"),
+        ProgressBar(total=summary.total, completed=summary.step, width=30),
+        Text(f"{summary.step}/{summary.total or '?'}"),
+        Text(f"{summary.counts()}, {summary.details()}", style="dim"),
+    )
+    return grid
+
+
+def write_file(directory: str, summary: JobSummary) -> str:
+    """Replace ``directory/job_progress.json`` atomically (readers never see half a file)."""
+    path = os.path.join(directory, FILE_NAME)
+    temporary = f"{path}.{os.getpid()}.tmp"
+    with open(temporary, "w") as file:
+        file.write(summary.to_json())
+    os.replace(temporary, path)
+    return path
+
+
+def read_file(path: str) -> JobSummary | None:
+    """The summary in ``path``; None when there is none (yet) or it cannot be read."""
+    try:
+        with open(path) as file:
+            return JobSummary.from_json(file.read())
+    except (OSError, ValueError):
+        return None
+
+
+@dataclass(frozen=True)
+class LineFigures:
+    """What :func:`parse_line` reads back from a ``[job progress]`` line."""
+
+    step: int
+    total: int | None
+    ranks_reporting: int
+    ranks: int
+    rate_per_s: float | None
+    eta: str | None  # as written, e.g. ``3m05s``
+    quiet: str | None  # as written, e.g. ``r5 (n1) 45s``
+
+
+_LINE = re.compile(
+    r"\[job progress\] (?P<step>\d+)/(?P<total>\d+|\?)(?: \([\d.]+%\))?"
+    r" of (?P<reporting>\d+)/(?P<ranks>\d+) ranks on \d+/\d+ nodes"
+    r"(?:.*?, (?P<rate>[\d.e+-]+) steps/s)?"
+    r"(?:.*?, ETA (?P<eta>[\dhms]+))?"
+    r"(?:.*?, quiet: (?P<quiet>.*))?\s*$"
+)
+
+
+def parse_line(line: str) -> LineFigures | None:
+    """The figures of a ``[job progress]`` line (anywhere in ``line``, e.g. after a log
+    prefix or a timestamp); None when ``line`` is not one."""
+    match = _LINE.search(line)
+    if match is None:
+        return None
+    rate, total = match["rate"], match["total"]
+    try:
+        rate_per_s = None if rate is None else float(rate)
+    except ValueError:
+        rate_per_s = None
+    return LineFigures(
+        step=int(match["step"]),
+        total=None if total == "?" else int(total),
+        ranks_reporting=int(match["reporting"]),
+        ranks=int(match["ranks"]),
+        rate_per_s=rate_per_s,
+        eta=match["eta"],
+        quiet=match["quiet"],
+    )

@@ -1,0 +1,216 @@
+"""One live progress bar of the whole job at the bottom of the user's terminal (local_cwd).
+
+``torchx run -s local_cwd`` tails every replica's log file on threads of its own and prints
+each line, prefixed ``role/N``, to its stderr: the agents never see the terminal. While the
+job's logs are followed and stderr is a terminal, :class:`TerminalBar` takes the
+terminal's place: stdout and stderr (file descriptors 1 and 2, so every writer of this
+process is caught: torchx's log threads, its logger, warnings) become pipes whose lines a
+thread prints through ``rich`` above one live bar, redrawn 4 times a second from the
+``job_progress.json`` that the job's rank-0 agent rewrites (``torchx_elastic.job_summary``).
+:meth:`TerminalBar.stop` gives the terminal back, the bar's last state left on screen.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import glob
+import logging
+import os
+import selectors
+import sys
+import threading
+from typing import IO, TYPE_CHECKING, Callable, Dict, Iterable, Iterator, List, Optional
+
+from torchx_elastic.job_summary import LINE_PREFIX, JobSummary, read_file, rich_bar
+
+if TYPE_CHECKING:
+    from rich.console import Console, RenderableType
+    from rich.live import Live
+
+log = logging.getLogger(__name__)
+
+REFRESH_PER_SECOND = 4
+_READ_BYTES = 65536
+
+
+def progress_files(app_log_dir: str) -> List[str]:
+    """Where a local_cwd job's rank-0 agents write the job's progress, one per role."""
+    return sorted(glob.glob(os.path.join(app_log_dir, "torchelastic", "*", "job_progress.json")))
+
+
+def terminal_wanted(stream: IO[str]) -> bool:
+    """Whether to draw: ``stream`` (torchx prints logs to stderr) is a capable terminal."""
+    try:
+        tty = stream.isatty()
+    except (AttributeError, ValueError):
+        return False
+    return tty and os.environ.get("TERM", "") != "dumb"
+
+
+class _Bar:
+    """The live part, re-rendered by ``rich.live.Live`` at every refresh."""
+
+    def __init__(self, files: Callable[[], List[str]], console: Console, term_fd: int) -> None:
+        self._files = files
+        self._console = console
+        self._term_fd = term_fd
+        self._cache: Dict[str, tuple[float, Optional[JobSummary]]] = {}
+
+    def summaries(self) -> List[tuple[str, JobSummary]]:
+        found = []
+        for path in self._files():
+            try:
+                mtime = os.stat(path).st_mtime
+            except OSError:
+                continue
+            cached = self._cache.get(path)
+            if cached is None or cached[0] != mtime:
+                cached = self._cache[path] = (mtime, read_file(path))
+            if cached[1] is not None:
+                found.append((os.path.basename(os.path.dirname(path)), cached[1]))
+        return found
+
+    def __rich__(self) -> RenderableType:
+        from rich.console import Group
+
+        with contextlib.suppress(OSError):  # follow the terminal's size
+            self._console.size = os.get_terminal_size(self._term_fd)
+        summaries = self.summaries()
+        one = len(summaries) == 1
+        return Group(*(rich_bar(s, "job" if one else role) for role, s in summaries))
+
+
+class TerminalBar:
+    """Lines written to stdout/stderr scroll above one live bar of the job's progress."""
+
+    def __init__(self, files: Callable[[], List[str]]) -> None:
+        self._files = files
+        self._lock = threading.Lock()
+        self._live: Optional[Live] = None
+        self._saved: Dict[int, int] = {}  # redirected fd -> a copy of what it was
+        self._pipes: Dict[int, int] = {}  # read end -> the fd it replaces
+        self._thread: Optional[threading.Thread] = None
+        self._console: Optional[Console] = None
+
+    @property
+    def active(self) -> bool:
+        return self._live is not None
+
+    def start(self) -> None:
+        from rich.console import Console
+        from rich.live import Live
+
+        with self._lock:
+            if self._live is not None:
+                return
+            sys.stdout.flush()
+            sys.stderr.flush()
+            term_fd = os.dup(2)
+            term = os.fdopen(term_fd, "w", buffering=1, encoding="utf-8", errors="replace")
+            console = Console(file=term, force_terminal=True, highlight=False, emoji=False)
+            for fd in (1, 2):
+                if fd == 2 or os.isatty(fd):
+                    read_end, write_end = os.pipe()
+                    self._saved[fd] = os.dup(fd)
+                    os.dup2(write_end, fd)
+                    os.close(write_end)
+                    self._pipes[read_end] = fd
+            self._console = console
+            self._live = Live(
+                _Bar(self._files, console, term_fd),
+                console=console,
+                refresh_per_second=REFRESH_PER_SECOND,
+                transient=False,
+                redirect_stdout=False,
+                redirect_stderr=False,
+            )
+            self._live.start()
+            self._thread = threading.Thread(
+                target=self._copy_lines, name="torchx-elastic-bar", daemon=True
+            )
+            self._thread.start()
+        atexit.register(self.stop)
+
+    def _copy_lines(self) -> None:
+        """Each complete line from the pipes, printed above the bar."""
+        from rich.text import Text
+
+        assert self._console is not None
+        console = self._console
+        pending: Dict[int, bytes] = dict.fromkeys(self._pipes, b"")
+        with selectors.DefaultSelector() as selector:
+            for read_end in self._pipes:
+                selector.register(read_end, selectors.EVENT_READ)
+            open_ends = len(self._pipes)
+            while open_ends:
+                for key, _ in selector.select():
+                    read_end = int(key.fd)
+                    data = os.read(read_end, _READ_BYTES)
+                    if not data:  # the fd was given back: the last bytes are in
+                        selector.unregister(read_end)
+                        open_ends -= 1
+                        data = b"\n" if pending[read_end] else b""
+                    *lines, pending[read_end] = (pending[read_end] + data).split(b"\n")
+                    for line in lines:
+                        text = line.decode("utf-8", "replace")
+                        console.print(
+                            Text.from_ansi(text) if "\x1b" in text else Text(text),
+                            soft_wrap=True,
+                        )
+
+    def stop(self) -> None:
+        """Give the terminal back; the bar's last state stays above what comes next."""
+        with self._lock:
+            live, self._live = self._live, None
+            if live is None:
+                return
+            with contextlib.suppress(ValueError, OSError):
+                sys.stdout.flush()
+                sys.stderr.flush()
+            for fd, saved in self._saved.items():
+                os.dup2(saved, fd)  # closes the pipe's write end: the copier drains it
+                os.close(saved)
+            self._saved.clear()
+            if self._thread is not None:
+                self._thread.join(timeout=5.0)
+            for read_end in self._pipes:
+                os.close(read_end)
+            self._pipes.clear()
+            live.refresh()
+            live.stop()
+            if self._console is not None:
+                self._console.file.close()
+        atexit.unregister(self.stop)
+
+
+class SharedBar:
+    """One :class:`TerminalBar` for the followers of one app's logs (one per replica)."""
+
+    def __init__(self, bar: TerminalBar) -> None:
+        self.bar = bar
+        self._followers = 0
+        self._lock = threading.Lock()
+
+    def follow(self) -> None:
+        with self._lock:
+            self._followers += 1
+            if self._followers == 1:
+                self.bar.start()
+
+    def unfollow(self) -> None:
+        with self._lock:
+            self._followers -= 1
+            if self._followers == 0:
+                self.bar.stop()
+
+    def lines(self, lines: Iterable[str]) -> Iterator[str]:
+        """A replica's followed log lines, drawn above the bar while they last; the rank-0
+        agent's ``[job progress]`` lines are left out then (the bar shows them)."""
+        self.follow()
+        try:
+            for line in lines:
+                if not (self.bar.active and line.startswith(LINE_PREFIX)):
+                    yield line
+        finally:
+            self.unfollow()

@@ -1,0 +1,75 @@
+"""The job's latest progress for ``torchx status`` (docker, kubernetes), from replica 0's log.
+
+Every status interval the rank-0 agent prints one ``[job progress]`` line for the whole job
+(``torchx_elastic.job_summary``). The schedulers read the tail of replica 0's log through
+the engine's or the API server's log call, with timestamps (no exec into a container, no
+extra permission beyond reading logs), and this module turns the newest such line into
+``progress 120/200 (60.0%) of 4/4 ranks, 4.1 steps/s, ETA 29s (as of 3s ago)``.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Iterable, Optional
+
+from torchx_elastic.job_summary import LINE_PREFIX, format_duration, parse_line
+
+# lines of replica 0's log read per status call; the agent prints its line every 5 s, so a
+# job printing more lines than this in 5 s shows no progress in its status
+TAIL_LINES = 1000
+
+
+def log_timestamp(text: str) -> Optional[datetime]:
+    """An RFC 3339 timestamp as Docker and Kubernetes write them (nanoseconds, ``Z``)."""
+    text = text.strip()
+    if text.endswith("Z"):
+        text = text[:-1] + "+00:00"
+    whole, dot, rest = text.partition(".")
+    if dot:  # datetime takes at most microseconds
+        digits = rest[: len(rest) - len(rest.lstrip("0123456789"))]
+        text = f"{whole}.{(digits + '000000')[:6]}{rest[len(digits) :]}"
+    try:
+        parsed = datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=timezone.utc)
+
+
+def progress_message(
+    lines: Iterable[str], now: Optional[datetime] = None, where: str = "replica 0's log"
+) -> Optional[str]:
+    """The newest ``[job progress]`` line of ``lines`` (each ``TIMESTAMP TEXT``, as the
+    log calls return them with timestamps on), in words; None when there is none."""
+    for line in reversed(list(lines)):
+        if LINE_PREFIX not in line:
+            continue
+        figures = parse_line(line)
+        if figures is None:
+            continue
+        stamp, _, _ = line.partition(" ")
+        at = log_timestamp(stamp)
+        total = "?" if figures.total is None else str(figures.total)
+        text = f"progress {figures.step}/{total}"
+        if figures.total:
+            text += f" ({100 * min(1.0, figures.step / figures.total):.1f}%)"
+        text += f" of {figures.ranks_reporting}/{figures.ranks} ranks"
+        if figures.rate_per_s is not None:
+            text += f", {figures.rate_per_s:.3g} steps/s"
+        if figures.eta is not None:
+            text += f", ETA {figures.eta}"
+        if figures.quiet:
+            text += f", quiet: {figures.quiet}"
+        if at is not None:
+            age_s = ((now or datetime.now(timezone.utc)) - at).total_seconds()
+            text += f" (as of {format_duration(max(0.0, age_s))} ago, {where})"
+        return text
+    return None
+
+
+def join_message(message: str, progress: Optional[str], not_set: str = "") -> str:
+    """``message`` with the progress on a line of its own (``not_set``: no message)."""
+    if not progress:
+        return message
+    if not message or message == not_set:
+        return progress
+    return f"{message}\n{progress}"
