@@ -10,8 +10,10 @@ JOB ?= -j 2x2
 # package with its test extra under constraints that keep that torch and torchx 0.7.
 # These two pull CUDA builds (about 5 GB each on disk; pip's cache keeps the downloads).
 TORCH_VERSIONS ?= 2.4.0 2.15.0
+# (the torchrun compatibility file: its sample of forms there, every form in `make test`)
 AGENT_E2E_TESTS ?= tests/agent tests/e2e/test_faults.py tests/e2e/test_start_methods.py \
-	tests/e2e/test_agent_usage_errors.py tests/e2e/test_torchrun_compat.py
+	tests/e2e/test_agent_usage_errors.py
+COMPAT_SAMPLE ?= tests/e2e/test_torchrun_compat.py -m torchrun_sample
 export PIP_CACHE_DIR ?= $(HOME)/.cache/pip
 
 DEV_VENV ?= .venv-torchx-nightly
@@ -70,6 +72,7 @@ test-torch-versions: setup-torch-versions
 	status=0; for v in $(TORCH_VERSIONS); do \
 		echo "== agent end-to-end tests on torch $$v"; \
 		.venv-torch$$v/bin/pytest -q -rs -p no:cacheprovider $(AGENT_E2E_TESTS) || status=1; \
+		.venv-torch$$v/bin/pytest -q -rs -p no:cacheprovider $(COMPAT_SAMPLE) || status=1; \
 	done; exit $$status
 
 .venv-torch%/.installed: pyproject.toml

@@ -46,8 +46,39 @@ pytestmark = pytest.mark.slow
 
 COLLECTED = [form for form in FORMS if set(form.needs) <= torchrun_flags()]
 
+# The forms the extra torch releases run (make test-torch-versions, -m torchrun_sample): one
+# of each kind (c10d, static one and two nodes, elastic, module, no-python, restart,
+# failure, defaults, usage errors); the main run (make test) runs every form.
+SAMPLE = frozenset(
+    {
+        "docs-single-node",
+        "docs-fault-tolerant-2-nodes",
+        "docs-elastic-1-to-2-two-nodes",
+        "defaults-nothing",
+        "static-one-node-master-port",
+        "static-2-nodes-classic",
+        "module-short",
+        "no-python-shell-script",
+        "max-restarts-fail-once",
+        "failure-restarts-exhausted",
+        "failure-2-nodes",
+        "signals-to-handle",
+        "error-nnodes-min-above-max",
+        "error-unknown-flag",
+    }
+)
 
-@pytest.mark.parametrize("form", COLLECTED, ids=[form.id for form in COLLECTED])
+
+def _params(forms: list[Form]) -> list[object]:
+    marks = {True: [pytest.mark.torchrun_sample], False: []}
+    return [pytest.param(form, id=form.id, marks=marks[form.id in SAMPLE]) for form in forms]
+
+
+def test_sample_names_existing_forms() -> None:
+    assert not SAMPLE - {form.id for form in FORMS}, "unknown form ids in SAMPLE"
+
+
+@pytest.mark.parametrize("form", _params(COLLECTED))
 def test_form_gives_workers_what_torchrun_gives(form: Form, tmp_path: Path) -> None:
     # on a fixed port (torchrun's default on older releases), the launchers take turns
     fixed_port = uses_default_rendezvous(form) and torchrun_default_port_is_fixed()

@@ -5,9 +5,10 @@ The rest of the agent uses torch.distributed.elastic's public API only (rendezvo
 ``RunResult``, ...). What differs between the torch releases the package declares
 (``torch>=2.4,<3``), or is not public at all, is here:
 
-- :func:`round_of`: ``next_rendezvous()`` returns a ``RendezvousInfo`` (with the workers'
-  master address in ``bootstrap_store_info``); older releases returned ``(store, rank,
-  world_size)``.
+- :func:`next_round` / :func:`round_of`: ``next_rendezvous()`` returns a ``RendezvousInfo``
+  (with the workers' master address in ``bootstrap_store_info``); older releases returned
+  ``(store, rank, world_size)``; from 2.5 on it hosts a store shared by every round unless
+  told not to.
 - :func:`round_members` / :func:`present_members`: who took part in the c10d rendezvous,
   for the "lost since the last round" message. No public API tells: this reads the c10d
   handler's private state, and degrades to nothing when that state changes.
@@ -15,10 +16,14 @@ The rest of the agent uses torch.distributed.elastic's public API only (rendezvo
   custom (PrivateUse1) backend are looked up only when asked for.
 - :func:`exit_barrier`: ``torch.distributed.elastic.utils.store.barrier`` grew parameters.
 - :func:`start_file_timer`: ``FileTimerServer`` takes ``run_id`` from 2.x on.
+- :func:`torchrun_defaults`: the defaults of the installed torchrun's flags (2.4's
+  ``--master-port`` defaults to 29500, later ones to a free port for one node; 2.4 has no
+  ``--signals-to-handle``), read from torch's public ``get_args_parser()``.
 """
 
 from __future__ import annotations
 
+import functools
 import inspect
 import logging
 import os
@@ -146,13 +151,41 @@ def start_file_timer(path: str, run_id: str) -> Any:
     return server
 
 
-def fresh_store_per_attempt() -> None:
-    """Give the workers of every attempt a new TCPStore.
+SHARE_STORE_OPT_OUT_ENV = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"
 
-    By default torch shares the agent's rendezvous TCPStore with the workers of every
-    attempt, without a per-attempt key prefix: a restarted group then reads the previous
-    attempt's keys (gloo's peer addresses, init barriers) and connects to dead peers
-    ("Gloo connectFullMesh failed ... Connection refused") or hangs in init_process_group.
-    torch's own opt-out makes rank 0 host a fresh store on a new port for each attempt.
+
+def next_round(handler: RendezvousHandler, local_addr: str | None = None) -> Round:
+    """The next rendezvous round, without torch's store shared by every attempt.
+
+    torch's c10d handler (2.5 on) hosts one store on the rank-0 agent for the workers of
+    every round unless ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1``; the agent hosts a fresh one
+    per attempt instead (rendezvous/worker_store.py), so it sets torch's opt-out for the
+    call only: the workers' environment does not get it.
     """
-    os.environ.setdefault("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1")
+    saved = os.environ.get(SHARE_STORE_OPT_OUT_ENV)
+    os.environ[SHARE_STORE_OPT_OUT_ENV] = "1"
+    try:
+        result = handler.next_rendezvous()
+    finally:
+        if saved is None:
+            del os.environ[SHARE_STORE_OPT_OUT_ENV]
+        else:
+            os.environ[SHARE_STORE_OPT_OUT_ENV] = saved
+    return round_of(result, local_addr)
+
+
+@functools.cache
+def torchrun_defaults() -> dict[str, Any]:
+    """Flag (argparse dest) -> default of the installed torch's torchrun, without the
+    ``PET_*`` variables (the agent's own parser applies those, as torchrun's does)."""
+    from torch.distributed.run import get_args_parser
+
+    saved = {key: value for key, value in os.environ.items() if key.startswith("PET_")}
+    for key in saved:
+        del os.environ[key]
+    try:
+        parser = get_args_parser()
+    finally:
+        os.environ.update(saved)
+    defaults = vars(parser.parse_args(["script"]))  # a command line of defaults only
+    return {key: value for key, value in defaults.items() if not key.startswith("training_")}

@@ -13,11 +13,13 @@ import argparse
 import os
 from typing import Any, Protocol
 
+from torchx_elastic.agent import compat
 from torchx_elastic.agent.console.display import CONSOLE_MODES, DEFAULT_STATUS_INTERVAL_S
 
 # torchrun's --start-method values change nothing for a script (torch starts a script as a
 # subprocess whatever the method); fork-server is ours
 START_METHODS = ("spawn", "fork", "forkserver", "fork-server")
+TORCHRUN_GROUP = "torchrun's flags"
 NUMA_BINDING_MODES = ("node", "socket", "exclusive", "core-complex")
 
 
@@ -89,6 +91,9 @@ def _flag(
     **kw: Any,
 ) -> None:
     """``--a-b``, ``--a_b`` (and ``short``), default from ``PET_A_B`` or ``default``."""
+    if getattr(parser, "title", None) == TORCHRUN_GROUP:
+        # torchrun's flags: the installed torch's torchrun's default, ours where it lacks one
+        default = compat.torchrun_defaults().get(name.replace("-", "_"), default)
     parser.add_argument(
         *_spellings(name, short), action=_EnvDefault, default=default, help=help, **kw
     )
@@ -115,7 +120,7 @@ def build_parser() -> argparse.ArgumentParser:
             " PET_<FLAG> from the environment (e.g. PET_NNODES=2:4)."
         ),
     )
-    torchrun = parser.add_argument_group("torchrun's flags")
+    torchrun = parser.add_argument_group(TORCHRUN_GROUP)
     _flag(torchrun, "nnodes", "1:1", "number of nodes, N or MIN:MAX (elastic)")
     _flag(
         torchrun,
@@ -229,7 +234,8 @@ def build_parser() -> argparse.ArgumentParser:
         torchrun,
         "master-port",
         None,
-        "port on the rank-0 node, for --rdzv-backend static (default 29500)",
+        "port on the rank-0 node, for --rdzv-backend static (default 29500; for one node, as"
+        " torchrun from torch 2.5 on: a free port)",
         type=int,
     )
     _flag(
@@ -255,8 +261,8 @@ def build_parser() -> argparse.ArgumentParser:
     _flag(
         torchrun,
         "signals-to-handle",
-        "SIGTERM,SIGINT,SIGHUP,SIGQUIT",
-        "signals that stop the agent and its workers (comma-separated)",
+        None,  # torchrun's where it has the flag; torch 2.4's sets no TORCHELASTIC_SIGNALS_...
+        "signals that stop the agent and its workers (comma-separated; default torchrun's)",
     )
     _flag(
         torchrun,

@@ -120,7 +120,7 @@ class AgentConfig:
     exit_barrier_timeout_s: float = 30.0
     shutdown_timeout_s: float = DEFAULT_SHUTDOWN_TIMEOUT_S
     hang_timeout_s: float = 0.0
-    signals_to_handle: str = "SIGTERM,SIGINT,SIGHUP,SIGQUIT"
+    signals_to_handle: str | None = "SIGTERM,SIGINT,SIGHUP,SIGQUIT"  # None: torchrun has none
     virtual_local_rank: bool = False
     event_log_handler: str = "null"
 
@@ -380,4 +380,5 @@ def apply_process_environment(config: AgentConfig, warn: Any = None) -> None:
     if "OMP_NUM_THREADS" not in os.environ and config.nproc_per_node > 1:
         (warn or log.warning)(OMP_WARNING)
         os.environ["OMP_NUM_THREADS"] = "1"
-    os.environ["TORCHELASTIC_SIGNALS_TO_HANDLE"] = config.signals_to_handle
+    if config.signals_to_handle is not None:
+        os.environ["TORCHELASTIC_SIGNALS_TO_HANDLE"] = config.signals_to_handle

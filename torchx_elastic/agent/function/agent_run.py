@@ -155,7 +155,8 @@ def run_agent(agent: AgentConfig, fork_server: ForkServer | None) -> Outcome:
     from torchx_elastic.agent.supervision.launcher import launch
 
     # torch's launch_agent sets it too: the signals the agent turns into a stop
-    os.environ["TORCHELASTIC_SIGNALS_TO_HANDLE"] = agent.signals_to_handle
+    if agent.signals_to_handle is not None:
+        os.environ["TORCHELASTIC_SIGNALS_TO_HANDLE"] = agent.signals_to_handle
     try:
         code = launch(agent, fork_server)
     except UsageError as err:

@@ -12,7 +12,6 @@ from torch.distributed.elastic.agent.server.api import RunResult
 from torch.distributed.elastic.multiprocessing.api import LogsSpecs, SignalException, Std
 from torch.distributed.elastic.rendezvous import RendezvousError
 
-from torchx_elastic.agent import compat
 from torchx_elastic.agent.config.launch import AgentConfig, UsageError, apply_process_environment
 from torchx_elastic.agent.console.session import ConsoleSession
 from torchx_elastic.agent.rendezvous.handler import (
@@ -76,7 +75,6 @@ def launch(config: AgentConfig, fork_server: ForkServer | None = None) -> int:
     specs = logs_specs(config, log_dir)
     session = console_session(config, log_dir)
     try:
-        compat.fresh_store_per_attempt()
         # every round's store reaches the cross-node progress exchange
         handler = ObservedRendezvous(create_handler(config), session.job_progress.start_round)
     except BaseException:

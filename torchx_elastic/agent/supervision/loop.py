@@ -33,6 +33,7 @@ from torchx_elastic.agent.config.launch import AgentConfig
 from torchx_elastic.agent.console.events import EventLog
 from torchx_elastic.agent.console.output import OutputSink, RankOutput
 from torchx_elastic.agent.error_file import write_error_file
+from torchx_elastic.agent.rendezvous.worker_store import WorkerStoreHost
 from torchx_elastic.agent.supervision.watchdog import HangWatchdog
 from torchx_elastic.agent.workers.bootstrap import AGENT_PID_ENV, DUMP_STACKS_SIGNAL
 from torchx_elastic.agent.workers.forkserver import ForkServer
@@ -64,6 +65,8 @@ class Group:
 
     round: compat.Round
     workers: tuple[WorkerRank, ...]
+    master_addr: str  # the workers' store of this round
+    master_port: int
 
 
 @dataclass
@@ -110,8 +113,6 @@ def worker_envs(
 ) -> dict[int, dict[str, str]]:
     """torchrun's environment of every local worker, by local rank."""
     rnd = group.round
-    master_addr = config.master_addr or rnd.master_addr
-    master_port = config.master_port or rnd.master_port
     envs: dict[int, dict[str, str]] = {}
     for worker in group.workers:
         env = {
@@ -124,8 +125,8 @@ def worker_envs(
             "WORLD_SIZE": str(worker.world_size),
             "GROUP_WORLD_SIZE": str(rnd.world_size),
             "ROLE_WORLD_SIZE": str(worker.role_world_size),
-            "MASTER_ADDR": str(master_addr),
-            "MASTER_PORT": str(master_port),
+            "MASTER_ADDR": group.master_addr,
+            "MASTER_PORT": str(group.master_port),
             "TORCHELASTIC_RESTART_COUNT": str(restart_count),
             "TORCHELASTIC_MAX_RESTARTS": str(config.max_restarts),
             "TORCHELASTIC_RUN_ID": run_id,
@@ -180,6 +181,9 @@ class Supervisor:
         self._workers: WorkerProcesses | None = None
         self._file_timer: Any = None
         self._timer_file: str | None = os.environ.get(TIMER_FILE_ENV)
+        # as torchrun: the workers use an agent-hosted store where torch's handler offers one
+        self._use_agent_store = bool(handler.use_agent_store)
+        self._worker_store = WorkerStoreHost(handler.get_backend())
 
     @property
     def attempt(self) -> int:
@@ -196,6 +200,7 @@ class Supervisor:
             raise
         finally:
             self.stop_workers()
+            self._worker_store.close()
             if self._file_timer is not None:
                 self._file_timer.stop()
 
@@ -223,12 +228,14 @@ class Supervisor:
         self._start_round()
 
     def _start_round(self) -> None:
-        rnd = compat.round_of(self.handler.next_rendezvous(), self.config.local_addr)
+        rnd = compat.next_round(self.handler, self.config.local_addr)
         workers = assign_ranks(rnd.store, rnd.rank, rnd.world_size, self.config)
-        self._group = Group(rnd, workers)
-        self.last_round_members = compat.round_members(self.handler)
         master_addr = self.config.master_addr or rnd.master_addr
         master_port = self.config.master_port or rnd.master_port
+        if self._use_agent_store:
+            master_addr, master_port = self._worker_store.address(rnd, master_addr, master_port)
+        self._group = Group(rnd, workers, master_addr, master_port)
+        self.last_round_members = compat.round_members(self.handler)
         self._events.node = rnd.rank
         self._events.emit(
             "rendezvous",
@@ -242,7 +249,7 @@ class Supervisor:
     def _start_workers(self, group: Group) -> None:
         config = self.config
         run_id = self.handler.get_run_id()
-        envs = worker_envs(config, group, self.attempt, run_id, self.handler.use_agent_store)
+        envs = worker_envs(config, group, self.attempt, run_id, self._use_agent_store)
         self._start_file_timer(run_id)
         for env in envs.values():
             env.update(self._extra_env)
