@@ -180,8 +180,10 @@ def worker_command(args: argparse.Namespace) -> WorkerCommand:
         target = ("-m", args.training_script)
     else:
         target = (args.training_script,)
-    python = os.environ.get("PYTHON_EXEC", sys.executable)
-    return WorkerCommand(python, ("-m", bootstrap.__name__, *target, *script_args))
+    python_exec = os.environ.get("PYTHON_EXEC")  # torchrun's: another interpreter
+    return WorkerCommand(
+        python_exec or sys.executable, (*bootstrap.command_args(python_exec), *target, *script_args)
+    )
 
 
 def _std(flag: str, text: str) -> Std | dict[int, Std]:

@@ -32,8 +32,30 @@ DUMP_STACKS_SIGNAL = signal.SIGRTMIN + 4
 _CALL_MODULE = "torchx_elastic.agent.function.call"
 _PR_SET_PDEATHSIG = 1
 _OWN_FILES = frozenset(
-    {os.path.abspath(__file__), os.path.abspath(runpy.__file__), "<frozen runpy>"}
+    # "<string>": the ``-c`` that starts the bootstrap in another interpreter (PYTHON_EXEC)
+    {os.path.abspath(__file__), os.path.abspath(runpy.__file__), "<frozen runpy>", "<string>"}
 )
+
+
+# How another interpreter (torchrun's ``PYTHON_EXEC``) runs this bootstrap: it may not have
+# this package installed, so the package's folder is put on ``sys.path`` for the bootstrap's
+# own imports only and taken off again before the user's code runs.
+_RUN_FROM_FOLDER = (
+    "import sys; sys.path.insert(0, sys.argv.pop(1)); "
+    "from torchx_elastic.agent.workers import bootstrap; "
+    "sys.path.remove(bootstrap.PACKAGE_FOLDER); bootstrap.main()"
+)
+PACKAGE_FOLDER = os.path.dirname(
+    os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+)
+
+
+def command_args(python_exec: str | None) -> tuple[str, ...]:
+    """The interpreter's arguments that run this bootstrap: ``-m`` in the agent's own
+    interpreter, from the package's folder in another one (``PYTHON_EXEC``)."""
+    if python_exec is None:
+        return ("-m", __name__)
+    return ("-c", _RUN_FROM_FOLDER, PACKAGE_FOLDER)
 
 
 def die_with_parent(parent_pid_env: str, sig: int) -> None:
