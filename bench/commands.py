@@ -71,6 +71,9 @@ def ours_agent(
         str(max_restarts),
         "--log-dir",
         str(log_dir),
+        # torchrun's meaning: every stream to the files, `tee` of them also on the console
+        "--redirects",
+        "3",
         "--tee",
         str(tee),
         "--start-method",

@@ -16,6 +16,7 @@ VARIANTS = {
     "restart": {"ours", "ours_fork", "torchrun"},
     "agent_rss": {"ours", "torchrun"},
     "log_heavy": {"ours_console", "ours_quiet", "torchrun"},
+    "exit_hangs": {"ours_fork"},
 }
 
 
@@ -88,10 +89,11 @@ def test_quick_run_prints_the_table_and_writes_the_json(tmp_path: Path) -> None:
     rss_notes = " ".join(benchmarks["agent_rss"]["notes"])
     assert "torchrun: 0 helper process(es) besides the agent and the workers;" in rss_notes
     # where the launch time goes, for every variant of the launch
-    launch_notes = " ".join(benchmarks["launch"]["notes"])
     for key in VARIANTS["launch"]:
         if ("launch", key) in ran:
-            assert f"{key}: start to all ranks training " in launch_notes
+            (note,) = [n for n in benchmarks["launch"]["notes"] if n.startswith(f"{key}: ")]
+            assert "start to all ranks training " in note, note
+            assert "last rank done to launcher exit " in note, note
     log_notes = " ".join(benchmarks["log_heavy"]["notes"])
     for key in VARIANTS["log_heavy"]:
         if ("log_heavy", key) in ran:

@@ -31,7 +31,8 @@ COMPAT_SHELL_ARGV0="$0" exec python3 "$(dirname "$0")/compat_worker.py" "$@"
 LAUNCH_TIMEOUT_S = 240.0
 OMP_WARNING = "Setting OMP_NUM_THREADS environment variable for each process to be 1"
 UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
-MARKER = re.compile(r"compat-(stdout|stderr) rank=(\S+) attempt=(\S+)")
+# digits only: torchrun's console can run two ranks' lines together ("attempt=0compat-...")
+MARKER = re.compile(r"compat-(stdout|stderr) rank=(\d+) attempt=(\d+)")
 
 # the two launchers, as the command that precedes the form's arguments
 LAUNCHERS: dict[str, list[str]] = {
