@@ -26,7 +26,6 @@ from torch.distributed.elastic.agent.server.api import RunResult, WorkerState
 from torch.distributed.elastic.multiprocessing.api import LogsSpecs, SignalException
 from torch.distributed.elastic.multiprocessing.errors import ProcessFailure
 from torch.distributed.elastic.rendezvous import RendezvousHandler
-from torch.distributed.elastic.utils.api import macros
 
 from torchx_elastic.agent import compat
 from torchx_elastic.agent.config.launch import AgentConfig
@@ -256,7 +255,7 @@ class Supervisor:
             if self._timer_file is not None:
                 env[TIMER_FILE_ENV] = self._timer_file
         args = {
-            w.local_rank: tuple(macros.substitute(list(config.worker.args), str(w.local_rank)))
+            w.local_rank: substitute_local_rank(config.worker.args, w.local_rank)
             for w in group.workers
         }
         by_local = {w.local_rank: w for w in group.workers}
@@ -375,3 +374,9 @@ class Supervisor:
             raise
         except Exception as err:  # noqa: BLE001 - torch's agent logs and goes on, too
             log.warning("exit barrier: not every node finished in time (%s)", err)
+
+
+def substitute_local_rank(args: tuple[str, ...], local_rank: int) -> tuple[str, ...]:
+    """torchrun's ``${local_rank}`` in a worker's arguments; unlike torch's ``macros`` (a
+    ``string.Template``), every other ``$`` stays as the user wrote it (``$$`` too)."""
+    return tuple(arg.replace("${local_rank}", str(local_rank)) for arg in args)
