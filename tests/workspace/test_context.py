@@ -150,3 +150,23 @@ def test_a_missing_workspace_says_how_to_do_without(tmp_path: Path) -> None:
         f"workspace {tmp_path / 'nope'} is not a directory; pass --workspace DIR (default: the"
         " current directory), or --workspace '' to run the role's image as it is"
     )
+
+
+def test_the_checkout_context_leaves_out_every_venv_and_leaves_no_file(tmp_path: Path) -> None:
+    """The checkout is the default workspace of `torchx run -s docker`; `make` puts a venv per
+    torch line beside the code (several GB each), and none of them may reach the image."""
+    checkout = Path(__file__).resolve().parents[2]
+    _tree(
+        tmp_path,
+        {
+            ".dockerignore": (checkout / ".dockerignore").read_text(),
+            "main.py": "",
+            ".venv/bin/python": "",
+            ".venv-torch2.15.0/lib/torch.so": "",
+            ".venv-torchx-nightly/bin/torchx": "",
+        },
+    )
+    temp_dir = Path(os.environ.get("TMPDIR", "/tmp"))
+    before = set(temp_dir.glob("torchx-workspace-*"))
+    assert _files(str(tmp_path)) == {".dockerignore", "main.py", "Dockerfile.torchx"}
+    assert set(temp_dir.glob("torchx-workspace-*")) == before

@@ -139,10 +139,10 @@ def build_context(workspace: str) -> WorkspaceContext:
             patterns = ignore_patterns(f.read())
     patterns.append(f"!{TORCHX_DOCKERFILE}")  # always sent, as docker build sends its Dockerfile
 
-    # closed by WorkspaceContext.close() once built (or found built): the file outlives us
-    out: IO[bytes] = tempfile.NamedTemporaryFile(  # noqa: SIM115
-        prefix="torchx-workspace-", suffix=".tar"
-    )
+    # closed by WorkspaceContext.close() once built (or found built). A file with no name:
+    # its space goes back when the process ends, however it ends (a killed `torchx run` left
+    # named ones of several GB in the temp directory).
+    out: IO[bytes] = tempfile.TemporaryFile(prefix="torchx-workspace-", suffix=".tar")  # noqa: SIM115
     writer = _HashingWriter(out)
     files = 0
     has_dockerfile = False
