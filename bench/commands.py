@@ -57,9 +57,11 @@ def ours_agent(
     log_dir: Path,
     max_restarts: int = 0,
     tee: int = 3,
-    start_method: str = "spawn",
+    start_method: str | None = None,
 ) -> list[str]:
-    """Our agent started directly, single node: ``python -m torchx_elastic.agent --standalone``."""
+    """Our agent started directly, single node: ``python -m torchx_elastic.agent --standalone``
+    (``start_method`` None: the agent's default)."""
+    method = [] if start_method is None else ["--start-method", start_method]
     return [
         PYTHON,
         "-m",
@@ -76,8 +78,7 @@ def ours_agent(
         "3",
         "--tee",
         str(tee),
-        "--start-method",
-        start_method,
+        *method,
         script,
         *script_args,
     ]

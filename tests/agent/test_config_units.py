@@ -189,3 +189,9 @@ def test_parser_is_read_once_into_the_config() -> None:
     assert isinstance(args, argparse.Namespace)
     assert not any(isinstance(v, argparse.Namespace) for v in vars(config()).values())
     logging.getLogger(__name__).debug("ok")
+
+
+def test_the_default_start_method_is_the_fork_server_and_torchrun_values_are_kept() -> None:
+    assert config().start_method == "fork-server"
+    for method in ("spawn", "fork", "forkserver"):
+        assert config("--start-method", method).start_method == method

@@ -12,7 +12,8 @@ import pytest
 
 from torchx_elastic import worker
 from torchx_elastic.agent.console.channel import ActivityChannel, RankActivity, RankProgress
-from torchx_elastic.agent.console.progress_bar import format_duration, status_line, summarize
+from torchx_elastic.agent.console.progress_bar import status_line, summarize
+from torchx_elastic.job_summary import format_duration
 
 
 @pytest.fixture

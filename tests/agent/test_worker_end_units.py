@@ -58,13 +58,18 @@ def test_process_groups_are_kept_past_destroy_and_released_at_the_end(tmp_path: 
         dist.init_process_group("gloo", store=store, rank=0, world_size=1)
         world = dist.group.WORLD
         sub = dist.new_group([0])
+        # a group made by a creator imported before the worker started (DeviceMesh's own)
+        import torch.distributed.device_mesh as device_mesh
+        mesh_group = device_mesh.new_group([0])
+        dist.destroy_process_group(sub)
+        print(len(worker_end._kept_groups), worker_end._kept_groups[0] is sub)
         dist.destroy_process_group()
         kept = worker_end._kept_groups
-        print(len(kept), kept[0] is world, kept[1] is sub, dist.init_process_group.__name__)
+        print(len(kept), kept[1] is world, kept[2] is mesh_group)
         worker_end.release_process_groups()
         print(len(worker_end._kept_groups))
         """,
         tmp_path,
     )
     assert result.returncode == 0, result.stderr
-    assert result.stdout.split() == ["2", "True", "True", "init_process_group", "0"]
+    assert result.stdout.split() == ["1", "True", "3", "True", "True", "0"]

@@ -11,12 +11,12 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 VARIANTS = {
-    "launch": {"ours", "ours_fork", "torchrun", "floor"},
+    "launch": {"ours", "ours_spawn", "torchrun", "floor"},
     "two_nodes": {"ours", "torchrun"},
-    "restart": {"ours", "ours_fork", "torchrun"},
+    "restart": {"ours", "ours_spawn", "torchrun"},
     "agent_rss": {"ours", "torchrun"},
     "log_heavy": {"ours_console", "ours_quiet", "torchrun"},
-    "exit_hangs": {"ours_fork"},
+    "exit_hangs": {"ours"},
 }
 
 
@@ -108,8 +108,7 @@ def test_quick_run_prints_the_table_and_writes_the_json(tmp_path: Path) -> None:
         "ours / torchrun",
         "ours / floor",
         "torchrun / floor",
-        "ours_fork / torchrun",
-        "ours_fork / floor",
+        "ours_spawn / torchrun",
     }
     expected = ("PASS", "MISS") if ("launch", "ours") in ran else ("n/a",)
     assert launch_goals["ours / torchrun"] in expected

@@ -344,10 +344,10 @@ def test_exit_hangs_counts_launches_that_timed_out() -> None:
     runs.append(Sample(2.5, facts={"hang": False}))
     variant = VariantResult("ours fork")
     variant.samples.extend(s.value for s in runs)
-    result = BenchmarkResult("exit_hangs", "6. hangs over N launches", "s", {"ours_fork": variant})
-    notes = summary_notes("exit_hangs", result, {"ours_fork": runs})
+    result = BenchmarkResult("exit_hangs", "6. hangs over N launches", "s", {"ours": variant})
+    notes = summary_notes("exit_hangs", result, {"ours": runs})
     assert notes == [
-        "ours_fork: 1 hang(s) in 3 launches (still running after the --hang-timeout-s limit)"
+        "ours: 1 hang(s) in 3 launches (still running after the --hang-timeout-s limit)"
     ]
 
 

@@ -144,3 +144,11 @@ def test_tee_keeps_the_other_streams_off_the_console() -> None:
     assert args[args.index("--tee") + 1] == "2"
     assert args[args.index("--redirects") + 1] == "3"
     assert "--redirects" not in _apply(ddp(script="main.py", j="1x2"))
+
+
+def test_workers_are_forked_from_the_fork_server_by_default_and_spawn_stays_an_option() -> None:
+    for app in (ddp(script="main.py"), spmd(script="main.py")):
+        args = app.roles[0].args
+        assert args[args.index("--start-method") + 1] == "fork-server"
+    args = ddp(script="main.py", start_method="spawn").roles[0].args
+    assert args[args.index("--start-method") + 1] == "spawn"

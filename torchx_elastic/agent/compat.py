@@ -16,6 +16,8 @@ The rest of the agent uses torch.distributed.elastic's public API only (rendezvo
   custom (PrivateUse1) backend are looked up only when asked for.
 - :func:`exit_barrier`: ``torch.distributed.elastic.utils.store.barrier`` grew parameters.
 - :func:`start_file_timer`: ``FileTimerServer`` takes ``run_id`` from 2.x on.
+- :func:`wrap_group_registry`: torch's registry of live process groups is private (a module
+  global that ``_World.pg_map`` reads every time, the same from 2.4 to 2.15).
 - :func:`torchrun_defaults`: the defaults of the installed torchrun's flags (2.4's
   ``--master-port`` defaults to 29500, later ones to a free port for one node; 2.4 has no
   ``--signals-to-handle``), read from torch's public ``get_args_parser()``.
@@ -29,7 +31,7 @@ import logging
 import os
 import socket
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from torch.distributed.distributed_c10d import Store
 from torch.distributed.elastic.rendezvous import RendezvousHandler
@@ -189,3 +191,17 @@ def torchrun_defaults() -> dict[str, Any]:
         os.environ.update(saved)
     defaults = vars(parser.parse_args(["script"]))  # a command line of defaults only
     return {key: value for key, value in defaults.items() if not key.startswith("training_")}
+
+
+def wrap_group_registry(wrap: Callable[[dict[Any, Any]], dict[Any, Any]]) -> bool:
+    """Replace torch's registry of live process groups (``_world.pg_map``: every group,
+    whatever created it, is in it until destroyed) with ``wrap(registry)``; False, changing
+    nothing, where this torch keeps it otherwise."""
+    import torch.distributed.distributed_c10d as c10d
+
+    registry = vars(c10d).get("_pg_map")
+    read_by_world = getattr(getattr(c10d, "_world", None), "pg_map", None) is registry
+    if not isinstance(registry, dict) or not read_by_world:
+        return False
+    setattr(c10d, "_pg_map", wrap(registry))  # noqa: B010
+    return True

@@ -11,6 +11,7 @@ from torchx_elastic.components.job_size import JobSize
 AGENT_MODULE = "torchx_elastic.agent"
 PYTHON = "python3"
 START_METHODS = ("spawn", "fork-server")
+DEFAULT_START_METHOD = "fork-server"  # the agent's own default
 
 
 def _literal(arg: str) -> str:
@@ -32,7 +33,7 @@ class AgentCommand:
     max_restarts: int = 0
     tee: int = 3
     hang_timeout_s: float = 0
-    start_method: str = "spawn"
+    start_method: str = DEFAULT_START_METHOD
 
     def __post_init__(self) -> None:
         if self.start_method not in START_METHODS:

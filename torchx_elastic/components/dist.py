@@ -19,6 +19,7 @@ from typing import Dict, List, Optional
 
 import torchx.specs as specs
 
+from torchx_elastic.components.agent_command import DEFAULT_START_METHOD
 from torchx_elastic.components.dist_app import DEFAULT_IMAGE, DistApp, host_gpus
 from torchx_elastic.components.job_size import JobSize, parse_nnodes
 
@@ -46,7 +47,7 @@ def torchrun(
     debug: bool = False,
     tee: int = 3,
     hang_timeout_s: float = 0,
-    start_method: str = "spawn",
+    start_method: str = DEFAULT_START_METHOD,
 ) -> specs.AppDef:
     """
     Distributed PyTorch job (one role, several replicas = nodes), run by torchx-elastic's
@@ -82,8 +83,9 @@ def torchrun(
             (the per-rank log files always keep both)
         hang_timeout_s: restart (or fail) when a rank sends no progress()/heartbeat() for this
             many seconds, after dumping every rank's stack to its log (0: off)
-        start_method: spawn (a fresh interpreter per worker) or fork-server (forked from a
-            process that imported torch once: much faster starts and restarts)
+        start_method: fork-server (the default: workers forked from a process that imported
+            torch once, much faster starts and restarts) or spawn (a fresh interpreter per
+            worker, as torchrun starts a script)
     """
     size = JobSize.parse_on_host(j, h, host_gpus(h)) if h else JobSize.parse(j)
     return DistApp(
@@ -132,7 +134,7 @@ def ddp(
     debug: bool = False,
     tee: int = 3,
     hang_timeout_s: float = 0,
-    start_method: str = "spawn",
+    start_method: str = DEFAULT_START_METHOD,
 ) -> specs.AppDef:
     """
     Distributed data parallel job (one role, several replicas = nodes), run by
@@ -169,8 +171,9 @@ def ddp(
             (the per-rank log files always keep both)
         hang_timeout_s: restart (or fail) when a rank sends no progress()/heartbeat() for this
             many seconds, after dumping every rank's stack to its log (0: off)
-        start_method: spawn (a fresh interpreter per worker) or fork-server (forked from a
-            process that imported torch once: much faster starts and restarts)
+        start_method: fork-server (the default: workers forked from a process that imported
+            torch once, much faster starts and restarts) or spawn (a fresh interpreter per
+            worker, as torchrun starts a script)
     """
     return torchrun(
         *script_args,

@@ -14,7 +14,7 @@ from typing import Dict, List, Optional, Tuple
 import torchx.specs as specs
 from torchx.components.structured_arg import StructuredNameArgument
 
-from torchx_elastic.components.agent_command import AgentCommand
+from torchx_elastic.components.agent_command import DEFAULT_START_METHOD, AgentCommand
 from torchx_elastic.components.job_size import JobSize
 from torchx_elastic.components.node_resource import node_resource
 
@@ -52,7 +52,7 @@ class DistApp:
     debug: bool = False
     tee: int = 3
     hang_timeout_s: float = 0
-    start_method: str = "spawn"
+    start_method: str = DEFAULT_START_METHOD
 
     def build(self) -> specs.AppDef:
         command = AgentCommand(

@@ -17,8 +17,9 @@ from torchx_elastic.agent import compat
 from torchx_elastic.agent.console.display import CONSOLE_MODES, DEFAULT_STATUS_INTERVAL_S
 
 # torchrun's --start-method values change nothing for a script (torch starts a script as a
-# subprocess whatever the method); fork-server is ours
+# subprocess whatever the method); fork-server is ours, and the default (torchrun's: spawn)
 START_METHODS = ("spawn", "fork", "forkserver", "fork-server")
+DEFAULT_START_METHOD = "fork-server"
 TORCHRUN_GROUP = "torchrun's flags"
 NUMA_BINDING_MODES = ("node", "socket", "exclusive", "core-complex")
 
@@ -88,10 +89,11 @@ def _flag(
     default: Any,
     help: str,
     short: str | None = None,
+    own_default: bool = False,
     **kw: Any,
 ) -> None:
     """``--a-b``, ``--a_b`` (and ``short``), default from ``PET_A_B`` or ``default``."""
-    if getattr(parser, "title", None) == TORCHRUN_GROUP:
+    if getattr(parser, "title", None) == TORCHRUN_GROUP and not own_default:
         # torchrun's flags: the installed torch's torchrun's default, ours where it lacks one
         default = compat.torchrun_defaults().get(name.replace("-", "_"), default)
     parser.add_argument(
@@ -154,11 +156,12 @@ def build_parser() -> argparse.ArgumentParser:
     _flag(
         torchrun,
         "start-method",
-        "spawn",
-        "how workers start: spawn, fork, forkserver (a script always starts as a fresh"
-        " interpreter, as with torchrun) or fork-server (ours: forked from a process that"
-        " imported torch once, much faster starts; see docs/agent.md)",
+        DEFAULT_START_METHOD,
+        "how workers start: fork-server (ours, the default: forked from a process that"
+        " imported torch once, much faster starts and restarts; see docs/agent.md) or"
+        " spawn, fork, forkserver (torchrun's: a script starts as a fresh interpreter)",
         choices=START_METHODS,
+        own_default=True,
     )
     _flag(
         torchrun,

@@ -19,6 +19,7 @@ from typing import Any
 from torch.distributed.elastic.multiprocessing.api import Std
 
 from torchx_elastic.agent import compat
+from torchx_elastic.agent.config.cli import DEFAULT_START_METHOD
 from torchx_elastic.agent.config.endpoint import Endpoint
 from torchx_elastic.agent.console.display import ConsoleMode, parse_rank_filter
 from torchx_elastic.agent.console.output import DEFAULT_PREFIX, format_prefix
@@ -109,7 +110,7 @@ class AgentConfig:
     worker: WorkerCommand
     max_restarts: int = 0
     monitor_interval_s: float = 0.1
-    start_method: str = "spawn"
+    start_method: str = DEFAULT_START_METHOD
     local_addr: str | None = None
     master_addr: str | None = None
     """Set for static rendezvous only (torch: the workers' store is the agents')."""

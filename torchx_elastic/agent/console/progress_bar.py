@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from torchx_elastic.agent.console.channel import RankProgress
+from torchx_elastic.job_summary import format_duration
 
 
 @dataclass(frozen=True)
@@ -62,16 +63,6 @@ def summarize(
         eta_s=eta_s,
         ranks_reporting=len(stepping),
     )
-
-
-def format_duration(seconds: float) -> str:
-    """``42s``, ``3m05s``, ``2h07m``."""
-    whole = int(round(seconds))
-    if whole < 60:
-        return f"{whole}s"
-    if whole < 3600:
-        return f"{whole // 60}m{whole % 60:02d}s"
-    return f"{whole // 3600}h{whole % 3600 // 60:02d}m"
 
 
 def details(progress: JobProgress) -> str:

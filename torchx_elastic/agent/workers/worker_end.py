@@ -14,9 +14,10 @@ spawned one (6 of 8 launches vs 0 of 8 under load), but both can.
 
 So, in a forked worker:
 
-- :func:`keep_process_groups` references every process group the script creates
-  (``init_process_group``, ``new_group``): whatever the script frees, a group's last
-  reference is this module's, never a reducer's;
+- :func:`keep_process_groups` references every process group torch drops from its registry
+  of live groups (``destroy_process_group`` and the like, whatever created the group:
+  ``init_process_group``, ``new_group``, a ``DeviceMesh``): whatever the script frees, a
+  group's last reference is this module's, never a reducer's;
 - :func:`finish`, once the script is done, does what must still happen: non-daemon threads
   joined, ``atexit`` handlers,
   every open buffered file flushed, the standard streams flushed, then the process groups
@@ -40,17 +41,47 @@ _kept_groups: list[Any] = []
 _FILE_TYPES = (io.BufferedWriter, io.BufferedRandom, io.TextIOWrapper)
 
 
+class _GroupRegistry(dict):  # type: ignore[type-arg]
+    """torch's registry of live process groups (``_world.pg_map``) that keeps a reference to
+    every group removed from it (``destroy_process_group``, an abort, a shrink) until
+    :func:`finish`: a group created by any path (``init_process_group``, ``new_group``,
+    a ``DeviceMesh``'s sub-groups, ``split_group``) is in the registry while it lives."""
+
+    def __delitem__(self, group: Any) -> None:
+        _kept_groups.append(group)
+        super().__delitem__(group)
+
+    def pop(self, group: Any, *default: Any) -> Any:
+        if group in self:
+            _kept_groups.append(group)
+        return super().pop(group, *default)
+
+    def popitem(self) -> Any:
+        item = super().popitem()
+        _kept_groups.append(item[0])
+        return item
+
+    def clear(self) -> None:
+        _kept_groups.extend(self)
+        super().clear()
+
+
 def keep_process_groups() -> None:
-    """Reference every process group the script creates until :func:`finish` (no-op
-    when ``torch.distributed`` is not available)."""
+    """Reference every process group the script drops until :func:`finish` (no-op when
+    ``torch.distributed`` is not available)."""
     distributed = sys.modules.get("torch.distributed")
     c10d = sys.modules.get("torch.distributed.distributed_c10d")
     if distributed is None or c10d is None or not distributed.is_available():
         return
-    init = getattr(c10d, "init_process_group", None)
-    new_group = getattr(c10d, "new_group", None)
-    if init is None or new_group is None:
-        return
+    from torchx_elastic.agent import compat
+
+    if not compat.wrap_group_registry(_GroupRegistry):  # at least the public creators
+        _keep_created_groups(distributed, c10d)
+
+
+def _keep_created_groups(distributed: Any, c10d: Any) -> None:
+    init = c10d.init_process_group
+    new_group = c10d.new_group
 
     @functools.wraps(init)
     def init_process_group(*args: Any, **kwargs: Any) -> Any:
@@ -101,7 +132,9 @@ def flush_std_streams() -> None:
 
 def release_process_groups() -> None:
     """Drop the references :func:`keep_process_groups` took; a group that nothing else
-    references is destroyed now, with the GIL released by its Python object."""
+    references is destroyed now, with the GIL released by its Python object. Groups still
+    registered (never destroyed by the script) live on to ``os._exit``, as the interpreter's
+    own exit leaves them to the process's end."""
     while _kept_groups:
         _kept_groups.pop()
 
