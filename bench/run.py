@@ -24,7 +24,14 @@ from typing import Any
 if __package__ in (None, ""):  # run as a script: make ``bench`` importable from the repo root
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.benchmarks import BENCHMARKS, REPO, Benchmark, Sample, Settings  # noqa: E402
+from bench.benchmarks import (  # noqa: E402
+    BENCHMARKS,
+    FRESH_STORE_ENV,
+    REPO,
+    Benchmark,
+    Sample,
+    Settings,
+)
 from bench.report import BenchmarkResult, VariantResult, render_table  # noqa: E402
 
 DEFAULT_REPEATS = {
@@ -35,7 +42,6 @@ DEFAULT_REPEATS = {
     "log_heavy": 3,
     "exit_hangs": 200,
 }
-FRESH_STORE_ENV = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"
 DEFAULT_OUTPUT = REPO / "bench" / "results" / "latest.json"
 # a launcher's own variables from an enclosing job must not leak into the benchmarked ones
 _INHERITED_PREFIXES = ("PET_", "TORCHELASTIC_", "TORCHX_")
