@@ -66,7 +66,11 @@ def test_progress_of_a_function_reaches_the_console(
     results = elastic_launch(config(tmp_path), functions.report_progress, options)(20)
     assert results == {0: 20, 1: 20}
     err = capsys.readouterr().err  # the agent's status lines go to stderr
-    assert "[n0 progress] 20/20 (100.0%) of 2 ranks" in err
+    # the whole job's line once the agents exchanged progress, this node's line before that
+    assert (
+        "[job progress] 20/20 (100.0%) of 2/2 ranks on 1/1 nodes" in err
+        or "[n0 progress] 20/20 (100.0%) of 2 ranks" in err
+    ), err
 
 
 def test_raise_on_rank_1_names_rank_exception_and_traceback(tmp_path: Path) -> None:
