@@ -10,6 +10,7 @@ import sys
 import pytest
 from torch.distributed.elastic.multiprocessing.api import Std
 
+from torchx_elastic.agent import compat
 from torchx_elastic.agent.config.cli import build_parser
 from torchx_elastic.agent.config.launch import (
     AgentConfig,
@@ -39,8 +40,15 @@ def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_defaults_are_torchruns_one_node_on_a_free_port() -> None:
     c = config()
     assert (c.min_nodes, c.max_nodes, c.nproc_per_node) == (1, 1, 1)
-    assert (c.rdzv_backend, str(c.rdzv_endpoint)) == ("c10d", "localhost:0")
-    assert c.run_id != "none"  # a fresh id, as torchrun's
+    if compat.torchrun_defaults()["master_port"] is None:  # torchrun from torch 2.5 on
+        assert (c.rdzv_backend, str(c.rdzv_endpoint)) == ("c10d", "localhost:0")
+        assert c.run_id != "none"  # a fresh id, as torchrun's
+    else:  # torch 2.4's torchrun: --master-port 29500, static rendezvous, run id "none"
+        assert (c.rdzv_backend, str(c.rdzv_endpoint), c.run_id) == (
+            "static",
+            "127.0.0.1:29500",
+            "none",
+        )
     assert c.worker == bootstrap_command("train.py", "--lr", "1")
 
 
