@@ -87,6 +87,16 @@ def job_lines(handle: str, cwd: Path, marker: str) -> List[str]:
     return sorted(re.findall(rf"{marker} \S+ rank \d/\d sum \d", out))
 
 
+@pytest.fixture(autouse=True)
+def _no_workspace_image_left(docker_client: Any) -> Iterator[None]:
+    """The workspace images a test built go afterwards (each holds the base image's GB)."""
+    before = {image.id for image in docker_client.images.list(name="torchx-workspace")}
+    yield
+    for image in docker_client.images.list(name="torchx-workspace"):
+        if image.id not in before:
+            docker_client.images.remove(image.id, force=True)
+
+
 @pytest.fixture
 def handles(docker_client: Any) -> Iterator[List[str]]:
     """Handles of the jobs a test ran; their containers and networks go afterwards."""
@@ -94,7 +104,7 @@ def handles(docker_client: Any) -> Iterator[List[str]]:
     yield started
     scheduler = create_docker_scheduler("cleanup", client=docker_client)
     for handle in started:
-        scheduler.cancel(handle.rsplit("/", 1)[-1])
+        scheduler.delete(handle.rsplit("/", 1)[-1])
 
 
 def run_docker(workspace: Path, handles: List[str]) -> Tuple[str, str, float]:
