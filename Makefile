@@ -75,12 +75,16 @@ test-torch-versions: setup-torch-versions
 		.venv-torch$$v/bin/pytest -q -rs -p no:cacheprovider $(COMPAT_SAMPLE) || status=1; \
 	done; exit $$status
 
+# A machine-wide pip configuration may cap torch (a global constraints file): these venvs pin
+# their own torch, so pip reads no configuration file for them (PIP_* variables still apply).
 .venv-torch%/.installed: pyproject.toml
 	$(PYTHON) -m venv .venv-torch$*
 	.venv-torch$*/bin/python -m pip install -q --upgrade pip
 	printf 'torch==%s\ntorchx>=0.7,<0.8\n' $* > .venv-torch$*/constraints.txt
-	.venv-torch$*/bin/python -m pip install -q -c .venv-torch$*/constraints.txt torch==$*
-	.venv-torch$*/bin/python -m pip install -q -c .venv-torch$*/constraints.txt -e '.[test]'
+	PIP_CONFIG_FILE=/dev/null .venv-torch$*/bin/python -m pip install -q \
+		-c .venv-torch$*/constraints.txt torch==$*
+	PIP_CONFIG_FILE=/dev/null .venv-torch$*/bin/python -m pip install -q \
+		-c .venv-torch$*/constraints.txt -e '.[test]'
 	touch $@
 
 # Unit tests only.
