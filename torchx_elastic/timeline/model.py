@@ -224,7 +224,7 @@ def build(
                     view.time_s,
                     kind,
                     f"rank {view.rank}: {view.how}",
-                    view.reason,
+                    _failure_detail(view),
                     view.local_rank,
                 )
             )
@@ -318,6 +318,13 @@ def _failure_views(
         )
         for f in failed
     ]
+
+
+def _failure_detail(view: RankFailureView) -> str:
+    """What a click on a failed rank shows: why it is a victim, and its traceback's head."""
+    if view.role == "victim":
+        return "\n".join(x for x in (view.reason, view.traceback_head) if x)
+    return view.traceback_head or view.reason
 
 
 def how_exit(exitcode: int) -> str:
