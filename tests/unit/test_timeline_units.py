@@ -163,6 +163,8 @@ def test_cli_says_where_it_looked(tmp_path: Path, capsys: pytest.CaptureFixture[
     write_events(tmp_path / "b", [])
     with pytest.raises(SourceError, match="2 jobs' event logs under"):
         find_log_dir(str(tmp_path))
+    with pytest.raises(SourceError, match="^/no/such: no such directory$"):
+        find_log_dir("/no/such")
 
 
 def test_a_run_without_restarts_needs_no_timeline(tmp_path: Path) -> None:

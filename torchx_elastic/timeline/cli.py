@@ -80,7 +80,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
         timeline = load(args.target, local_log_dir=args.log_dir)
-    except (SourceError, OSError) as err:
+    except (SourceError, OSError, ValueError, RuntimeError) as err:  # the engines' errors too
         print(f"torchx-elastic timeline: {err}", file=sys.stderr)
         return 1
     path = write(timeline, args.format, args.output or default_output(timeline, args.format))

@@ -355,7 +355,7 @@ def _restart_cause(
     hang = hangs.get(ended)
     cause = f"rank {root.rank} (node {root.node}) failed first: {root.how}"
     if hang:
-        cause = f"hang: {hang}"
+        cause = hang if hang.startswith("hang") else f"hang: {hang}"
     elif root.reason:
         cause += f", {_first_line(root.reason)}"
     return Mark(

@@ -104,7 +104,7 @@ def load(target: str, local_log_dir: str = DEFAULT_LOCAL_LOG_DIR) -> Timeline:
     scheme, sep, rest = target.partition("://")
     if not sep:
         return timeline_of_dir(find_log_dir(target))
-    app_id = rest.rsplit("/", 1)[-1].rsplit(":", 1)[-1]
+    app_id = rest.rsplit("/", 1)[-1]  # kubernetes: namespace:job
     if scheme == "local_cwd":
         return timeline_of_dir(find_log_dir(local_log_dir, app_id), title=app_id)
     if scheme == "docker":
@@ -114,8 +114,7 @@ def load(target: str, local_log_dir: str = DEFAULT_LOCAL_LOG_DIR) -> Timeline:
     if scheme == "kubernetes":
         from torchx_elastic.timeline.kubernetes_source import timeline_of_kubernetes_job
 
-        namespace, _, _ = rest.rpartition(":")
-        return timeline_of_kubernetes_job(namespace or "default", app_id)
+        return timeline_of_kubernetes_job(app_id)
     raise SourceError(
         f"{target}: not a log directory nor an app handle of local_cwd, docker or kubernetes"
     )
