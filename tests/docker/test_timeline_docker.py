@@ -56,6 +56,7 @@ def test_the_timeline_of_a_docker_job_comes_out_of_its_stopped_containers(
     )
     monkeypatch.chdir(copied)
     assert cli.main(["timeline", f"docker://test/{app_id}"]) == 0
+    assert Path(copied, f"{app_id}.timeline.html").is_file()
 
 
 def test_removed_containers_leave_nothing_to_draw(
