@@ -74,8 +74,23 @@ def test_joins_leaves_hangs_and_unknown_records(tmp_path: Path) -> None:
         record("restart_facts", T0 + 5, 0, 1, whatever={"a": 1}),  # a newer agent's record
         record(ev.RESTART, T0 + 6, 0, 1, attempt=0, reason="membership change", new=1),
         record(ev.RENDEZVOUS, T0 + 7, 0, 1, attempt=0, group_world_size=2, ranks=[0]),
-        record(ev.RENDEZVOUS, T0 + 7, 2, 3, attempt=0, group_world_size=2, ranks=[1]),
+        # a new node takes the node rank of the one that left
+        {
+            **record(ev.RENDEZVOUS, T0 + 7, 1, 3, attempt=0, group_world_size=2, ranks=[1]),
+            "host": "host2",
+        },
         record(ev.START, T0 + 8, 0, 1, attempt=0, pids={"0": 12}),
+        {
+            **record(
+                ev.FAILURE,
+                T0 + 9,
+                1,
+                3,
+                attempt=0,
+                failures={"1": {"local_rank": 0, "pid": 13, "exitcode": -9}},
+            ),
+            "host": "host2",
+        },
         record(ev.HANG, T0 + 20, 0, 1, attempt=0, ranks=[0], message="rank 0 sent nothing"),
         {"event": ev.EXIT, "note": "no time: dropped"},
     ]
@@ -83,7 +98,8 @@ def test_joins_leaves_hangs_and_unknown_records(tmp_path: Path) -> None:
     timeline = timeline_of_dir(str(tmp_path))
     marks = {(lane.host, m.kind, m.label) for lane in timeline.nodes for m in lane.marks}
     assert ("host1", "leave", "node 1 left") in marks
-    assert ("host2", "join", "node 2 joined") in marks
+    assert ("host2", "join", "node 1 joined") in marks
+    assert ("host2", "failure", "rank 1: signal SIGKILL") in marks
     assert ("host0", "restart", "restart: membership change") in marks
     assert ("host0", "hang", "rank 0 hung") in marks
     assert timeline.state == "RUNNING"

@@ -9,17 +9,15 @@ their log directory (``attempt_<k>/rank_<r>/``).
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from torchx_elastic.timeline.model import RankFailureView
+from torchx_elastic.timeline.model import ClassifyFailures, RankFailureView
 
 TRACEBACK_HEAD_LINES = 12
 
-ClassifyAttempt = Callable[[int, Sequence[Mapping[str, Any]]], list[RankFailureView]]
 
-
-def classifier(log_dir: str) -> ClassifyAttempt:
+def classifier(log_dir: str) -> ClassifyFailures:
     """``classify(attempt, failed)`` for the build of a timeline of ``log_dir``."""
 
     def classify(attempt: int, failed: Sequence[Mapping[str, Any]]) -> list[RankFailureView]:

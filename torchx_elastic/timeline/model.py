@@ -8,7 +8,7 @@ attempt are classified by the agent's own policy (root cause, victims) in ``fail
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -132,16 +132,20 @@ class _LaneBuilder:
         return self.ranks.index(rank) if rank in self.ranks else None
 
 
+# (attempt, one dict per failed rank: rank, node, local_rank, pid, exitcode, time_s) ->
+# the ranks as shown, with their role (``failures.classifier``)
+ClassifyFailures = Callable[[int, Sequence[Mapping[str, Any]]], "list[RankFailureView]"]
+
+
 def build(
     records: Iterable[Mapping[str, Any]],
     title: str,
     source: str,
-    classify_failures: Any = None,
+    classify_failures: ClassifyFailures,
 ) -> Timeline:
     """The timeline of ``records`` (every agent's, any order).
 
-    ``classify_failures(attempt, failures)`` (``failures.classify_attempt``) names the root
-    cause and victims of an attempt; without it every failed rank is shown as ``other``.
+    ``classify_failures`` names the root cause and the victims of each attempt.
     """
     timed = sorted(
         ((t, dict(r)) for r in records if (t := _time(r)) is not None), key=lambda p: p[0]
@@ -214,12 +218,10 @@ def build(
             lane.marks.append(Mark(time_s, "exit", f"exit {record.get('exit_code')}", state))
     failures: list[RankFailureView] = []
     for attempt, attempt_records in sorted(failed.items()):
-        views = _failure_views(attempt, attempt_records, builders, classify_failures)
-        failures += views
-        for view in views:
-            lane = next(b.lane for b in builders.values() if b.lane.node == view.node)
+        for key, view in _failure_views(attempt, attempt_records, classify_failures):
+            failures.append(view)
             kind = "victim" if view.role == "victim" else "failure"
-            lane.marks.append(
+            builders[key].lane.marks.append(
                 Mark(
                     view.time_s,
                     kind,
@@ -251,7 +253,7 @@ def build(
         job_marks=_first_per_restart(job_marks),
         failures=failures,
         progress=thin(progress, MAX_PROGRESS_SAMPLES),
-        state=_job_state(states, failures),
+        state=_job_state(states),
     )
 
 
@@ -280,44 +282,29 @@ def _progress_sample(time_s: float, record: Mapping[str, Any]) -> ProgressSample
 def _failure_views(
     attempt: int,
     records: Sequence[tuple[float, str, Mapping[str, Any]]],
-    builders: Mapping[str, _LaneBuilder],
-    classify_failures: Any,
-) -> list[RankFailureView]:
+    classify_failures: ClassifyFailures,
+) -> list[tuple[str, RankFailureView]]:
+    """The failed ranks of an attempt, each with the key of its node's lane."""
     failed: list[dict[str, Any]] = []
+    lane_of: dict[int, str] = {}
     for time_s, key, record in records:
-        lane = builders[key].lane
         entries = record.get("failures")
         if not isinstance(entries, Mapping):
             continue
         for rank, facts in entries.items():
             facts = facts if isinstance(facts, Mapping) else {}
+            lane_of[_int(rank)] = key
             failed.append(
                 {
                     "rank": _int(rank),
-                    "node": lane.node,
+                    "node": _int(record.get("node")),
                     "local_rank": _int(facts.get("local_rank")),
                     "pid": _int(facts.get("pid")),
                     "exitcode": _int(facts.get("exitcode"), 1),
                     "time_s": time_s,
                 }
             )
-    if classify_failures is not None:
-        views: list[RankFailureView] = classify_failures(attempt, failed)
-        return views
-    return [
-        RankFailureView(
-            attempt,
-            f["rank"],
-            f["node"],
-            f["local_rank"],
-            f["time_s"],
-            how_exit(f["exitcode"]),
-            "other",
-            "",
-            "",
-        )
-        for f in failed
-    ]
+    return [(lane_of[view.rank], view) for view in classify_failures(attempt, failed)]
 
 
 def _failure_detail(view: RankFailureView) -> str:
@@ -325,18 +312,6 @@ def _failure_detail(view: RankFailureView) -> str:
     if view.role == "victim":
         return "\n".join(x for x in (view.reason, view.traceback_head) if x)
     return view.traceback_head or view.reason
-
-
-def how_exit(exitcode: int) -> str:
-    """``exit code 1`` or ``signal SIGTERM`` (as the agent's report says it)."""
-    import signal
-
-    if exitcode < 0:
-        try:
-            return f"signal {signal.Signals(-exitcode).name}"
-        except ValueError:
-            return f"signal {-exitcode}"
-    return f"exit code {exitcode}"
 
 
 def _restart_cause(
@@ -404,14 +379,13 @@ def _mark_leaves(builders: Mapping[str, _LaneBuilder], end_s: float) -> None:
             )
 
 
-def _job_state(states: Sequence[str], failures: Sequence[RankFailureView]) -> str:
+def _job_state(states: Sequence[str]) -> str:
+    """From the agents' exits: RUNNING while none exited (or none could write its exit)."""
     if "FAILED" in states:
         return "FAILED"
     if states and all(s == "SUCCEEDED" for s in states):
         return "SUCCEEDED"
-    if states:
-        return states[-1]
-    return "FAILED" if failures else "RUNNING"
+    return states[-1] if states else "RUNNING"
 
 
 def _ranges(ranks: Sequence[int]) -> str:
