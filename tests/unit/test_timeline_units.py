@@ -72,6 +72,7 @@ def test_joins_leaves_hangs_and_unknown_records(tmp_path: Path) -> None:
         record(ev.START, T0 + 1, 1, 2, attempt=0, pids={"1": 11}),
         # node 1's agent is killed: it writes nothing more
         record("restart_facts", T0 + 5, 0, 1, whatever={"a": 1}),  # a newer agent's record
+        {"time_s": T0 + 5, "event": "job_root_cause", "rank": 3},  # one of no agent
         record(ev.RESTART, T0 + 6, 0, 1, attempt=0, reason="membership change", new=1),
         record(ev.RENDEZVOUS, T0 + 7, 0, 1, attempt=0, group_world_size=2, ranks=[0]),
         # a new node takes the node rank of the one that left
@@ -103,6 +104,7 @@ def test_joins_leaves_hangs_and_unknown_records(tmp_path: Path) -> None:
     assert ("host0", "restart", "restart: membership change") in marks
     assert ("host0", "hang", "rank 0 hung") in marks
     assert timeline.state == "RUNNING"
+    assert [lane.host for lane in timeline.nodes] == ["host0", "host1", "host2"]
     assert restarted_or_failed(str(tmp_path))
 
 

@@ -137,6 +137,9 @@ class _LaneBuilder:
 ClassifyFailures = Callable[[int, Sequence[Mapping[str, Any]]], "list[RankFailureView]"]
 
 
+_NODE_EVENTS = frozenset({ev.RENDEZVOUS, ev.START, ev.HANG, ev.FAILURE, ev.RESTART, ev.EXIT})
+
+
 def build(
     records: Iterable[Mapping[str, Any]],
     title: str,
@@ -163,6 +166,8 @@ def build(
         if event == ev.PROGRESS:
             progress.append(_progress_sample(time_s, record))
             continue
+        if event not in _NODE_EVENTS:
+            continue  # a newer agent's record: its fields are not drawn (yet)
         builder = builders.get(key)
         if builder is None:
             node = _int(record.get("node"), -1)
