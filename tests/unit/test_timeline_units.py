@@ -125,9 +125,15 @@ def test_generated_64x8_job_renders_small_and_fast(tmp_path: Path) -> None:
 
 def test_page_is_self_contained_and_escapes_the_data(crashed_2x2: Path) -> None:
     timeline = timeline_of_dir(str(crashed_2x2))
-    timeline.title = "</script><script>alert(1)</script>"
+    timeline.title = "</script><script>alert(1)</script> __DATA__"
+    timeline.source = "__TITLE__"
     page = html.render(timeline)
     assert page.count("</script>") == 2  # the data's and the code's, none from the title
+    assert (
+        "<title>timeline: &lt;/script&gt;&lt;script&gt;alert(1)&lt;/script&gt; __DATA__</title>"
+        in page
+    )
+    assert '"source":"__TITLE__"' in page
     for fetched in ("src=", "href=", "@import", "url(", "fetch(", "XMLHttpRequest"):
         assert fetched not in page
     assert "default-src 'none'" in page

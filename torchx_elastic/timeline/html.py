@@ -90,4 +90,6 @@ def render(timeline: Timeline) -> str:
     data = json.dumps(page_data(timeline), separators=(",", ":"), ensure_ascii=True)
     # inside <script>: no "</" may close it early
     data = data.replace("</", "<\\/").replace("<!--", "<\\!--")
-    return template.replace("__TITLE__", _escape_html(timeline.title)).replace("__DATA__", data)
+    # the data first, then the title in <title>, which comes before it: each marker once
+    page = template.replace("__DATA__", data, 1)
+    return page.replace("__TITLE__", _escape_html(timeline.title), 1)
