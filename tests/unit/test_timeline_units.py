@@ -153,6 +153,8 @@ def test_trace_has_a_process_per_node_a_thread_per_rank_and_the_failure(
     spans = [e for e in events if e["ph"] == "X" and e["pid"] == 0 and e["tid"] == 2]
     assert [e["name"] for e in spans] == ["attempt 0", "attempt 1"]
     assert spans[0]["dur"] == 9_000_000 and spans[0]["ts"] == int((T0 + 1) * 1e6)
+    starting = [e for e in events if e["name"] == "starting the workers" and e["pid"] == 1]
+    assert [(e["tid"], e["dur"]) for e in starting] == [(0, 950_000), (0, 1_000_000)]
     failure = next(e for e in events if e["ph"] == "i" and e["cat"] == "failure")
     assert (failure["pid"], failure["tid"], failure["name"]) == (0, 2, "rank 1: exit code 1")
     assert any(e["ph"] == "C" and e["args"]["slowest"] == 4 for e in events)

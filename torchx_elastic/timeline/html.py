@@ -44,7 +44,14 @@ def page_data(timeline: Timeline) -> dict[str, Any]:
                 "host": lane.host,
                 "lr_count": lane.local_ranks,
                 "spans": [
-                    [s.attempt, rel(s.start_s), rel(s.end_s), list(s.ranks), s.end]
+                    [
+                        s.attempt,
+                        rel(s.start_s),
+                        rel(s.end_s),
+                        list(s.ranks),
+                        s.end,
+                        None if s.round_s is None else rel(s.round_s),
+                    ]
                     for s in lane.spans
                 ],
                 "marks": [_mark(m, t0) for m in lane.marks],

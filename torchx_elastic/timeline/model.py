@@ -26,6 +26,7 @@ class Span:
     end_s: float
     ranks: tuple[int, ...]  # global ranks, by local rank
     end: str  # failed | restarted | succeeded | stopped | running
+    round_s: float | None = None  # its rendezvous round completed (then the workers started)
 
 
 @dataclass(frozen=True)
@@ -117,15 +118,17 @@ class _LaneBuilder:
 
     def __init__(self, lane: NodeLane) -> None:
         self.lane = lane
-        self.open: tuple[int, float, tuple[int, ...]] | None = None  # attempt, start, ranks
+        # attempt, start, ranks, round
+        self.open: tuple[int, float, tuple[int, ...], float | None] | None = None
         self.ranks: tuple[int, ...] = ()
+        self.round_s: float | None = None
         self.last_s = 0.0
         self.exited = False
 
     def close(self, time_s: float, end: str) -> None:
         if self.open is not None:
-            attempt, start_s, ranks = self.open
-            self.lane.spans.append(Span(attempt, start_s, time_s, ranks, end))
+            attempt, start_s, ranks, round_s = self.open
+            self.lane.spans.append(Span(attempt, start_s, time_s, ranks, end, round_s))
             self.open = None
 
     def local_rank_of(self, rank: int) -> int | None:
@@ -182,7 +185,7 @@ def build(
         if event == ev.RENDEZVOUS:
             builder.close(time_s, "restarted")
             ranks = tuple(_int(r) for r in record.get("ranks") or ())
-            builder.ranks = ranks
+            builder.ranks, builder.round_s = ranks, time_s
             lane.local_ranks = max(lane.local_ranks, len(ranks))
             world = record.get("group_world_size")
             if first_start_s is not None and not lane.spans and not lane.marks:
@@ -200,7 +203,8 @@ def build(
         elif event == ev.START:
             first_start_s = time_s if first_start_s is None else first_start_s
             builder.close(time_s, "restarted")
-            builder.open = (attempt, time_s, builder.ranks)
+            builder.open = (attempt, time_s, builder.ranks, builder.round_s)
+            builder.round_s = None
         elif event == ev.HANG:
             message = str(record.get("message", ""))
             hangs.setdefault(attempt, message)

@@ -3,9 +3,10 @@
 
 One process per node (``node N (host)``), one thread per local rank (``rank R``) and one for
 the node's agent; each run of the worker group is a complete event (``X``) on every rank's
-thread; failures, victims and hangs are instant events on the rank, restarts, rendezvous,
-joins, leaves and exits on the agent's thread; the job's progress is a counter (``C``) of
-the slowest and fastest ranks' steps. Times are microseconds since the epoch (the format's
+thread, and the time from its rendezvous round to its start one on the agent's thread;
+failures, victims and hangs are instant events on the rank, restarts, rendezvous, joins,
+leaves and exits on the agent's thread; the job's progress is a counter (``C``) of the
+slowest and fastest ranks' steps. Times are microseconds since the epoch (the format's
 ``ts``), as the agents' clocks gave them.
 """
 
@@ -76,6 +77,19 @@ def trace_events(timeline: Timeline) -> dict[str, Any]:
                 }
             )
         for span in lane.spans:
+            if span.round_s is not None and span.start_s > span.round_s:
+                events.append(
+                    {
+                        "ph": "X",
+                        "name": "starting the workers",
+                        "cat": "start",
+                        "pid": pid,
+                        "tid": AGENT_TID,
+                        "ts": _us(span.round_s),
+                        "dur": _us(span.start_s) - _us(span.round_s),
+                        "args": {"attempt": span.attempt},
+                    }
+                )
             for local_rank, rank in enumerate(span.ranks):
                 events.append(
                     {
