@@ -8,7 +8,10 @@ exception classes with the engine's status codes. Only what the scheduler calls 
 
 from __future__ import annotations
 
+import io
 import itertools
+import os
+import tarfile
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Dict, Iterator, List, Optional, Union
@@ -142,6 +145,7 @@ class FakeContainer:
     finished_at: str = "0001-01-01T00:00:00Z"
     restart_count: int = 0
     output: List[tuple[str, bytes]] = field(default_factory=list)  # (stream, bytes)
+    files: Dict[str, bytes] = field(default_factory=dict)  # absolute path -> content
 
     @property
     def labels(self) -> Dict[str, str]:
@@ -161,6 +165,22 @@ class FakeContainer:
                 "FinishedAt": self.finished_at,
             },
         }
+
+    def get_archive(self, path: str, chunk_size: int = 2048) -> tuple[Any, Dict[str, Any]]:
+        """A tar stream of the files under ``path`` (named from its last component, as the
+        engine's ``GET /containers/<id>/archive`` does), in chunks, and its stat."""
+        self._check_exists()
+        top = path.rstrip("/")
+        buffer = io.BytesIO()
+        with tarfile.open(fileobj=buffer, mode="w") as archive:
+            for name, data in sorted(self.files.items()):
+                if name.startswith(top + "/"):
+                    info = tarfile.TarInfo(os.path.basename(top) + name[len(top) :])
+                    info.size = len(data)
+                    archive.addfile(info, io.BytesIO(data))
+        data = buffer.getvalue()
+        chunks = (data[i : i + chunk_size] for i in range(0, len(data), chunk_size))
+        return chunks, {"name": os.path.basename(top), "size": len(data)}
 
     def _check_exists(self) -> None:
         if self.name not in self.engine.containers:

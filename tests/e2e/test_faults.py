@@ -109,6 +109,14 @@ def test_hang_is_detected_stacks_dumped_and_group_restarted(tmp_path: Path) -> N
     stderr_log = (tmp_path / "logs/attempt_0/rank_1/stderr.log").read_text()
     assert "most recent call first" in stderr_log
     assert 'File "hang.py", line 9 in <module>' in stderr_log
+    # the timeline's records: the hang, then the failure it became, then the restart
+    from torchx_elastic.timeline.source import timeline_of_dir
+
+    timeline = timeline_of_dir(str(tmp_path / "logs"))
+    (restart,) = timeline.job_marks
+    assert restart.label.startswith("restart 1 after hang: rank 1 sent no progress")
+    hangs = [m.label for m in timeline.nodes[0].marks if m.kind == "hang"]
+    assert hangs == ["rank 1 hung"]
 
 
 def test_hang_without_restarts_fails_with_a_report_that_says_hang(tmp_path: Path) -> None:

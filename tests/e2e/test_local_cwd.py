@@ -58,6 +58,7 @@ def test_two_nodes_two_workers_each(workdir: Path) -> None:
     rank_logs = sorted(Path(log_dir[1]).glob("torchelastic/main/attempt_0/rank_*/stdout.log"))
     assert len(rank_logs) == 4
     assert "world size 4" in rank_logs[3].read_text()
+    assert "its timeline" not in result.stderr  # told only when a job restarted or failed
 
 
 @pytest.mark.parametrize(("j", "world"), [("1x2", 2), ("2", 2)])
@@ -141,6 +142,13 @@ def test_failing_worker_fails_the_run_and_names_the_rank(workdir: Path) -> None:
     assert "rank 1" in result.stderr
     assert "exit code 3" in result.stderr
     assert "Job finished: FAILED" in result.stderr
+    told = re.search(
+        r"^torchx-elastic: fail restarted or failed; its timeline: torchx-elastic timeline"
+        r" \S+/torchelastic/fail$",
+        result.stderr,
+        re.MULTILINE,
+    )
+    assert told, result.stderr
 
 
 def test_single_node_jobs_run_side_by_side(workdir: Path) -> None:

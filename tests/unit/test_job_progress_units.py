@@ -302,3 +302,38 @@ def test_only_the_rank_0_node_prints_the_job_line(stores: tuple[Any, Any]) -> No
         b"[job progress] 10/100 (10.0%) of 4/4 ranks on 2/2 nodes, slowest r0 (n0) 10,"
         b" fastest r3 (n1) 21\n"
     )
+
+
+def test_node_rank_0_samples_progress_into_the_event_log_at_a_bounded_rate(
+    stores: tuple[Any, Any], tmp_path: Path
+) -> None:
+    from torchx_elastic import event_records
+    from torchx_elastic.agent.console.events import EventLog
+    from torchx_elastic.timeline.source import read_events
+
+    store0, _ = stores
+    now = [0.0]
+    events = EventLog.in_dir(str(tmp_path))
+    activity = RankActivity(clock=lambda: now[0])
+    node0 = JobProgressExchange(
+        activity, None, interval_s=60, final_wait_s=0.5, clock=lambda: now[0],
+        record_event=events.emit,
+    )
+    try:
+        node0.start_round(store0, 0, 1)
+        node0.set_ranks({0: 0})
+        for step in range(1, 41):  # 40 exchanges, 0.25 s apart: 10 s
+            now[0] += 0.25
+            _feed(activity, 0, step)
+            node0.exchange()
+        node0.exchange()  # nothing changed: no sample
+        activity.finish(0, 0)
+        node0.workers_ended()
+    finally:
+        node0.close()
+    samples = [r for r in read_events(events.path or "") if r["event"] == event_records.PROGRESS]
+    interval = event_records.PROGRESS_INTERVAL_S
+    assert [s["step"] for s in samples] == [1, 9, 17, 25, 33, 40]
+    assert 10 / interval <= len(samples) <= 10 / interval + 2
+    assert set(event_records.PROGRESS_FIELDS) <= set(samples[-1])
+    assert (samples[-1]["slowest_rank"], samples[-1]["total"]) == (0, 100)

@@ -16,7 +16,9 @@ On top of torchx's own ``local_cwd``:
 - ``torchx log`` and the log tail of ``torchx run`` hand out whole lines only: a line that is
   half written when the log is read waits for its end (torchx's own tail splits it);
 - on a terminal, the followed logs scroll above one live progress bar of the whole job
-  (``job_bar.py``, ``progress_bar`` run option).
+  (``job_bar.py``, ``progress_bar`` run option);
+- when a job that restarted or failed ends, one line names the command that draws its
+  timeline (``torchx-elastic timeline <dir>``).
 
 Run options: torchx's local ones (``log_dir``, ``prepend_cwd``, ``auto_set_cuda_visible_devices``)
 with the same meaning, declared once in :class:`LocalCwdOptions`.
@@ -52,6 +54,8 @@ from torchx_elastic.schedulers.job_bar import (
 )
 from torchx_elastic.schedulers.names import RANK0_ENV
 from torchx_elastic.schedulers.options import RunOptions, option
+from torchx_elastic.timeline.cli import command_for
+from torchx_elastic.timeline.source import restarted_or_failed
 
 LAUNCHER_PID_ENV = "TORCHX_ELASTIC_LAUNCHER_PID"  # the agent's bootstrap.LAUNCHER_PID_ENV
 RANK0_HOST = "127.0.0.1"
@@ -113,6 +117,7 @@ class LocalCwdScheduler(LocalScheduler):
         )
         self._bars: Dict[str, SharedBar] = {}
         self._bar_wanted: Dict[str, bool] = {}
+        self._timeline_told: set[str] = set()
 
     def _run_opts(self) -> runopts:
         return LocalCwdOptions.runopts()
@@ -193,7 +198,26 @@ class LocalCwdScheduler(LocalScheduler):
         # only the CLI's status poll (main thread) waits; its log thread must not be held up
         if app is not None and threading.current_thread() is threading.main_thread():
             self._wait_for_exit(app_id, STATUS_WAIT_S)
+            desc = super().describe(app_id)
+            if desc is not None and is_terminal(desc.state):
+                self._tell_timeline(app_id)
+            return desc
         return super().describe(app_id)
+
+    def _tell_timeline(self, app_id: str) -> None:
+        """Once, when the job restarted or failed: the command that draws its timeline."""
+        if app_id in self._timeline_told:
+            return
+        self._timeline_told.add(app_id)
+        app = self._apps[app_id]
+        for role in app.role_replicas:
+            agents_dir = os.path.join(app.log_dir, "torchelastic", role)
+            if restarted_or_failed(agents_dir):
+                print(
+                    f"torchx-elastic: {role} restarted or failed; its timeline:"
+                    f" {command_for(agents_dir)}",
+                    file=sys.stderr,
+                )
 
     def _wait_for_exit(self, app_id: str, timeout_s: float) -> None:
         app = self._apps[app_id]

@@ -1,6 +1,7 @@
 """The agent's event log: one JSON object per line in ``<log_dir>/events.jsonl``.
 
-Events: ``rendezvous``, ``start``, ``failure``, ``restart``, ``exit``; each has ``time``
+Events: ``rendezvous``, ``start``, ``hang``, ``failure``, ``restart``, ``progress``, ``exit``
+(named, with their fields, in :mod:`torchx_elastic.event_records`); each has ``time``
 (ISO 8601, UTC), ``time_s`` (seconds since the epoch), ``event``, ``host``, ``agent_pid``
 and ``node`` (null before the first rendezvous), plus its own fields. Several agents may
 share a log directory: each line is written with a single ``O_APPEND`` write.
@@ -18,9 +19,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from torchx_elastic.event_records import EVENTS_FILE
+
 log = logging.getLogger(__name__)
 
-EVENTS_FILE = "events.jsonl"
+__all__ = ["EVENTS_FILE", "EventLog"]
 
 
 class EventLog:

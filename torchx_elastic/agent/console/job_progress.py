@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from torchx_elastic.agent.console.channel import RankActivity
+from torchx_elastic.event_records import PROGRESS, PROGRESS_FIELDS, PROGRESS_INTERVAL_S
 from torchx_elastic.job_summary import JobSummary, QuietRank, write_file
 
 log = logging.getLogger(__name__)
@@ -199,8 +200,12 @@ class JobProgressExchange:
         final_wait_s: float = FINAL_WAIT_S,
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
+        record_event: Callable[..., object] | None = None,
     ) -> None:
         self._activity = activity
+        # node rank 0 samples the job's progress into the event log (``EventLog.emit``)
+        self._record_event = record_event
+        self._sampled: tuple[float, tuple[object, ...]] | None = None
         self._log_dir = log_dir
         self._interval_s = interval_s
         self._quiet_after_s = quiet_after_s
@@ -311,7 +316,24 @@ class JobProgressExchange:
                 write_file(self._log_dir, summary)
             except OSError as err:
                 log.debug("cannot write the job progress file: %s", err)
+        if summary is not None:
+            self._sample(summary, final)
         return all_final
+
+    def _sample(self, summary: JobSummary, final: bool) -> None:
+        """A ``progress`` event when the figures changed, every ``PROGRESS_INTERVAL_S`` at most,
+        and the final figures (one line of about 300 bytes, whatever the job's size)."""
+        if self._record_event is None:
+            return
+        figures = tuple(getattr(summary, name) for name in PROGRESS_FIELDS)
+        now_s = self._clock()
+        previous = self._sampled
+        if previous is not None and (
+            previous[1] == figures or (not final and now_s - previous[0] < PROGRESS_INTERVAL_S)
+        ):
+            return
+        self._sampled = (now_s, figures)
+        self._record_event(PROGRESS, **dict(zip(PROGRESS_FIELDS, figures, strict=True)))
 
     @staticmethod
     def _read_reports(store: KeyValueStore, num_nodes: int) -> list[NodeReport]:

@@ -55,10 +55,12 @@ class ConsoleSession:
         self.log_dir = log_dir
         self.activity = RankActivity()
         self.channel = ActivityChannel(self.activity)
-        # the whole job's progress, over the rendezvous store (see job_progress.py)
-        self.job_progress = JobProgressExchange(self.activity, log_dir)
-        self.console = make_console(mode, self.activity, status_interval_s, self.job_progress)
         self.events = EventLog.in_dir(log_dir)
+        # the whole job's progress, over the rendezvous store (see job_progress.py)
+        self.job_progress = JobProgressExchange(
+            self.activity, log_dir, record_event=self.events.emit
+        )
+        self.console = make_console(mode, self.activity, status_interval_s, self.job_progress)
         self._prefix_template = prefix_template
         self._tee = tee
         self._show_ranks = show_ranks

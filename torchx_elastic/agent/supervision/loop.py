@@ -38,6 +38,7 @@ from torchx_elastic.agent.workers.bootstrap import AGENT_PID_ENV, DUMP_STACKS_SI
 from torchx_elastic.agent.workers.forkserver import ForkServer
 from torchx_elastic.agent.workers.janitor import Janitor
 from torchx_elastic.agent.workers.processes import WorkerProcesses
+from torchx_elastic.event_records import HANG
 
 log = logging.getLogger(__name__)
 
@@ -335,6 +336,12 @@ class Supervisor:
         stalled = watchdog.stalled(w.local_rank for w in group.workers)
         if not stalled:
             return None
+        self._events.emit(
+            HANG,
+            attempt=self.attempt,
+            ranks=[group.workers[local_rank].global_rank for local_rank in stalled],
+            message=watchdog.hang_message(group.workers[stalled[0]].global_rank),
+        )
         workers.signal_workers(DUMP_STACKS_SIGNAL)
         time.sleep(STACK_DUMP_WAIT_S)  # let faulthandler's output reach the logs
         pids = workers.pids()

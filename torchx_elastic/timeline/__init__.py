@@ -1,0 +1,6 @@
+"""``torchx-elastic timeline``: what happened to a job, drawn from the agents' files.
+
+``source.py`` finds the records (log directory or app handle), ``model.py`` builds the
+timeline, ``failures.py`` names each attempt's root cause and victims, ``html.py`` writes the
+self-contained page and ``trace.py`` the Chrome Trace Event JSON.
+"""

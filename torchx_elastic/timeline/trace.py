@@ -1,0 +1,148 @@
+"""The timeline as Chrome Trace Event JSON, for Perfetto (ui.perfetto.dev) or
+``chrome://tracing``, beside a torch profiler trace.
+
+One process per node (``node N (host)``), one thread per local rank (``rank R``) and one for
+the node's agent; each run of the worker group is a complete event (``X``) on every rank's
+thread, and the time from its rendezvous round to its start one on the agent's thread;
+failures, victims and hangs are instant events on the rank, restarts, rendezvous, joins,
+leaves and exits on the agent's thread; the job's progress is a counter (``C``) of the
+slowest and fastest ranks' steps. Times are microseconds since the epoch (the format's
+``ts``), as the agents' clocks gave them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torchx_elastic.timeline.model import Timeline
+
+AGENT_TID = 0
+_RANK_TID_BASE = 1  # thread ids 1.. are local ranks 0..
+_JOB_PID = 1_000_000  # the process of job-wide tracks (progress, restarts)
+
+
+def _us(time_s: float) -> int:
+    return int(round(time_s * 1e6))
+
+
+def trace_events(timeline: Timeline) -> dict[str, Any]:
+    events: list[dict[str, Any]] = [
+        {
+            "ph": "M",
+            "name": "process_name",
+            "pid": _JOB_PID,
+            "tid": 0,
+            "args": {"name": f"job {timeline.title}"},
+        },
+    ]
+    for index, lane in enumerate(timeline.nodes):
+        pid = index
+        events.append(
+            {
+                "ph": "M",
+                "name": "process_name",
+                "pid": pid,
+                "tid": 0,
+                "args": {"name": f"node {lane.node} ({lane.host})"},
+            }
+        )
+        events.append(
+            {
+                "ph": "M",
+                "name": "process_sort_index",
+                "pid": pid,
+                "tid": 0,
+                "args": {"sort_index": index},
+            }
+        )
+        events.append(
+            {
+                "ph": "M",
+                "name": "thread_name",
+                "pid": pid,
+                "tid": AGENT_TID,
+                "args": {"name": "agent"},
+            }
+        )
+        for local_rank in range(lane.local_ranks):
+            ranks = sorted({s.ranks[local_rank] for s in lane.spans if local_rank < len(s.ranks)})
+            name = "rank " + "/".join(map(str, ranks)) if ranks else f"local rank {local_rank}"
+            events.append(
+                {
+                    "ph": "M",
+                    "name": "thread_name",
+                    "pid": pid,
+                    "tid": _RANK_TID_BASE + local_rank,
+                    "args": {"name": name},
+                }
+            )
+        for span in lane.spans:
+            if span.round_s is not None and span.start_s > span.round_s:
+                events.append(
+                    {
+                        "ph": "X",
+                        "name": "starting the workers",
+                        "cat": "start",
+                        "pid": pid,
+                        "tid": AGENT_TID,
+                        "ts": _us(span.round_s),
+                        "dur": _us(span.start_s) - _us(span.round_s),
+                        "args": {"attempt": span.attempt},
+                    }
+                )
+            for local_rank, rank in enumerate(span.ranks):
+                events.append(
+                    {
+                        "ph": "X",
+                        "name": f"attempt {span.attempt}",
+                        "cat": "attempt",
+                        "pid": pid,
+                        "tid": _RANK_TID_BASE + local_rank,
+                        "ts": _us(span.start_s),
+                        "dur": max(0, _us(span.end_s) - _us(span.start_s)),
+                        "args": {"rank": rank, "end": span.end},
+                    }
+                )
+        for mark in lane.marks:
+            tid = AGENT_TID if mark.local_rank is None else _RANK_TID_BASE + mark.local_rank
+            events.append(
+                {
+                    "ph": "i",
+                    "s": "t",
+                    "name": mark.label,
+                    "cat": mark.kind,
+                    "pid": pid,
+                    "tid": tid,
+                    "ts": _us(mark.time_s),
+                    "args": {"detail": mark.detail},
+                }
+            )
+    for mark in timeline.job_marks:
+        events.append(
+            {
+                "ph": "i",
+                "s": "g",
+                "name": mark.label,
+                "cat": mark.kind,
+                "pid": _JOB_PID,
+                "tid": 0,
+                "ts": _us(mark.time_s),
+                "args": {"detail": mark.detail},
+            }
+        )
+    for sample in timeline.progress:
+        events.append(
+            {
+                "ph": "C",
+                "name": "steps",
+                "pid": _JOB_PID,
+                "tid": 0,
+                "ts": _us(sample.time_s),
+                "args": {"slowest": sample.step, "fastest": sample.fastest_step},
+            }
+        )
+    return {
+        "traceEvents": events,
+        "displayTimeUnit": "ms",
+        "otherData": {"job": timeline.title, "source": timeline.source, "state": timeline.state},
+    }
