@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
 import torchx.specs as specs
-from torchx.specs import macros
 from torchx.components.structured_arg import StructuredNameArgument
+from torchx.specs import macros
 
 from torchx_elastic.components.agent_command import DEFAULT_START_METHOD, AgentCommand
 from torchx_elastic.components.job_size import JobSize

@@ -66,8 +66,13 @@ def run(node: str, lighthouse_port: int, agent_args: List[str]) -> int:
         env[LAUNCHER_PID_ENV] = str(os.getpid())
     started = threading.Thread(
         target=_report,
-        args=(host, lighthouse_port, group, {"node": node, "event": "started", "rc": 0},
-              STARTED_REPORT_S),
+        args=(
+            host,
+            lighthouse_port,
+            group,
+            {"node": node, "event": "started", "rc": 0},
+            STARTED_REPORT_S,
+        ),
         daemon=True,
     )
     started.start()

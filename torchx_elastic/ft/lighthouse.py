@@ -125,16 +125,36 @@ def build_parser() -> argparse.ArgumentParser:
         " every group has ended",
     )
     parser.add_argument("--num_groups", type=int, required=True, help="replica groups of the app")
-    parser.add_argument("--port", type=int, default=DEFAULT_LIGHTHOUSE_PORT, help=(
-        "torchft's Lighthouse port; the groups' registry serves on the next one"))
-    parser.add_argument("--min_replicas", type=int, default=1,
-                        help="replica groups needed for a quorum (torchft_lighthouse's)")
-    parser.add_argument("--join_timeout_ms", type=int, default=60000,
-                        help="how long to wait for stragglers before a quorum (torchft_lighthouse's)")
-    parser.add_argument("--quorum_tick_ms", type=int, default=100,
-                        help="how often to check for a quorum (torchft_lighthouse's)")
-    parser.add_argument("--heartbeat_timeout_ms", type=int, default=5000,
-                        help="a group that sends no heartbeat this long is dead (torchft_lighthouse's)")
+    parser.add_argument(
+        "--port",
+        type=int,
+        default=DEFAULT_LIGHTHOUSE_PORT,
+        help=("torchft's Lighthouse port; the groups' registry serves on the next one"),
+    )
+    parser.add_argument(
+        "--min_replicas",
+        type=int,
+        default=1,
+        help="replica groups needed for a quorum (torchft_lighthouse's)",
+    )
+    parser.add_argument(
+        "--join_timeout_ms",
+        type=int,
+        default=60000,
+        help="how long to wait for stragglers before a quorum (torchft_lighthouse's)",
+    )
+    parser.add_argument(
+        "--quorum_tick_ms",
+        type=int,
+        default=100,
+        help="how often to check for a quorum (torchft_lighthouse's)",
+    )
+    parser.add_argument(
+        "--heartbeat_timeout_ms",
+        type=int,
+        default=5000,
+        help="a group that sends no heartbeat this long is dead (torchft_lighthouse's)",
+    )
     return parser
 
 
@@ -157,7 +177,10 @@ def main(argv: Optional[list[str]] = None) -> None:
     server = serve_registry(registry, registry_port(args.port))
     log.info(
         "Lighthouse of %d replica groups at %s (quorum of at least %d), groups' registry on"
-        " port %d", args.num_groups, lighthouse.address(), args.min_replicas,
+        " port %d",
+        args.num_groups,
+        lighthouse.address(),
+        args.min_replicas,
         registry_port(args.port),
     )
     registry.wait_all_ended()
