@@ -164,6 +164,11 @@ def test_a_killed_group_restarts_alone_while_the_other_keeps_training(tmp_path: 
         " stopping the Lighthouse" in text
     ), text
 
+    # the Lighthouse role logs each change of the quorum: both groups, group 0 alone while
+    # group 1 is down, both again
+    quorums = re.findall(r"lighthouse/0 .*quorum \d+ at step \d+: (\d) of 2 replica groups", text)
+    assert "".join(quorums).find("212") >= 0, text
+
     # group 0 never restarted and its step counter went up by one to STEPS, never back (it
     # starts at 1, or later when group 1 was first: then it joined with group 1's weights)
     starts = [START_LINE.search(line) for line in console.lines]

@@ -8,6 +8,8 @@ import socket
 import subprocess
 import sys
 import threading
+import urllib.request
+from datetime import timedelta
 from pathlib import Path
 from typing import Iterator, Optional
 
@@ -219,3 +221,29 @@ def test_docker_and_local_cwd_give_each_role_its_own_rank0_host() -> None:
     for replicas in request.role_params.values():
         for replica in replicas:
             assert replica.env["TORCHX_ELASTIC_ROLE_RANK0_HOST"] == "127.0.0.1"
+
+
+def test_the_quorum_is_read_from_torchft_lighthouse_status_page() -> None:
+    from torchft.coordination import LighthouseClient, LighthouseServer
+
+    from torchx_elastic.ft.lighthouse import Quorum
+
+    port = _free_port()
+    server = LighthouseServer(bind=f"[::]:{port}", min_replicas=1, join_timeout_ms=100)
+    try:
+        client = LighthouseClient(f"http://127.0.0.1:{port}", connect_timeout=timedelta(seconds=5))
+        client.quorum(
+            replica_id="ft_ddp_0:0b5e",
+            timeout=timedelta(seconds=10),
+            address="http://a:1",
+            store_address="a:2",
+            step=7,
+            world_size=2,
+        )
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/status", timeout=5) as page:
+            quorum = Quorum.parse(page.read().decode())
+    finally:
+        server.shutdown()
+    assert quorum == Quorum(quorum_id=1, step=7, members=("ft_ddp_0",))
+    assert quorum.line(2) == "quorum 1 at step 7: 1 of 2 replica groups (ft_ddp_0)"
+    assert Quorum.parse("<html>no quorum yet</html>") is None

@@ -16,10 +16,13 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import re
 import sys
 import threading
+import urllib.request
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Dict, Optional
+from typing import Dict, List, Optional, Tuple
 
 from torchx_elastic.ft.protocol import DEFAULT_LIGHTHOUSE_PORT, registry_port
 
@@ -30,6 +33,53 @@ INSTALL_HINT = (
     " pip install 'torchx-elastic[ft]' (or pip install torchft) in the job's environment or image"
 )
 WAITING, RUNNING, SUCCEEDED, FAILED = "waiting", "running", "succeeded", "failed"
+
+
+QUORUM_POLL_S = 1.0
+_QUORUM_ID = re.compile(r"Previous quorum id: (\d+)")
+_MEMBER = re.compile(r"<b>([^<:]+)(?::[^<]*)?</b>\s*<br/>\s*Step: (\d+)")
+
+
+@dataclass(frozen=True)
+class Quorum:
+    """The last quorum torchft's Lighthouse issued, read from its ``/status`` page."""
+
+    quorum_id: int
+    step: int
+    members: Tuple[str, ...]  # the replica ids the scripts chose, without torchft's uuid
+
+    @classmethod
+    def parse(cls, page: str) -> Optional[Quorum]:
+        """None when the page has no quorum yet (or is not the page this was written for)."""
+        quorum_id = _QUORUM_ID.search(page)
+        members = _MEMBER.findall(page)
+        if quorum_id is None or not members:
+            return None
+        return cls(
+            int(quorum_id[1]), max(int(step) for _, step in members), tuple(m for m, _ in members)
+        )
+
+    def line(self, num_groups: int) -> str:
+        return (
+            f"quorum {self.quorum_id} at step {self.step}: {len(self.members)} of {num_groups}"
+            f" replica groups ({', '.join(self.members)})"
+        )
+
+
+def watch_quorums(port: int, num_groups: int, stop: threading.Event) -> List[Quorum]:
+    """Log every change of the quorum's members (torchft bumps the quorum id then) until
+    ``stop``; returns the quorums seen."""
+    seen: List[Quorum] = []
+    while not stop.wait(QUORUM_POLL_S):
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/status", timeout=5) as page:
+                quorum = Quorum.parse(page.read().decode(errors="replace"))
+        except OSError:
+            continue
+        if quorum is not None and (not seen or seen[-1].quorum_id != quorum.quorum_id):
+            seen.append(quorum)
+            log.info("%s", quorum.line(num_groups))
+    return seen
 
 
 class GroupRegistry:
@@ -183,7 +233,12 @@ def main(argv: Optional[list[str]] = None) -> None:
         args.min_replicas,
         registry_port(args.port),
     )
+    stop = threading.Event()
+    threading.Thread(
+        target=watch_quorums, args=(args.port, args.num_groups, stop), daemon=True
+    ).start()
     registry.wait_all_ended()
+    stop.set()
     log.info("every replica group has ended (%s): stopping the Lighthouse", registry.summary())
     server.shutdown()
     lighthouse.shutdown()
