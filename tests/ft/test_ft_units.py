@@ -4,10 +4,12 @@ the groups and the group launcher (a real launcher process against a real regist
 from __future__ import annotations
 
 import importlib.util
+import signal
 import socket
 import subprocess
 import sys
 import threading
+import time
 import urllib.request
 from datetime import timedelta
 from pathlib import Path
@@ -247,3 +249,26 @@ def test_the_quorum_is_read_from_torchft_lighthouse_status_page() -> None:
     assert quorum == Quorum(quorum_id=1, step=7, members=("ft_ddp_0",))
     assert quorum.line(2) == "quorum 1 at step 7: 1 of 2 replica groups (ft_ddp_0)"
     assert Quorum.parse("<html>no quorum yet</html>") is None
+
+
+def test_group_launcher_forwards_sigterm_to_the_agent_and_stops_at_once() -> None:
+    agent = (
+        "import signal, sys, time\n"
+        "signal.signal(signal.SIGTERM, lambda *_: sys.exit(7))\n"
+        "print('up', flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    launcher = subprocess.Popen(
+        [sys.executable, "-m", "torchx_elastic.ft.group", "--node", "0"]
+        + ["--lighthouse_port", str(_free_port()), "--", "-c", agent],
+        env=_env({"REPLICA_GROUP_ID": "0", "TORCHX_RANK0_HOST": "127.0.0.1"}),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert launcher.stdout is not None and launcher.stdout.readline() == "up\n"
+    sent_at = time.monotonic()
+    launcher.send_signal(signal.SIGTERM)
+    assert launcher.wait(timeout=30) == 7
+    # no Lighthouse role answers: one try, not ENDED_REPORT_S of retries
+    assert time.monotonic() - sent_at < 10

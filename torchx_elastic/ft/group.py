@@ -78,15 +78,22 @@ def run(node: str, lighthouse_port: int, agent_args: List[str]) -> int:
     started.start()
     agent = subprocess.Popen([sys.executable, *agent_args], env=env)
 
+    stopped: List[int] = []
+
     def forward(signum: int, _frame: Optional[FrameType]) -> None:
+        stopped.append(signum)
         agent.send_signal(signum)
 
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, forward)
     code = _exit_code(agent.wait())
-    started.join(STARTED_REPORT_S)
+    if stopped:  # cancelled: the Lighthouse role is being stopped too, one try is enough
+        within_s = 0.0
+    else:
+        started.join(STARTED_REPORT_S)
+        within_s = ENDED_REPORT_S
     ended = {"node": node, "event": "ended", "rc": code}
-    if not _report(host, lighthouse_port, group, ended, ENDED_REPORT_S):
+    if not _report(host, lighthouse_port, group, ended, within_s):
         print(
             f"torchx-elastic: the Lighthouse role at {host} did not take the end of replica"
             f" group {group} (node {node}); it keeps running until cancelled",
