@@ -4,6 +4,7 @@ the groups and the group launcher (a real launcher process against a real regist
 from __future__ import annotations
 
 import importlib.util
+import logging
 import signal
 import socket
 import subprocess
@@ -159,6 +160,7 @@ def test_registry_over_http(registry_port: tuple[GroupRegistry, int]) -> None:
     assert get_groups("127.0.0.1", port) == {
         "num_groups": 1,
         "groups": {"0": {"state": "running", "nodes": {"0": None}}},
+        "quorum": None,
     }
     waiter = threading.Thread(target=registry.wait_all_ended)
     waiter.start()
@@ -225,10 +227,12 @@ def test_docker_and_local_cwd_give_each_role_its_own_rank0_host() -> None:
             assert replica.env["TORCHX_ELASTIC_ROLE_RANK0_HOST"] == "127.0.0.1"
 
 
-def test_the_quorum_is_read_from_torchft_lighthouse_status_page() -> None:
+def test_the_quorum_is_read_from_torchft_lighthouse_status_page(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     from torchft.coordination import LighthouseClient, LighthouseServer
 
-    from torchx_elastic.ft.lighthouse import Quorum
+    from torchx_elastic.ft.lighthouse import Quorum, watch_quorums
 
     port = _free_port()
     server = LighthouseServer(bind=f"[::]:{port}", min_replicas=1, join_timeout_ms=100)
@@ -244,11 +248,23 @@ def test_the_quorum_is_read_from_torchft_lighthouse_status_page() -> None:
         )
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/status", timeout=5) as page:
             quorum = Quorum.parse(page.read().decode())
+        # the Lighthouse role's watcher keeps it for GET /groups and logs it
+        registry, stop = GroupRegistry(2), threading.Event()
+        with caplog.at_level(logging.INFO, logger="torchx_elastic.ft.lighthouse"):
+            watcher = threading.Thread(target=watch_quorums, args=(port, registry, stop))
+            watcher.start()
+            deadline = time.monotonic() + 10
+            while registry.quorum is None and time.monotonic() < deadline:
+                time.sleep(0.1)
+            stop.set()
+            watcher.join(timeout=10)
     finally:
         server.shutdown()
     assert quorum == Quorum(quorum_id=1, step=7, members=("ft_ddp_0",))
     assert quorum.line(2) == "quorum 1 at step 7: 1 of 2 replica groups (ft_ddp_0)"
     assert Quorum.parse("<html>no quorum yet</html>") is None
+    assert registry.as_json()["quorum"] == {"quorum_id": 1, "step": 7, "members": ("ft_ddp_0",)}
+    assert "quorum 1 at step 7: 1 of 2 replica groups (ft_ddp_0)" in caplog.messages
 
 
 def test_group_launcher_forwards_sigterm_to_the_agent_and_stops_at_once() -> None:

@@ -20,7 +20,7 @@ import re
 import sys
 import threading
 import urllib.request
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Dict, List, Optional, Tuple
 
@@ -66,9 +66,9 @@ class Quorum:
         )
 
 
-def watch_quorums(port: int, num_groups: int, stop: threading.Event) -> List[Quorum]:
-    """Log every change of the quorum's members (torchft bumps the quorum id then) until
-    ``stop``; returns the quorums seen."""
+def watch_quorums(port: int, registry: GroupRegistry, stop: threading.Event) -> List[Quorum]:
+    """Log every change of the quorum's members (torchft bumps the quorum id then) and keep
+    the latest quorum in ``registry``, until ``stop``; returns the quorums seen."""
     seen: List[Quorum] = []
     while not stop.wait(QUORUM_POLL_S):
         try:
@@ -76,9 +76,12 @@ def watch_quorums(port: int, num_groups: int, stop: threading.Event) -> List[Quo
                 quorum = Quorum.parse(page.read().decode(errors="replace"))
         except OSError:
             continue
-        if quorum is not None and (not seen or seen[-1].quorum_id != quorum.quorum_id):
+        if quorum is None:
+            continue
+        registry.quorum = quorum
+        if not seen or seen[-1].quorum_id != quorum.quorum_id:
             seen.append(quorum)
-            log.info("%s", quorum.line(num_groups))
+            log.info("%s", quorum.line(registry.num_groups))
     return seen
 
 
@@ -88,6 +91,7 @@ class GroupRegistry:
     def __init__(self, num_groups: int) -> None:
         self.num_groups = num_groups
         self._nodes: Dict[int, Dict[str, Optional[int]]] = {g: {} for g in range(num_groups)}
+        self.quorum: Optional[Quorum] = None  # the latest, from torchft's Lighthouse
         self._changed = threading.Condition()
 
     def record(self, group: int, node: str, event: str, rc: int = 0) -> None:
@@ -122,7 +126,12 @@ class GroupRegistry:
                 str(g): {"state": self.state(g), "nodes": dict(nodes)}
                 for g, nodes in self._nodes.items()
             }
-        return {"num_groups": self.num_groups, "groups": groups}
+        quorum = self.quorum
+        return {
+            "num_groups": self.num_groups,
+            "groups": groups,
+            "quorum": None if quorum is None else asdict(quorum),
+        }
 
     def summary(self) -> str:
         return ", ".join(f"group{g} {self.state(g)}" for g in self._nodes)
@@ -235,7 +244,7 @@ def main(argv: Optional[list[str]] = None) -> None:
     )
     stop = threading.Event()
     threading.Thread(
-        target=watch_quorums, args=(args.port, args.num_groups, stop), daemon=True
+        target=watch_quorums, args=(args.port, registry, stop), daemon=True
     ).start()
     registry.wait_all_ended()
     stop.set()

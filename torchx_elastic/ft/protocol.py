@@ -4,7 +4,8 @@ The Lighthouse role serves, on ``lighthouse_port + 1`` (:func:`registry_port`):
 
 - ``POST /groups/<g>`` with ``{"node": <replica id>, "event": "started" | "ended", "rc": <int>}``:
   a node of replica group ``g`` started its agent, or its agent ended with exit code ``rc``;
-- ``GET /groups``: ``{"groups": {"<g>": {"state": ..., "nodes": {...}}}, "num_groups": R}``.
+- ``GET /groups``: ``{"groups": {"<g>": {"state": ..., "nodes": {...}}}, "num_groups": R,
+  "quorum": {"quorum_id": ..., "step": ..., "members": [...]} or null}``.
 """
 
 from __future__ import annotations
