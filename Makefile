@@ -27,7 +27,7 @@ $(VENV)/.installed: pyproject.toml hatch_build.py constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -c constraints.txt torch==2.13.0
-	$(BIN)/python -m pip install -q -c constraints.txt -e '.[test]'
+	$(BIN)/python -m pip install -q -c constraints.txt -e '.[test,ft]'
 	touch $@
 
 # torchx's development line (torchx-nightly) in a second venv, this package built for it

@@ -34,6 +34,8 @@ class AgentCommand:
     tee: int = 3
     hang_timeout_s: float = 0
     start_method: str = DEFAULT_START_METHOD
+    # the variable that holds the rank-0 host of the rendezvous (torchx's rank0_env by default)
+    rank0_variable: str = macros.rank0_env
 
     def __post_init__(self) -> None:
         if self.start_method not in START_METHODS:
@@ -58,7 +60,7 @@ class AgentCommand:
             return "localhost:0"
         # "$$" survives torchx's macro substitution as "$": the agent expands
         # ${<rank0 env var>:-localhost} itself, no shell involved
-        return f"$${{{macros.rank0_env}:-localhost}}:{self.rdzv_port}"
+        return f"$${{{self.rank0_variable}:-localhost}}:{self.rdzv_port}"
 
     def entrypoint(self) -> str:
         return PYTHON
