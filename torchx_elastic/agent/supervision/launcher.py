@@ -76,7 +76,7 @@ def launch(config: AgentConfig, fork_server: ForkServer | None = None) -> int:
     session = console_session(config, log_dir)
     try:
         # every round's store reaches the cross-node progress exchange
-        handler = ObservedRendezvous(create_handler(config), session.job_progress.start_round)
+        handler = ObservedRendezvous(create_handler(config), session.start_round)
     except BaseException:
         session.close()
         raise
@@ -91,7 +91,12 @@ def launch(config: AgentConfig, fork_server: ForkServer | None = None) -> int:
         session.make_sink,
         session.events,
         session.worker_env(),
-        Supervision(janitor=janitor, watchdog=watchdog, fork_server=fork_server),
+        Supervision(
+            janitor=janitor,
+            watchdog=watchdog,
+            fork_server=fork_server,
+            on_failure=session.attempt_failed,
+        ),
     )
     result: RunResult | None = None
     failure: RendezvousFailure | None = None

@@ -130,8 +130,10 @@ def run(argv: list[str]) -> None:
     elif argv:
         script, args = argv[0], argv[1:]
         sys.argv = [script, *args]
-        sys.path[0] = os.path.dirname(os.path.abspath(script))
-        runpy.run_path(script, run_name="__main__")
+        path = os.path.abspath(script)
+        sys.path[0] = os.path.dirname(path)
+        # as ``python script.py`` (3.9+): ``__file__`` and tracebacks name the absolute path
+        runpy.run_path(path, run_name="__main__")
     else:
         raise SystemExit(
             "usage: python -m torchx_elastic.agent.workers.bootstrap"
