@@ -5,8 +5,8 @@ own offers it as the job's first failure of the attempt (``torchx_elastic/failur
 with ``compare_set``: the first writer wins, and every node reads the winner back (validated:
 a value that is not a :class:`FirstFailure` is ignored). A node whose ranks only lost a peer
 offers nothing and waits (up to ``wait_s``) for the winner. At the job's end, every node
-also counts itself done on ``.../read`` and waits (up to ``wait_s``) for the others, so the
-agent that hosts the store does not leave before every node read the winner.
+counts itself done on ``.../left`` (after it shut its rendezvous down) and waits (up to
+``wait_s``) for the others, so the agent that hosts the store leaves last.
 
 The same store as the progress exchange (job_progress.py): no new port.
 """
@@ -88,34 +88,43 @@ def agree(
     store: FailureStore,
     attempt: int,
     own: FirstFailure | None,
-    num_nodes: int,
-    last: bool,
     wait_s: float = DEFAULT_WAIT_S,
     clock: Callable[[], float] = time.monotonic,
 ) -> FirstFailure | None:
     """The job's first failure of ``attempt``: ``own`` offered (None: this node's ranks only
     lost peers), the winner read back; None when nobody offered one within ``wait_s`` or the
-    store is gone. ``last``: the job ends, wait until every node has read it."""
+    store is gone."""
     key = f"{KEY_PREFIX}{attempt}"
     deadline_s = clock() + wait_s
-    winner: FirstFailure | None = None
     try:
         if own is not None:
-            winner = FirstFailure.from_json(store.compare_set(key, "", own.to_json())) or own
-        else:
-            while not store.check([key]) and clock() < deadline_s:
-                time.sleep(_POLL_S)
-            if store.check([key]):
-                winner = FirstFailure.from_json(store.get(key))
-        if last:
-            done = store.add(f"{key}/read", 1)
-            while done < num_nodes and clock() < deadline_s:
-                time.sleep(_POLL_S)
-                done = store.add(f"{key}/read", 0)
+            return FirstFailure.from_json(store.compare_set(key, "", own.to_json())) or own
+        while not store.check([key]) and clock() < deadline_s:
+            time.sleep(_POLL_S)
+        return FirstFailure.from_json(store.get(key)) if store.check([key]) else None
     except Exception as err:  # the store went away (its host left): what this node knows
         log.debug("job failure exchange failed: %s", err)
-        return winner or own
-    return winner
+        return own
+
+
+def leave_together(
+    store: FailureStore,
+    attempt: int,
+    num_nodes: int,
+    wait_s: float = DEFAULT_WAIT_S,
+    clock: Callable[[], float] = time.monotonic,
+) -> None:
+    """The job ends: wait (up to ``wait_s``) until every node is done with the store (read
+    the first failure, shut its rendezvous down), so the agent that hosts it leaves last."""
+    key = f"{KEY_PREFIX}{attempt}/left"
+    deadline_s = clock() + wait_s
+    try:
+        done = store.add(key, 1)
+        while done < num_nodes and clock() < deadline_s:
+            time.sleep(_POLL_S)
+            done = store.add(key, 0)
+    except Exception as err:  # noqa: BLE001 - gone already: nothing to wait for
+        log.debug("job failure exchange: %s", err)
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,12 @@ from torchx_elastic.agent.console.display import (
     make_console,
 )
 from torchx_elastic.agent.console.events import EventLog
-from torchx_elastic.agent.console.job_failure import FirstFailure, agree, innermost_frame
+from torchx_elastic.agent.console.job_failure import (
+    FirstFailure,
+    agree,
+    innermost_frame,
+    leave_together,
+)
 from torchx_elastic.agent.console.job_progress import JobProgressExchange
 from torchx_elastic.agent.console.output import (
     DEFAULT_PREFIX,
@@ -71,7 +76,7 @@ class ConsoleSession:
         self._closed = False
         self._round: tuple[Any, int, int] | None = None  # store, node rank, nodes
         # the last failed attempt: its result, this node's verdict, the job's first failure
-        self._failed: tuple[RunResult, report.Verdict, FirstFailure | None] | None = None
+        self._failed: tuple[RunResult, report.Verdict, FirstFailure | None, int] | None = None
 
     def start_round(self, store: Any, node_rank: int, num_nodes: int) -> None:
         """A rendezvous round completed (its store reaches the job-wide exchanges)."""
@@ -120,7 +125,9 @@ class ConsoleSession:
         if failed:
             assert result is not None
             if self._failed is not None and self._failed[0] is result:
-                _, verdict, first = self._failed
+                _, verdict, first, failed_attempt = self._failed
+                if self._round is not None and self._round[2] > 1:
+                    leave_together(self._round[0], failed_attempt, self._round[2])
             else:
                 verdict = self._verdict(result)
                 first = _own_first_failure(verdict)
@@ -166,17 +173,14 @@ class ConsoleSession:
             )
         return verdict
 
-    def attempt_failed(self, result: RunResult, attempt: int, last: bool) -> FirstFailure | None:
-        """This node's ranks failed: the job's first failure, agreed with the other nodes
-        (``last``: no restart follows, every node waits until all have read it)."""
+    def attempt_failed(self, result: RunResult, attempt: int) -> FirstFailure | None:
+        """This node's ranks failed: the job's first failure, agreed with the other nodes."""
         verdict = self._verdict(result)
         own = _own_first_failure(verdict)
         first = own
         if self._round is not None and self._round[2] > 1:
-            store, _, num_nodes = self._round
-            offer = None if verdict.root_is_victim else own
-            first = agree(store, attempt, offer, num_nodes, last)
-        self._failed = (result, verdict, first)
+            first = agree(self._round[0], attempt, None if verdict.root_is_victim else own)
+        self._failed = (result, verdict, first, attempt)
         return first
 
     def _verdict(self, result: RunResult) -> report.Verdict:

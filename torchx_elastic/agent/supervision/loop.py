@@ -77,8 +77,8 @@ class Supervision:
     janitor: Janitor | None = None
     watchdog: HangWatchdog | None = None
     fork_server: ForkServer | None = None
-    # (result, attempt, last) -> the job's first failure, agreed with the other nodes
-    on_failure: Callable[[RunResult, int, bool], FirstFailure | None] | None = None
+    # (result, attempt) -> the job's first failure, agreed with the other nodes
+    on_failure: Callable[[RunResult, int], FirstFailure | None] | None = None
 
 
 def assign_ranks(
@@ -221,7 +221,7 @@ class Supervisor:
                 last = self.remaining_restarts <= 0
                 self.stop_workers()
                 on_failure = self._supervision.on_failure
-                first = on_failure(result, self.attempt, last) if on_failure else None
+                first = on_failure(result, self.attempt) if on_failure else None
                 if last:
                     return result
                 self.remaining_restarts -= 1
