@@ -194,7 +194,7 @@ class ConsoleSession:
         return report.classify(facts)
 
     @staticmethod
-    def _write_reply_file(verdict: report.Verdict, first: FirstFailure | None) -> None:
+    def _write_reply_file(verdict: report.Verdict, first: FirstFailure | None = None) -> None:
         """The job's root cause into the agent's own error file, if its scheduler gave it
         one: every node writes the same rank and message."""
         path = os.environ.get(ERROR_FILE_ENV)
