@@ -69,6 +69,9 @@ def test_a_rank_stopped_before_it_wrote_its_error_file_never_crashes_the_agent(
         r"  rank 2 \(node 0, local rank 2, pid \d+\) failed first: exit code 1\n", result.stderr
     ), result.stderr[-3000:]
     assert "    ValueError: rank 2 gives up\n" in result.stderr
+    assert result.stderr.endswith(
+        "torchx-elastic: job failed: rank 2 (node 0) failed first: ValueError: rank 2 gives up\n"
+    )
     error_file = _log_dir(tmp_path) / "attempt_0" / "rank_3" / "error.json"
     assert (
         "  rank 3 (node 0, local rank 3): signal SIGTERM, stopped by SIGTERM after another rank"
@@ -156,4 +159,9 @@ def test_two_nodes_one_root_cause_and_the_same_status(tmp_path: Path) -> None:
     assert "message: 'rank 2 (node 1) failed first: ValueError: rank 2 gives up'" in out, out[
         -2000:
     ]
+    # every node's last word, what torchx status on docker reads from any replica's log
+    job_line = (
+        "torchx-elastic: job failed: rank 2 (node 1) failed first: ValueError: rank 2 gives up"
+    )
+    assert sorted(re.findall(r"train/(\d) " + re.escape(job_line) + "\n", out)) == ["0", "1"]
     assert out.count("Setting OMP_NUM_THREADS environment variable") == 1

@@ -19,6 +19,7 @@ from typing import Any, TextIO
 
 from torch.distributed.elastic.agent.server.api import RunResult
 
+from torchx_elastic import job_failure_line
 from torchx_elastic.agent.console import report
 from torchx_elastic.agent.console.channel import ActivityChannel, RankActivity
 from torchx_elastic.agent.console.display import (
@@ -165,12 +166,9 @@ class ConsoleSession:
                 if owner or first is None
                 else report.render_peer_failure(verdict, first, self.log_dir, path)
             )
-            print(
-                text,
-                file=out or sys.stderr,
-                end="",
-                flush=True,
-            )
+            if first is not None:
+                text += job_failure_line.line(first.describe()) + "\n"
+            print(text, file=out or sys.stderr, end="", flush=True)
         return verdict
 
     def attempt_failed(self, result: RunResult, attempt: int) -> FirstFailure | None:
