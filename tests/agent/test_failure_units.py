@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 from pathlib import Path
 
@@ -56,9 +57,15 @@ def test_an_unusable_error_file_says_why_and_never_raises(
     assert failure.exitcode == SIGTERM and failure.pid == 1234
 
 
-def test_a_directory_in_place_of_the_error_file_is_unreadable(tmp_path: Path) -> None:
-    read = read_error_file(str(tmp_path))
-    assert read is not None and read.problem.startswith("cannot be read")
+def test_a_directory_fifo_or_dangling_link_in_place_of_the_error_file_is_unreadable(
+    tmp_path: Path,
+) -> None:
+    fifo, link = tmp_path / "fifo", tmp_path / "link"
+    os.mkfifo(fifo)  # opening it would block the agent
+    link.symlink_to(tmp_path / "gone")
+    for path in (tmp_path, fifo, link):
+        read = read_error_file(str(path))
+        assert read is not None and read.problem == "not a regular file"
 
 
 def test_both_of_torchs_formats_are_read(tmp_path: Path) -> None:

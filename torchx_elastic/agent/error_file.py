@@ -82,6 +82,8 @@ def read_error_file(path: str) -> ErrorFileContent | None:
     ``@record`` writes its file leaves it empty)."""
     if not path or not os.path.lexists(path):
         return None
+    if not os.path.isfile(path):  # a directory, a FIFO (open would block), a dangling link
+        return ErrorFileContent(problem="not a regular file")
     try:
         with open(path, "rb") as file:
             raw = file.read(_MAX_BYTES + 1)
