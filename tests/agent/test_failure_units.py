@@ -219,3 +219,15 @@ def test_every_nodes_reply_file_names_the_first_failure() -> None:
     own = report.reply_file_data(report.classify([raiser]), 5.0, BOOM)
     assert own is not None and own["message"]["message"] == data["message"]["message"]
     assert own["message"]["extraInfo"]["py_callstack"] == TRACEBACK
+
+
+def test_a_node_whose_ranks_still_ran_names_the_first_failure_only() -> None:
+    nothing = report.Verdict(root=None)
+    text = report.render_peer_failure(nothing, BOOM, "/logs")
+    assert "  rank 2 (node 1) failed first: ValueError: bad batch\n" in text
+    assert "  this node's ranks were still running: they were stopped\n" in text
+    assert "Victims" not in text and "Root cause" not in text
+    data = report.reply_file_data(nothing, 5.0, BOOM)
+    assert data is not None
+    assert data["message"]["message"] == "rank 2 (node 1) failed first: ValueError: bad batch"
+    assert report.reply_file_data(nothing, 5.0) is None

@@ -250,6 +250,8 @@ def render_peer_failure(
         lines.append(f"  at {first.where}")
     lines.append(f"  its traceback and logs are in node {first.node}'s report")
     root = verdict.root
+    if root is None:
+        lines.append("  this node's ranks were still running: they were stopped")
     victims, causes = list(verdict.victims), list(verdict.causes)
     if root is not None and verdict.root_is_victim:
         victims.insert(0, Victim(root, victim_reason(root) or "lost a peer"))
@@ -333,12 +335,13 @@ def reply_file_data(
     with this it shows the failing rank's exception instead of no message at all.
     """
     root = verdict.root
-    if root is None:
+    if root is None and first is None:
         return None
-    timestamp = root.error_time_s if root.error_time_s is not None else now_s
-    if first is not None and (first.rank, first.node) != (root.rank, root.node):
+    timestamp = root.error_time_s if root and root.error_time_s is not None else now_s
+    if first is not None and (root is None or (first.rank, first.node) != (root.rank, root.node)):
         # another node's rank failed first: every node's reply names that one
         return error_data(first.describe(), first.where, timestamp)
+    assert root is not None
     what = root.message or root.how
     return error_data(
         f"rank {root.rank} (node {root.node}) failed first: {what}",

@@ -46,6 +46,10 @@ from torchx_elastic.agent.error_file import ERROR_FILE_ENV
 
 log = logging.getLogger(__name__)
 
+# the last failed attempt: its result (None: the job failed on another node while this
+# node's ranks ran), this node's verdict, the job's first failure, the attempt
+FailedAttempt = tuple[RunResult | None, report.Verdict, FirstFailure | None, int]
+
 
 class ConsoleSession:
     def __init__(
@@ -76,8 +80,7 @@ class ConsoleSession:
         self._sinks: list[RankSink] = []
         self._closed = False
         self._round: tuple[Any, int, int] | None = None  # store, node rank, nodes
-        # the last failed attempt: its result, this node's verdict, the job's first failure
-        self._failed: tuple[RunResult, report.Verdict, FirstFailure | None, int] | None = None
+        self._failed: FailedAttempt | None = None
 
     def start_round(self, store: Any, node_rank: int, num_nodes: int) -> None:
         """A rendezvous round completed (its store reaches the job-wide exchanges)."""
@@ -122,14 +125,15 @@ class ConsoleSession:
         outputs = self._sinks[-1].outputs if self._sinks else []
         node = outputs[0].node_rank if outputs else (self.events.node or 0)
         verdict, first = None, None
-        failed = result is not None and result.is_failed()
+        elsewhere = result is None and self._failed is not None and self._failed[0] is None
+        failed = (result is not None and result.is_failed()) or elsewhere
         if failed:
-            assert result is not None
             if self._failed is not None and self._failed[0] is result:
                 _, verdict, first, failed_attempt = self._failed
                 if self._round is not None and self._round[2] > 1:
                     leave_together(self._round[0], failed_attempt, self._round[2])
             else:
+                assert result is not None
                 verdict = self._verdict(result)
                 first = _own_first_failure(verdict)
         state = "FAILED" if failed else ("SUCCEEDED" if exit_code == 0 else "STOPPED")
@@ -179,6 +183,16 @@ class ConsoleSession:
         if self._round is not None and self._round[2] > 1:
             first = agree(self._round[0], attempt, None if verdict.root_is_victim else own)
         self._failed = (result, verdict, first, attempt)
+        return first
+
+    def failed_elsewhere(self, attempt: int) -> FirstFailure | None:
+        """The rendezvous closed under this node's running ranks: the first failure that
+        another node named for ``attempt``, if any (the job then failed there)."""
+        if self._round is None or self._round[2] <= 1:
+            return None
+        first = agree(self._round[0], attempt, None)
+        if first is not None:
+            self._failed = (None, report.Verdict(root=None), first, attempt)
         return first
 
     def _verdict(self, result: RunResult) -> report.Verdict:

@@ -11,7 +11,7 @@ from typing import Any
 
 from torch.distributed.elastic.agent.server.api import RunResult
 from torch.distributed.elastic.multiprocessing.api import LogsSpecs, SignalException, Std
-from torch.distributed.elastic.rendezvous import RendezvousError
+from torch.distributed.elastic.rendezvous import RendezvousClosedError, RendezvousError
 
 from torchx_elastic.agent.config.launch import AgentConfig, UsageError, apply_process_environment
 from torchx_elastic.agent.console.session import ConsoleSession
@@ -119,6 +119,10 @@ def launch(
         # other nodes can go on with a replacement (shutdown() would close it for all)
         shutdown_rendezvous = False
         code = 128 + int(err.sigval)
+    except RendezvousClosedError as err:
+        # the last node whose ranks failed closes the rendezvous: the job's first failure
+        if session.failed_elsewhere(supervisor.attempt) is None:
+            failure = rendezvous_failure(err, supervisor, config)
     except RendezvousError as err:
         failure = rendezvous_failure(err, supervisor, config)
     finally:
