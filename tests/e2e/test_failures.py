@@ -82,6 +82,38 @@ def test_a_rank_stopped_before_it_wrote_its_error_file_never_crashes_the_agent(
     assert victim["error_problem"] == "empty" and victim["error_path"] == str(error_file)
 
 
+# rank 1 exits at once; its child writes a partial error file after it died (before the
+# agent reports: the agent waits for the worker's output pipes, which the child holds)
+FORKING_SCRIPT = """\
+import os, sys, time
+if os.environ["RANK"] == "1":
+    if os.fork() == 0:
+        os.setsid()  # out of the worker's process group: the agent's stop does not reach it
+        time.sleep(0.2)
+        with open(os.environ["TORCHELASTIC_ERROR_FILE"], "w") as file:
+            file.write('{"message": {"message": "half')
+        os._exit(0)
+    sys.exit(3)
+time.sleep(120)
+"""
+
+
+def test_a_worker_that_forks_and_exits_never_crashes_the_agent(tmp_path: Path) -> None:
+    (tmp_path / "train.py").write_text(FORKING_SCRIPT)
+    result = run_agent(
+        "--nproc-per-node", "2", "--log-dir", str(_log_dir(tmp_path)), "train.py", cwd=tmp_path
+    )
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr, result.stderr[-3000:]
+    assert re.search(
+        r"  rank 1 \(node 0, local rank 1, pid \d+\) failed first: exit code 3\n", result.stderr
+    ), result.stderr[-3000:]
+    assert "  error file unreadable (not JSON (Unterminated string" in result.stderr
+    assert result.stderr.endswith(
+        "torchx-elastic: job failed: rank 1 (node 0) failed first: exit code 3\n"
+    )
+
+
 def test_the_record_case_restarted_again_and_again_always_names_rank_2(tmp_path: Path) -> None:
     """The real case, once per attempt: 12 attempts of a 1-in-7 race in one agent run."""
     (tmp_path / "train.py").write_text(RECORD_SCRIPT)
