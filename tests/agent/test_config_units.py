@@ -213,3 +213,23 @@ def test_the_default_start_method_is_the_fork_server_and_torchrun_values_are_kep
     assert config().start_method == "fork-server"
     for method in ("spawn", "fork", "forkserver"):
         assert config("--start-method", method).start_method == method
+
+
+def test_under_torchx_the_omp_warning_waits_for_node_0(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from torchx_elastic.agent.config.launch import OMP_WARNING
+    from torchx_elastic.agent.supervision.launcher import warn_on_node0
+
+    monkeypatch.setenv("TORCHX_RANK0_HOST", "127.0.0.1")
+    warnings: list[str] = []
+    deferred = apply_process_environment(config("--nproc-per-node", "2"), warnings.append)
+    assert warnings == [] and deferred == OMP_WARNING and os.environ["OMP_NUM_THREADS"] == "1"
+    rounds: list[tuple[object, int, int]] = []
+    for first_rank, printed in ((0, 1), (1, 0)):
+        caplog.clear()
+        listener = warn_on_node0(OMP_WARNING, lambda *r: rounds.append(r))
+        listener("store", first_rank, 2)
+        listener("store", 0, 2)  # a later round: never again
+        assert sum(OMP_WARNING in r.getMessage() for r in caplog.records) == printed
+    assert len(rounds) == 4

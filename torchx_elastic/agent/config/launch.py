@@ -30,6 +30,8 @@ log = logging.getLogger(__name__)
 DEFAULT_MASTER_PORT = 29500
 DEFAULT_SHUTDOWN_TIMEOUT_S = 30.0
 PREFIX_TEMPLATE_ENV = "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"
+# set on every replica by this package's torchx schedulers (torchx's ``rank0_env`` macro)
+TORCHX_RANK0_ENV = "TORCHX_RANK0_HOST"
 OMP_WARNING = (
     "\n*****************************************\n"
     "Setting OMP_NUM_THREADS environment variable for each process to be "
@@ -378,10 +380,20 @@ def config_from_args(args: argparse.Namespace) -> AgentConfig:
     )
 
 
-def apply_process_environment(config: AgentConfig, warn: Any = None) -> None:
-    """What torchrun sets in its own environment for the workers to inherit."""
+def apply_process_environment(config: AgentConfig, warn: Any = None) -> str | None:
+    """What torchrun sets in its own environment for the workers to inherit.
+
+    torchrun warns about ``OMP_NUM_THREADS`` on every node; under ``torchx run`` (every
+    replica has ``TORCHX_RANK0_HOST``) the warning is returned instead, for node 0 alone to
+    print once the first rendezvous round told it its rank: once per job.
+    """
+    deferred = None
     if "OMP_NUM_THREADS" not in os.environ and config.nproc_per_node > 1:
-        (warn or log.warning)(OMP_WARNING)
+        if TORCHX_RANK0_ENV in os.environ:
+            deferred = OMP_WARNING
+        else:
+            (warn or log.warning)(OMP_WARNING)
         os.environ["OMP_NUM_THREADS"] = "1"
     if config.signals_to_handle is not None:
         os.environ["TORCHELASTIC_SIGNALS_TO_HANDLE"] = config.signals_to_handle
+    return deferred

@@ -7,10 +7,11 @@ import os
 import sys
 import tempfile
 from importlib import metadata
+from typing import Any
 
 from torch.distributed.elastic.agent.server.api import RunResult
 from torch.distributed.elastic.multiprocessing.api import LogsSpecs, SignalException, Std
-from torch.distributed.elastic.rendezvous import RendezvousError
+from torch.distributed.elastic.rendezvous import RendezvousClosedError, RendezvousError
 
 from torchx_elastic.agent.config.launch import AgentConfig, UsageError, apply_process_environment
 from torchx_elastic.agent.console.session import ConsoleSession
@@ -20,7 +21,7 @@ from torchx_elastic.agent.rendezvous.handler import (
     describe_error,
     lost_nodes,
 )
-from torchx_elastic.agent.rendezvous.observed import ObservedRendezvous
+from torchx_elastic.agent.rendezvous.observed import ObservedRendezvous, RoundListener
 from torchx_elastic.agent.supervision.loop import Supervision, Supervisor
 from torchx_elastic.agent.supervision.watchdog import HangWatchdog
 from torchx_elastic.agent.workers.forkserver import ForkServer
@@ -68,15 +69,23 @@ def console_session(config: AgentConfig, log_dir: str) -> ConsoleSession:
     )
 
 
-def launch(config: AgentConfig, fork_server: ForkServer | None = None) -> int:
+def launch(
+    config: AgentConfig,
+    fork_server: ForkServer | None = None,
+    node0_warning: str | None = None,
+) -> int:
     """Run the agent in this process to the end; the exit code (torch's ``elastic_launch``
-    for a function calls this too: what only torchrun sets is in :func:`run`)."""
+    for a function calls this too: what only torchrun sets is in :func:`run`).
+    ``node0_warning``: logged once the first rendezvous round made this node node 0."""
     log_dir = config.log_dir or tempfile.mkdtemp(prefix="torchx_elastic_")
     specs = logs_specs(config, log_dir)
     session = console_session(config, log_dir)
     try:
         # every round's store reaches the cross-node progress exchange
-        handler = ObservedRendezvous(create_handler(config), session.job_progress.start_round)
+        on_round: RoundListener = session.start_round
+        if node0_warning is not None:
+            on_round = warn_on_node0(node0_warning, on_round)
+        handler = ObservedRendezvous(create_handler(config), on_round)
     except BaseException:
         session.close()
         raise
@@ -91,7 +100,12 @@ def launch(config: AgentConfig, fork_server: ForkServer | None = None) -> int:
         session.make_sink,
         session.events,
         session.worker_env(),
-        Supervision(janitor=janitor, watchdog=watchdog, fork_server=fork_server),
+        Supervision(
+            janitor=janitor,
+            watchdog=watchdog,
+            fork_server=fork_server,
+            on_failure=session.attempt_failed,
+        ),
     )
     result: RunResult | None = None
     failure: RendezvousFailure | None = None
@@ -105,6 +119,10 @@ def launch(config: AgentConfig, fork_server: ForkServer | None = None) -> int:
         # other nodes can go on with a replacement (shutdown() would close it for all)
         shutdown_rendezvous = False
         code = 128 + int(err.sigval)
+    except RendezvousClosedError as err:
+        # the last node whose ranks failed closes the rendezvous: the job's first failure
+        if session.failed_elsewhere(supervisor.attempt) is None:
+            failure = rendezvous_failure(err, supervisor, config)
     except RendezvousError as err:
         failure = rendezvous_failure(err, supervisor, config)
     finally:
@@ -116,6 +134,19 @@ def launch(config: AgentConfig, fork_server: ForkServer | None = None) -> int:
     if failure is not None:
         raise failure
     return code
+
+
+def warn_on_node0(warning: str, on_round: RoundListener) -> RoundListener:
+    """``on_round`` that first logs ``warning`` if the first round made this node node 0."""
+    pending = [warning]
+
+    def listener(store: Any, rank: int, num_nodes: int) -> None:
+        if pending and rank == 0:
+            log.warning(pending[0])
+        pending.clear()
+        on_round(store, rank, num_nodes)
+
+    return listener
 
 
 def rendezvous_failure(
@@ -132,8 +163,8 @@ def rendezvous_failure(
 def run(config: AgentConfig, fork_server: ForkServer | None = None) -> None:
     """Run the agent and exit with the job's exit code."""
     try:
-        apply_process_environment(config)
-        code = launch(config, fork_server)
+        node0_warning = apply_process_environment(config)
+        code = launch(config, fork_server, node0_warning)
     except UsageError as err:
         print(f"torchx-elastic: error: {err}", file=sys.stderr)
         code = 1
