@@ -15,6 +15,7 @@ import fcntl
 import json
 import os
 import re
+import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -33,6 +34,7 @@ CLUSTER_LOCK = "/tmp/slurm.lock"
 JOB_TIMEOUT_S = 180.0
 SCRIPT = "slurm_e2e_train.py"  # a name no other process on this machine has (see cancel)
 ROLE = "slurm_e2e_train"
+HOSTS = (socket.gethostname(), socket.gethostname() + "b")  # the nodes of cluster.sh
 # a frame of the agent's own code or of torch's launcher: the agent crashed (a worker's
 # traceback in the root-cause report names the script's frames)
 AGENT_FRAME = re.compile(r'File ".*/(torchx_elastic/agent|torch/distributed/elastic)/')
@@ -115,7 +117,8 @@ class Job:
         return (self.workdir / f"slurm-{self.app_id}-{ROLE}-{node}.{suffix}").read_text()
 
     def everything(self) -> str:
-        return "\n".join(f"== {p.name}\n{p.read_text(errors='replace')}" for p in self.output_files())
+        files = self.output_files()
+        return "\n".join(f"== {p.name}\n{p.read_text(errors='replace')}" for p in files)
 
     def status(self) -> str:
         result = run_torchx("status", self.app_handle, cwd=self.workdir)
@@ -248,7 +251,12 @@ def test_cancel_stops_every_process_and_each_agent_reports(workdir: Path) -> Non
     left = subprocess.run(["pgrep", "-af", SCRIPT], capture_output=True, text=True)
     assert left.stdout == "", f"processes of the job are left:\n{left.stdout}"
     job.assert_clean_output()
+    # each agent stopped its workers, wrote its summary and exited 128 + SIGTERM
     summaries = [json.loads(p.read_text()) for p in workdir.glob("agent_logs/**/summary_node*")]
-    assert len(summaries) == 2, job.everything()
-    for node in (0, 1):
-        assert "exit code 143" in job.output(node, "err") or summaries, job.everything()
+    ends = sorted(
+        (s["node"], s["host"] == HOSTS[s["node"]], s["state"], s["exit_code"]) for s in summaries
+    )
+    assert ends == [(0, True, "STOPPED", 143), (1, True, "STOPPED", 143)], job.everything()
+    batch = (workdir / f"slurm-{job.app_id}.out").read_text()
+    for host in HOSTS:
+        assert f"srun: error: {host}: task 0: Exited with exit code 143" in batch, batch

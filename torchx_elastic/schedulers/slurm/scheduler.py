@@ -20,10 +20,10 @@ from torchx_elastic.schedulers.slurm.status import (
 def runs_the_agent(role: Role) -> bool:
     """The role is one of our components' (``python3 -m torchx_elastic.agent ...``)."""
     args = list(role.args)
-    return any(a == "-m" and b == AGENT_MODULE for a, b in zip(args, args[1:]))
+    return any(a == "-m" and b == AGENT_MODULE for a, b in zip(args, args[1:], strict=False))
 
 
-class SlurmScheduler(_TorchxSlurmScheduler):  # type: ignore[misc]
+class SlurmScheduler(_TorchxSlurmScheduler):
     def _submit_dryrun(self, app: AppDef, cfg: Any) -> AppDryRunInfo[Any]:
         info: AppDryRunInfo[Any] = super()._submit_dryrun(app, cfg)
         if any(runs_the_agent(role) for role in app.roles):

@@ -11,7 +11,6 @@ from torchx.schedulers.api import DescribeAppResponse
 from torchx.schedulers.slurm_scheduler import SLURM_STATES
 from torchx.specs import AppState, ReplicaStatus, Role, RoleStatus
 
-
 # squeue's columns under sacct's names
 SQUEUE_FORMAT = "%i|%j|%T"
 SQUEUE_HEADER = "JobID|JobName|State"
