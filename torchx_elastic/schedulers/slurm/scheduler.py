@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 from typing import Any, Optional
 
+from torchx.schedulers import slurm_scheduler as _torchx_slurm
 from torchx.schedulers.api import AppDryRunInfo, DescribeAppResponse
 from torchx.schedulers.slurm_scheduler import SlurmScheduler as _TorchxSlurmScheduler
 from torchx.specs import AppDef, Role
@@ -15,6 +16,10 @@ from torchx_elastic.schedulers.slurm.status import (
     SQUEUE_HEADER,
     describe_from_sacct,
 )
+
+# torchx's development line reads every sacct state itself (squeue first, then sacct, with
+# "CANCELLED by 0"): its describe is kept; torchx 0.7's fails on a cancelled job
+TORCHX_READS_EVERY_STATE = hasattr(_torchx_slurm, "appstate_from_slurm_state")
 
 
 def runs_the_agent(role: Role) -> bool:
@@ -35,6 +40,9 @@ class SlurmScheduler(_TorchxSlurmScheduler):
     def describe(self, app_id: str) -> Optional[DescribeAppResponse]:
         """sacct's view; squeue's for a job that sacct does not show yet (the first second
         after sbatch, where torchx's ``run --wait`` would stop with "unknown status")."""
+        if TORCHX_READS_EVERY_STATE:
+            found: Optional[DescribeAppResponse] = super().describe(app_id)
+            return found
         sacct = subprocess.run(
             ["sacct", "--parsable2", "-j", app_id], stdout=subprocess.PIPE, check=True, text=True
         )
