@@ -210,30 +210,13 @@ def console_streams(redirects: str, tee: str, nproc: int) -> Std | dict[int, Std
     return {rank: Std(Std.ALL.value & ~at(off, rank) | at(back, rank)) for rank in range(nproc)}
 
 
-def from_torch_prefix_template(text: str) -> str:
-    """torch's ``${role_name}``/``${rank}``/``${local_rank}`` template in our ``{}`` fields."""
-    template = (
-        text.replace("{", "{{")
-        .replace("}", "}}")
-        .replace("${{role_name}}", "{role}")
-        .replace("${{rank}}", "{rank}")
-        .replace("${{local_rank}}", "{local_rank}")
-    )
-    for name, field_name in (
-        ("role_name", "role"),
-        ("local_rank", "local_rank"),
-        ("rank", "rank"),
-    ):
-        template = template.replace(f"${name}", "{" + field_name + "}")
-    return template
-
-
 def prefix_template(flag_value: str | None) -> str:
-    """Our flag; else torch's ``TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE`` (``${rank}``, ...)."""
-    if flag_value is not None:
+    """The flag, else ``TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE`` (as torchrun), else ours; in
+    either syntax (see :func:`~torchx_elastic.agent.console.output.format_prefix`)."""
+    if flag_value:
         template = flag_value
     elif os.environ.get(PREFIX_TEMPLATE_ENV):
-        template = from_torch_prefix_template(os.environ[PREFIX_TEMPLATE_ENV])
+        template = os.environ[PREFIX_TEMPLATE_ENV]
     else:
         template = DEFAULT_PREFIX
     try:

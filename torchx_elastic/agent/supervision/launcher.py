@@ -23,6 +23,10 @@ from torchx_elastic.agent.rendezvous.handler import (
 )
 from torchx_elastic.agent.rendezvous.observed import ObservedRendezvous, RoundListener
 from torchx_elastic.agent.supervision.loop import Supervision, Supervisor
+from torchx_elastic.agent.supervision.stop_signals import (
+    absorb_stop_signals,
+    raise_on_stop_signals,
+)
 from torchx_elastic.agent.supervision.watchdog import HangWatchdog
 from torchx_elastic.agent.workers.forkserver import ForkServer
 from torchx_elastic.agent.workers.janitor import Janitor
@@ -78,6 +82,7 @@ def launch(
     for a function calls this too: what only torchrun sets is in :func:`run`).
     ``node0_warning``: logged once the first rendezvous round made this node node 0."""
     log_dir = config.log_dir or tempfile.mkdtemp(prefix="torchx_elastic_")
+    raise_on_stop_signals()
     specs = logs_specs(config, log_dir)
     session = console_session(config, log_dir)
     try:
@@ -126,6 +131,7 @@ def launch(
     except RendezvousError as err:
         failure = rendezvous_failure(err, supervisor, config)
     finally:
+        absorb_stop_signals()  # a signal now (the job ended or is stopping) ends nothing early
         janitor.close()
         if shutdown_rendezvous:
             handler.shutdown()

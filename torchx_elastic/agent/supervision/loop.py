@@ -35,6 +35,7 @@ from torchx_elastic.agent.console.job_failure import FirstFailure, RestartNotice
 from torchx_elastic.agent.console.output import OutputSink, RankOutput
 from torchx_elastic.agent.error_file import write_error_file
 from torchx_elastic.agent.rendezvous.worker_store import WorkerStoreHost
+from torchx_elastic.agent.supervision.stop_signals import absorb_stop_signals
 from torchx_elastic.agent.supervision.watchdog import HangWatchdog
 from torchx_elastic.agent.workers.bootstrap import AGENT_PID_ENV, DUMP_STACKS_SIGNAL
 from torchx_elastic.agent.workers.forkserver import ForkServer
@@ -201,6 +202,7 @@ class Supervisor:
         try:
             return self._run()
         except SignalException as err:
+            absorb_stop_signals()  # the scheduler's next signals must not cut the shutdown short
             self.stop_workers(signal.Signals(err.sigval))  # the workers get the same signal
             raise
         finally:
