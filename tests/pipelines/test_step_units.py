@@ -7,13 +7,15 @@ import io
 import threading
 import time
 from pathlib import Path
-from typing import Callable, Iterator, List
+from typing import Callable, Iterator, List, Set, Tuple
 
 import pytest
+import yaml
 from torchx.runner import Runner
 
 from tests.kubernetes.conftest import SUFFIX
 from tests.kubernetes.fake_api import FakeCluster
+from tests.kubernetes.validation import REPO
 from torchx_elastic.pipelines import __main__ as step_main
 from torchx_elastic.pipelines.step import EXIT_STOPPED, Step
 from torchx_elastic.schedulers.kubernetes.scheduler import KubernetesScheduler
@@ -61,9 +63,7 @@ def _run(runner: Runner, argv: List[str], out: io.StringIO) -> Callable[[], int]
     return _in_background(lambda: step.run(app, {}))
 
 
-def test_every_node_s_lines_then_success(
-    runner: Runner, fake: FakeCluster, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_every_node_s_lines_then_success(runner: Runner, fake: FakeCluster) -> None:
     out = io.StringIO()
     join = _run(runner, DDP, out)
     _wait_for_pods(fake, 2)
@@ -153,3 +153,64 @@ def test_the_command_writes_its_outputs_once_the_job_succeeded(
     assert command[-2:] == ["--data", "/data/$$run"]  # type: ignore[index]
     assert written_before_the_end is False
     assert output.read_text() == "/data/$run/ckpt"
+
+
+def test_a_job_deleted_by_someone_else_ends_the_step(runner: Runner, fake: FakeCluster) -> None:
+    out = io.StringIO()
+    join = _run(runner, DDP, out)
+    _wait_for_pods(fake, 2)
+    _remove(fake)  # kubectl delete job (its pods and Service go with it)
+    assert join() == 1
+    assert out.getvalue().endswith(
+        f"torchx-elastic: {APP} GONE: the job was deleted before it ended\n"
+    )
+
+
+ROLE = REPO / "docs" / "pipelines-role.yaml"
+# the fake API's request kinds as (API group, resource)
+KINDS = {
+    "jobs": ("batch", "jobs"),
+    "services": ("", "services"),
+    "pods": ("", "pods"),
+    "vcjobs": ("batch.volcano.sh", "jobs"),
+}
+
+
+def _remove(fake: FakeCluster) -> None:
+    """What a finished job leaves: its Job (with its pods) and its Service."""
+    for kind, path in [("jobs", "/apis/batch/v1"), ("services", "/api/v1")]:
+        if ("default", JOB) in fake.objects[kind]:
+            url = f"{path}/namespaces/default/{kind}/{JOB}"
+            fake.handle("DELETE", url, {"propagationPolicy": ["Background"]}, None)
+    assert not fake.pods(JOB)
+
+
+def _granted() -> Set[Tuple[str, str, str]]:
+    (role,) = [d for d in yaml.safe_load_all(ROLE.read_text()) if d["kind"] == "Role"]
+    return {
+        (group, resource, verb)
+        for rule in role["rules"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    }
+
+
+def test_the_documented_role_grants_what_the_step_does_and_no_more(
+    runner: Runner, fake: FakeCluster
+) -> None:
+    """Every request of a step that succeeds, one whose job someone deletes and one that is
+    stopped (all three with its log followed) is granted by docs/pipelines-role.yaml, and
+    every permission there is used."""
+    test_every_node_s_lines_then_success(runner, fake)
+    _remove(fake)  # the next step's job gets the same name
+    test_a_job_deleted_by_someone_else_ends_the_step(runner, fake)
+    _remove(fake)
+    test_stopping_the_step_cancels_the_job(runner, fake)
+    used = set()
+    for verb, what in fake.requests:
+        kind = what.partition("/")[0]
+        group, resource = KINDS[kind]
+        used.add((group, f"{resource}/log", "get") if verb == "log" else (group, resource, verb))
+    assert used <= _granted(), used - _granted()
+    assert used == _granted(), _granted() - used

@@ -70,7 +70,7 @@ class LogFollower:
             ended = self._done.is_set()  # the job's end: this pass is the last one
             try:
                 restarts = self._restarts()
-                if restarts == followed:
+                if restarts == followed or restarts < 0:
                     if ended:
                         return
                     self._done.wait(AGAIN_S)

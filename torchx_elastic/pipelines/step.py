@@ -81,7 +81,8 @@ class Step:
         follower.start()
         state, msg = self._wait(runner, handle)
         self._done.set()
-        follower.join(LOG_DRAIN_S)
+        if not self._stop.is_set():  # stopped: the pod has a grace period, not a log to finish
+            follower.join(LOG_DRAIN_S)
         return self._end(handle, state, msg)
 
     def _wait(self, runner: Runner, handle: str) -> Tuple[Optional[AppState], str]:
@@ -90,7 +91,10 @@ class Step:
             if self._stop.is_set():
                 runner.cancel(handle)
                 return AppState.CANCELLED, "the step was stopped: the job was cancelled"
-            status = runner.status(handle)
+            try:
+                status = runner.status(handle)
+            except Exception as e:
+                return AppState.UNKNOWN, f"cannot read the job's status: {with_role_hint(e)}"
             if status is None:
                 return None, "the job was deleted before it ended"
             if status.is_terminal():
