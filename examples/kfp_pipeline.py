@@ -21,8 +21,15 @@ RUN_DIR = pipeline_input("run_dir")
 
 train = component_from_app(
     ddp(
-        "--checkpoint", f"{RUN_DIR}/model.pt", "--steps", pipeline_input("steps"),
-        script="examples/resume.py", j="1:2x2", cpu=1, memMB=2048, image=IMAGE,
+        "--checkpoint",
+        f"{RUN_DIR}/model.pt",
+        "--steps",
+        pipeline_input("steps"),
+        script="examples/resume.py",
+        j="1:2x2",
+        cpu=1,
+        memMB=2048,
+        image=IMAGE,
         mounts=["type=volume", "src=training-data", "dst=/data"],
     ),  # fmt: skip
     inputs={"run_dir": str, "steps": int},
@@ -35,7 +42,7 @@ train = component_from_app(
 @dsl.container_component
 def prepare(run_dir: dsl.OutputPath(str)):  # type: ignore[no-untyped-def,valid-type]
     """Makes a directory for this run on the shared volume and hands its path on."""
-    script = 'd=/data/runs/$(date +%s); mkdir -p "$d"; printf %s "$d" > "$0"'
+    script = 'd=/data/runs/`date +%s`; mkdir -p "$d"; printf %s "$d" > "$0"'
     return dsl.ContainerSpec(image=IMAGE, command=["sh", "-c", script, run_dir])
 
 

@@ -16,8 +16,14 @@ OUTPUT = f"/workspace/model-{pipeline_input('seconds')}s.pt"
 
 train = component_from_app(
     ddp(
-        "--seconds", pipeline_input("seconds"), "--crash-rank", pipeline_input("crash_rank"),
-        script="examples/timed.py", j="2x1", cpu=0.5, image=NODE_IMAGE,
+        "--seconds",
+        pipeline_input("seconds"),
+        "--crash-rank",
+        pipeline_input("crash_rank"),
+        script="examples/timed.py",
+        j="2x1",
+        cpu=0.5,
+        image=NODE_IMAGE,
     ),  # fmt: skip
     inputs={"seconds": float, "crash_rank": int},
     outputs={"checkpoint": OUTPUT},

@@ -95,6 +95,8 @@ def test_the_real_node_step(tmp_path: Path) -> None:
     tail = command[command.index("--") + 1 :]
     (role,) = app_from_json(command[4], tail).roles
     assert (role.resource.cpu, role.num_replicas, role.min_replicas) == (0.5, 2, 2)
+    # Kubernetes reads "$$" in a pod's command as "$": the step gets torchx's "$${...}"
+    assert tail[tail.index("--rdzv-endpoint") + 1] == "$$${${rank0_env}:-localhost}:29500"
     assert tail[-4:] == [
         "--seconds", "{{pipeline_input:seconds}}", "--crash-rank", "{{pipeline_input:crash_rank}}",
     ]  # fmt: skip

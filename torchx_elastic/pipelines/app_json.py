@@ -35,7 +35,11 @@ def _role_to_dict(role: Role) -> Dict[str, Any]:
 def app_to_json(app: AppDef) -> str:
     """``app`` without its roles' arguments (``all_args`` gives them), as compact JSON."""
     return json.dumps(
-        {"name": app.name, "metadata": app.metadata, "roles": [_role_to_dict(r) for r in app.roles]},
+        {
+            "name": app.name,
+            "metadata": app.metadata,
+            "roles": [_role_to_dict(r) for r in app.roles],
+        },
         separators=(",", ":"),
         sort_keys=True,
     )

@@ -22,6 +22,7 @@ and only when these functions are called.
 from __future__ import annotations
 
 import inspect
+import re
 from typing import Any, List, Mapping, Optional
 
 from torchx.specs import AppDef
@@ -30,6 +31,14 @@ from torchx_elastic.pipelines.command import step_command
 from torchx_elastic.pipelines.inputs import app_texts, pipeline_input, used_inputs
 
 __all__ = ["component_from_app", "container_spec", "pipeline_input"]
+
+_EXPANDED = re.compile(r"\$(?=[$(])")
+
+
+def kubernetes_literal(arg: str) -> str:
+    """``arg`` as a pod's command must say it for the container to get ``arg``: Kubernetes
+    reads ``$(VAR)`` and ``$$`` in a command; KFP's placeholders (``{{$.inputs...}}``) stay."""
+    return _EXPANDED.sub("$$", arg)
 
 
 def container_spec(
@@ -59,7 +68,9 @@ def container_spec(
         inputs=[(name, str(value)) for name, value in inputs.items()],
         outputs=[(str(output_paths[name]), value) for name, value in outputs.items()],
     )
-    return dsl.ContainerSpec(image=image or app.roles[0].image, command=command)
+    return dsl.ContainerSpec(
+        image=image or app.roles[0].image, command=[kubernetes_literal(a) for a in command]
+    )
 
 
 def _check(app: AppDef, inputs: Mapping[str, type], outputs: Mapping[str, str]) -> None:

@@ -11,7 +11,6 @@ here imports a pipeline SDK.
 from __future__ import annotations
 
 import logging
-import os
 import signal
 import threading
 from pathlib import Path
