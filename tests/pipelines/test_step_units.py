@@ -214,3 +214,37 @@ def test_the_documented_role_grants_what_the_step_does_and_no_more(
         used.add((group, f"{resource}/log", "get") if verb == "log" else (group, resource, verb))
     assert used <= _granted(), used - _granted()
     assert used == _granted(), _granted() - used
+
+
+def test_a_log_it_may_not_read_is_said_and_the_job_still_followed(
+    runner: Runner, fake: FakeCluster
+) -> None:
+    fake.forbid("get", "pods")  # pods/log: the fake API answers 403 to reading a log
+    out = io.StringIO()
+    join = _run(runner, DDP, out)
+    _wait_for_pods(fake, 2)
+    for index in (0, 1):
+        fake.set_phase(fake.pod(JOB, index), "Running")
+    for index in (0, 1):
+        fake.set_phase(fake.pod(JOB, index), "Succeeded")
+    assert join() == 0
+    text = out.getvalue()
+    for index in (0, 1):
+        said = f"torchx-elastic: cannot follow the log of train/{index}: cannot read the log"
+        assert said in text
+    assert "(the step's service account needs the Role in docs/pipelines-role.yaml" in text
+    assert text.endswith(f"torchx-elastic: {APP} SUCCEEDED\n")
+
+
+def test_a_status_it_cannot_read_ends_the_step(runner: Runner, fake: FakeCluster) -> None:
+    out = io.StringIO()
+    join = _run(runner, DDP, out)
+    deadline = time.monotonic() + 20
+    while "torchx-elastic: submitted" not in out.getvalue():
+        assert time.monotonic() < deadline, "the job was not submitted"
+        time.sleep(0.05)
+    fake.token_expired = True
+    assert join() == 1
+    end = out.getvalue().rpartition(f"torchx-elastic: {APP} UNKNOWN: ")[2]
+    assert end.startswith("cannot read the job's status: cannot read Job train-bcdfghjk")
+    assert "did not accept your credentials" in end
