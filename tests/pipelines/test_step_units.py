@@ -249,3 +249,17 @@ def test_a_status_it_cannot_read_ends_the_step(runner: Runner, fake: FakeCluster
     # the token expires between two of the status' calls: whichever comes next says it
     assert end.startswith("cannot read the job's status: cannot ")
     assert "did not accept your credentials (Unauthorized)" in end
+
+
+def test_a_stopped_step_that_may_not_cancel_says_so(runner: Runner, fake: FakeCluster) -> None:
+    fake.forbid("delete", "jobs")
+    out = io.StringIO()
+    args = step_main.parser().parse_args(DDP)
+    step = Step(out, runner)
+    join = _in_background(lambda: step.run(step_main.parse_app(args, step_main.parser()), {}))
+    _wait_for_pods(fake, 2)
+    step.stop()
+    assert join() == EXIT_STOPPED
+    end = out.getvalue().rpartition(f"torchx-elastic: {APP} UNKNOWN: ")[2]
+    assert end.startswith("the step was stopped; cancelling the job: cannot delete Job")
+    assert "(the step's service account needs the Role in docs/pipelines-role.yaml" in end

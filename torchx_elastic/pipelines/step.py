@@ -88,7 +88,11 @@ class Step:
         """The job's final state and message; None when it went before it ended."""
         while True:
             if self._stop.is_set():
-                runner.cancel(handle)
+                try:
+                    runner.cancel(handle)
+                except Exception as e:
+                    why = with_role_hint(e)
+                    return AppState.UNKNOWN, f"the step was stopped; cancelling the job: {why}"
                 return AppState.CANCELLED, "the step was stopped: the job was cancelled"
             try:
                 status = runner.status(handle)
