@@ -165,7 +165,17 @@ def _ended(cluster: Cluster, name: str) -> Tuple[str, str]:
         return phase if phase in ("Succeeded", "Failed") else None
 
     phase = _wait(f"step pod {name} to end", done, timeout_s=STEP_TIMEOUT_S)
-    return phase, cluster.pod_log(name)
+    return phase, _log(cluster, name)
+
+
+def _log(cluster: Cluster, name: str) -> str:
+    from kubernetes.client.rest import ApiException
+
+    try:
+        found = cluster.core().read_namespaced_pod_log(name, "default", _preload_content=False)
+    except ApiException:
+        return ""  # not started yet
+    return str(found.data.decode("utf-8", "replace"))
 
 
 def _job_exists(cluster: Cluster, job: str) -> bool:
@@ -196,8 +206,12 @@ def test_the_step_streams_every_rank_and_succeeds(
     job = _submitted_job(log)
     assert job is not None, log
     for rank in (0, 1):  # the rendezvous places each rank on either node
-        assert re.search(rf"train/[01] .*rank {rank} of world size 2, attempt 0", log), log
-        assert re.search(rf"train/[01] .*rank {rank} done: \d+ steps", log), log
+        assert re.search(
+            rf"^timed/[01] \[n[01] r{rank}\] rank {rank} of world size 2, attempt 0$", log, re.M
+        ), log
+        assert re.search(
+            rf"^timed/[01] \[n[01] r{rank}\] rank {rank} done: \d+ steps", log, re.M
+        ), log
     assert log.rstrip().endswith(f"torchx-elastic: kubernetes://torchx/default:{job} SUCCEEDED")
 
 
@@ -223,7 +237,7 @@ def test_deleting_the_step_pod_leaves_no_job_behind(
     _start_step(cluster, step_account, "step-deleted", seconds="600", crash_rank="-1")
 
     def training() -> Optional[str]:
-        log = cluster.pod_log("step-deleted")
+        log = _log(cluster, "step-deleted")
         both = all(f"rank {rank} of world size 2" in log for rank in (0, 1))
         return _submitted_job(log) if both else None
 

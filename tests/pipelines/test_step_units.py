@@ -126,7 +126,7 @@ def test_the_command_writes_its_outputs_once_the_job_succeeded(
 ) -> None:
     """``python -m torchx_elastic.pipelines`` (in this process: its signal handlers need the
     main thread), the cluster driven from another thread."""
-    monkeypatch.setattr(step_main, "get_runner", lambda name: runner)
+    monkeypatch.setattr(step_main, "get_runner", lambda: runner)
     output = tmp_path / "outputs" / "checkpoint"
     seen: List[object] = []
 

@@ -19,7 +19,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     args = p.parse_args(argv)
     app = parse_app(args, p)
     outputs = parse_outputs(args, p)
-    runner = get_runner("torchx")
+    runner = get_runner()
     cfg = runner.scheduler_run_opts(SCHEDULER).cfg_from_str(args.cfg)
     step = Step(sys.stdout, runner)
     step.handle_signals()

@@ -69,7 +69,7 @@ class Step:
 
     def run(self, app: AppDef, cfg: Mapping[str, CfgVal]) -> int:
         """Submits ``app``, follows it to its end; the exit status of the step."""
-        runner = self._runner or get_runner("torchx")
+        runner = self._runner or get_runner()
         try:
             handle = runner.run(app, SCHEDULER, cfg=in_cluster_cfg(cfg))
         except Exception as e:
