@@ -19,6 +19,7 @@ from typing import Any, TextIO
 
 from torch.distributed.elastic.agent.server.api import RunResult
 
+from torchx_elastic import event_records as ev
 from torchx_elastic import job_failure_line
 from torchx_elastic.agent.console import report
 from torchx_elastic.agent.console.channel import ActivityChannel, RankActivity
@@ -153,7 +154,7 @@ class ConsoleSession:
             path = None
         root = verdict.root if verdict else None
         self.events.emit(
-            "exit",
+            ev.EXIT,
             exit_code=exit_code,
             state=state,
             attempt=attempt,
