@@ -35,17 +35,18 @@ def classify_attempt(
 
     from torchx_elastic.agent.console import report
     from torchx_elastic.agent.console.output import RankOutput
+    from torchx_elastic.agent.workers import logs
 
     facts: list[report.RankFailure] = []
     for entry in failed:
-        rank_dir = os.path.join(log_dir, f"attempt_{attempt}", f"rank_{entry['rank']}")
-        error_path = os.path.join(rank_dir, "error.json")
+        files = logs.rank_dir(log_dir, attempt, entry["rank"])
+        error_path = os.path.join(files, logs.ERROR_FILE)
         output = RankOutput(
             local_rank=entry["local_rank"],
             global_rank=entry["rank"],
             node_rank=entry["node"],
-            stdout_path=os.path.join(rank_dir, "stdout.log"),
-            stderr_path=os.path.join(rank_dir, "stderr.log"),
+            stdout_path=os.path.join(files, logs.STDOUT_FILE),
+            stderr_path=os.path.join(files, logs.STDERR_FILE),
         )
         failure = ProcessFailure(
             local_rank=entry["local_rank"],

@@ -44,6 +44,7 @@ from torchx_elastic.agent.console.output import (
     Stream,
 )
 from torchx_elastic.agent.error_file import ERROR_FILE_ENV
+from torchx_elastic.agent.workers.logs import ERROR_FILE
 
 log = logging.getLogger(__name__)
 
@@ -202,8 +203,7 @@ class ConsoleSession:
         sink = self._sinks[-1] if self._sinks else None
         outputs = sink.outputs if sink else []
         error_paths = {
-            o.local_rank: os.path.join(os.path.dirname(o.stderr_path), "error.json")
-            for o in outputs
+            o.local_rank: os.path.join(os.path.dirname(o.stderr_path), ERROR_FILE) for o in outputs
         }
         facts = report.collect(result.failures, outputs, sink.ended_at if sink else {}, error_paths)
         return report.classify(facts)
