@@ -13,11 +13,11 @@ inside a pod, victims, rendezvous rounds and hang reports. Once the pods are del
 
 from __future__ import annotations
 
-import json
 import time
 from datetime import datetime
 from typing import Any
 
+from torchx_elastic.agent.error_file import parse_error_json
 from torchx_elastic.timeline.model import (
     MAX_PROGRESS_SAMPLES,
     Mark,
@@ -55,12 +55,8 @@ def _root_cause(message: str) -> tuple[str, str]:
     """(summary, traceback) of a termination message (torch's error-file JSON or log text)."""
     from torchx_elastic.schedulers.kubernetes.status import termination_summary
 
-    try:
-        data = json.loads(message)
-        traceback = str(data["message"]["extraInfo"]["py_callstack"])
-    except (ValueError, TypeError, KeyError):
-        traceback = ""
-    return termination_summary(message), traceback
+    content = parse_error_json(message)
+    return termination_summary(message), content.traceback if content is not None else ""
 
 
 def pod_lanes(pods: list[dict[str, Any]], now_s: float) -> list[NodeLane]:
