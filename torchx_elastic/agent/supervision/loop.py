@@ -233,9 +233,9 @@ class Supervisor:
                 )
                 if notice.said_by(self._group.round.rank if self._group else 0):
                     print(notice.line(), file=sys.stderr, flush=True)
-                self._restart("failure", **notice.fields())
+                self._restart(ev.RESTART_AFTER_FAILURE, **notice.fields())
             elif self.handler.num_nodes_waiting() > 0:  # membership changes cost no restart
-                self._restart("membership change", next_round=self._rounds + 1)
+                self._restart(ev.RESTART_MEMBERSHIP_CHANGE, next_round=self._rounds + 1)
 
     def _restart(self, reason: str, **facts: Any) -> None:
         self._events.emit(ev.RESTART, attempt=self.attempt, reason=reason, **facts)
