@@ -31,6 +31,8 @@ FAILURE: Final = "failure"
 # also the facts of the restart line: failed_rank, failed_node, failure, max_restarts,
 # restarts_left
 RESTART: Final = "restart"
+RESTART_AFTER_FAILURE: Final = "failure"  # a restart's reason
+RESTART_MEMBERSHIP_CHANGE: Final = "membership change"
 # the job's progress as the rank-0 node sums it up when it changed, at most every
 # PROGRESS_INTERVAL_S, and at the end of an attempt: step, total, slowest/fastest rank and
 # node, fastest_step, rate_per_s, ranks_reporting, ranks

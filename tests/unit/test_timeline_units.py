@@ -64,6 +64,16 @@ def test_lanes_restart_cause_root_and_victims(crashed_2x2: Path) -> None:
     assert [p.step for p in timeline.progress] == [0, 1, 2, 3, 4]
 
 
+def test_an_empty_error_file_is_read_as_the_agent_reads_it(crashed_2x2: Path) -> None:
+    # a worker killed while @record writes its error file leaves it empty: the root cause
+    # still comes from the rank's exit code and its stderr, as in the agent's report
+    (crashed_2x2 / "attempt_0" / "rank_1" / "error.json").write_text("")
+    timeline = timeline_of_dir(str(crashed_2x2))
+    root = next(f for f in timeline.failures if f.role == "root")
+    assert (root.rank, root.how) == (1, "exit code 1")
+    assert "ValueError: bad batch on rank 1" in root.traceback_head
+
+
 def test_joins_leaves_hangs_and_unknown_records(tmp_path: Path) -> None:
     records = [
         record(ev.RENDEZVOUS, T0, 0, 1, attempt=0, group_world_size=2, ranks=[0]),

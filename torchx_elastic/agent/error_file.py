@@ -76,6 +76,15 @@ def _parse(data: object) -> ErrorFileContent | None:
     return None
 
 
+def parse_error_json(text: str | bytes) -> ErrorFileContent | None:
+    """The content of torch's error-file JSON ``text`` (an error file, a container's
+    termination message); None when it is not one."""
+    try:
+        return _parse(json.loads(text))
+    except ValueError:
+        return None
+
+
 def read_error_file(path: str) -> ErrorFileContent | None:
     """The error file at ``path``; None when there is none. Never raises: an empty, partial,
     foreign or unreadable file gives a content with ``problem`` set (a worker killed while

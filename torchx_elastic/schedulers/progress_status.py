@@ -10,9 +10,9 @@ extra permission beyond reading logs), and this module turns the newest such lin
 from __future__ import annotations
 
 from datetime import datetime, timezone
-from typing import Iterable, Optional
+from typing import Iterable, Optional, Tuple
 
-from torchx_elastic.job_summary import LINE_PREFIX, format_duration, parse_line
+from torchx_elastic.job_summary import LINE_PREFIX, LineFigures, format_duration, parse_line
 
 # lines of replica 0's log read per status call; the agent prints its line every 5 s, so a
 # job printing more lines than this in 5 s shows no progress in its status
@@ -35,19 +35,28 @@ def log_timestamp(text: str) -> Optional[datetime]:
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=timezone.utc)
 
 
+def timestamped_figures(line: str) -> Optional[Tuple[Optional[datetime], LineFigures]]:
+    """The time (None: no readable stamp) and figures of a ``TIMESTAMP [job progress] ...``
+    log line; None when ``line`` is not a ``[job progress]`` line."""
+    if LINE_PREFIX not in line:
+        return None
+    figures = parse_line(line)
+    if figures is None:
+        return None
+    stamp, _, _ = line.partition(" ")
+    return log_timestamp(stamp), figures
+
+
 def progress_message(
     lines: Iterable[str], now: Optional[datetime] = None, where: str = "replica 0's log"
 ) -> Optional[str]:
     """The newest ``[job progress]`` line of ``lines`` (each ``TIMESTAMP TEXT``, as the
     log calls return them with timestamps on), in words; None when there is none."""
     for line in reversed(list(lines)):
-        if LINE_PREFIX not in line:
+        found = timestamped_figures(line)
+        if found is None:
             continue
-        figures = parse_line(line)
-        if figures is None:
-            continue
-        stamp, _, _ = line.partition(" ")
-        at = log_timestamp(stamp)
+        at, figures = found
         total = "?" if figures.total is None else str(figures.total)
         text = f"progress {figures.step}/{total}"
         if figures.total:

@@ -43,7 +43,7 @@ def parser() -> argparse.ArgumentParser:
         "target",
         help="the agents' log directory (or one above it), or an app handle:"
         " local_cwd://<session>/<app_id>, docker://<session>/<app_id>,"
-        " kubernetes://<namespace>:<app_id>",
+        " kubernetes://<session>/<namespace>:<app_id>",
     )
     p.add_argument(
         "--format",

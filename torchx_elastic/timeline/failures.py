@@ -31,28 +31,24 @@ def classify_attempt(
 ) -> list[RankFailureView]:
     """``failed``: one dict per failed rank (rank, node, local_rank, pid, exitcode, time_s)."""
     # torch is imported only when a job failed (the report takes torch's ProcessFailure)
-    from torch.distributed.elastic.multiprocessing.errors import ProcessFailure
-
     from torchx_elastic.agent.console import report
     from torchx_elastic.agent.console.output import RankOutput
+    from torchx_elastic.agent.workers import logs
+    from torchx_elastic.agent.workers.processes import process_failure
 
     facts: list[report.RankFailure] = []
     for entry in failed:
-        rank_dir = os.path.join(log_dir, f"attempt_{attempt}", f"rank_{entry['rank']}")
-        error_path = os.path.join(rank_dir, "error.json")
+        files = logs.rank_dir(log_dir, attempt, entry["rank"])
+        error_path = os.path.join(files, logs.ERROR_FILE)
         output = RankOutput(
             local_rank=entry["local_rank"],
             global_rank=entry["rank"],
             node_rank=entry["node"],
-            stdout_path=os.path.join(rank_dir, "stdout.log"),
-            stderr_path=os.path.join(rank_dir, "stderr.log"),
+            stdout_path=os.path.join(files, logs.STDOUT_FILE),
+            stderr_path=os.path.join(files, logs.STDERR_FILE),
         )
-        failure = ProcessFailure(
-            local_rank=entry["local_rank"],
-            pid=entry["pid"],
-            exitcode=entry["exitcode"],
-            error_file=error_path,
-        )
+        # as the agent reads it: an empty or partial error file is reported, not raised
+        failure = process_failure(entry["local_rank"], entry["pid"], entry["exitcode"], error_path)
         facts += report.collect(
             {entry["rank"]: failure},
             [output],

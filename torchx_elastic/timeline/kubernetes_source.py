@@ -13,12 +13,11 @@ inside a pod, victims, rendezvous rounds and hang reports. Once the pods are del
 
 from __future__ import annotations
 
-import json
 import time
 from datetime import datetime
 from typing import Any
 
-from torchx_elastic.job_summary import parse_line
+from torchx_elastic.agent.error_file import parse_error_json
 from torchx_elastic.timeline.model import (
     MAX_PROGRESS_SAMPLES,
     Mark,
@@ -56,12 +55,8 @@ def _root_cause(message: str) -> tuple[str, str]:
     """(summary, traceback) of a termination message (torch's error-file JSON or log text)."""
     from torchx_elastic.schedulers.kubernetes.status import termination_summary
 
-    try:
-        data = json.loads(message)
-        traceback = str(data["message"]["extraInfo"]["py_callstack"])
-    except (ValueError, TypeError, KeyError):
-        traceback = ""
-    return termination_summary(message), traceback
+    content = parse_error_json(message)
+    return termination_summary(message), content.traceback if content is not None else ""
 
 
 def pod_lanes(pods: list[dict[str, Any]], now_s: float) -> list[NodeLane]:
@@ -120,16 +115,25 @@ def pod_lanes(pods: list[dict[str, Any]], now_s: float) -> list[NodeLane]:
 
 def progress_samples(log_text: str) -> list[ProgressSample]:
     """The ``[job progress]`` lines of a log read with timestamps."""
+    from torchx_elastic.schedulers.progress_status import timestamped_figures
+
     samples = []
     for line in log_text.splitlines():
-        stamp, _, rest = line.partition(" ")
-        figures = parse_line(rest)
-        time_s = _seconds(stamp) if figures else None
-        if figures is None or time_s is None:
+        found = timestamped_figures(line)
+        if found is None:
+            continue
+        at, figures = found
+        if at is None:
             continue
         samples.append(
             ProgressSample(
-                time_s, figures.step, figures.step, figures.total, "?", "?", figures.rate_per_s
+                at.timestamp(),
+                figures.step,
+                figures.step,
+                figures.total,
+                "?",
+                "?",
+                figures.rate_per_s,
             )
         )
     return thin(samples, MAX_PROGRESS_SAMPLES)

@@ -328,7 +328,7 @@ def _restart_cause(
 ) -> Mark:
     """A restart after a failure, with its cause: the first failure of the attempt that
     ended (a restart's record names the attempt that starts), or its hang."""
-    if mark.label != "restart: failure":
+    if mark.label != f"restart: {ev.RESTART_AFTER_FAILURE}":
         return mark
     ended = mark.attempt - 1
     of_attempt = [f for f in failures if f.attempt == ended]

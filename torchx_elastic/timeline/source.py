@@ -7,7 +7,8 @@
   unless ``--log-dir`` names another);
 - ``docker://<session>/<app_id>``: copied out of the job's containers, running or stopped
   (``docker_source.py``);
-- ``kubernetes://<namespace>:<app_id>``: what the cluster still holds (``kubernetes_source.py``).
+- ``kubernetes://<session>/<namespace>:<app_id>`` (torchx's handle): what the cluster still
+  holds (``kubernetes_source.py``).
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from torchx_elastic.timeline.model import Timeline
+from torchx_elastic.timeline.model import Mark, Timeline
 
 AGENT_TID = 0
 _RANK_TID_BASE = 1  # thread ids 1.. are local ranks 0..
@@ -23,6 +23,20 @@ _JOB_PID = 1_000_000  # the process of job-wide tracks (progress, restarts)
 
 def _us(time_s: float) -> int:
     return int(round(time_s * 1e6))
+
+
+def _instant(mark: Mark, scope: str, pid: int, tid: int) -> dict[str, Any]:
+    """An instant event (``i``) of ``scope`` ``t`` (its thread) or ``g`` (global)."""
+    return {
+        "ph": "i",
+        "s": scope,
+        "name": mark.label,
+        "cat": mark.kind,
+        "pid": pid,
+        "tid": tid,
+        "ts": _us(mark.time_s),
+        "args": {"detail": mark.detail},
+    }
 
 
 def trace_events(timeline: Timeline) -> dict[str, Any]:
@@ -105,31 +119,8 @@ def trace_events(timeline: Timeline) -> dict[str, Any]:
                 )
         for mark in lane.marks:
             tid = AGENT_TID if mark.local_rank is None else _RANK_TID_BASE + mark.local_rank
-            events.append(
-                {
-                    "ph": "i",
-                    "s": "t",
-                    "name": mark.label,
-                    "cat": mark.kind,
-                    "pid": pid,
-                    "tid": tid,
-                    "ts": _us(mark.time_s),
-                    "args": {"detail": mark.detail},
-                }
-            )
-    for mark in timeline.job_marks:
-        events.append(
-            {
-                "ph": "i",
-                "s": "g",
-                "name": mark.label,
-                "cat": mark.kind,
-                "pid": _JOB_PID,
-                "tid": 0,
-                "ts": _us(mark.time_s),
-                "args": {"detail": mark.detail},
-            }
-        )
+            events.append(_instant(mark, "t", pid, tid))
+    events += [_instant(mark, "g", _JOB_PID, 0) for mark in timeline.job_marks]
     for sample in timeline.progress:
         events.append(
             {

@@ -23,6 +23,7 @@ from torchx_elastic.agent.config.cli import DEFAULT_START_METHOD
 from torchx_elastic.agent.config.endpoint import Endpoint
 from torchx_elastic.agent.console.display import ConsoleMode, parse_rank_filter
 from torchx_elastic.agent.console.output import DEFAULT_PREFIX, format_prefix
+from torchx_elastic.agent.supervision.stop_signals import DEFAULT_SIGNALS, SIGNALS_ENV
 from torchx_elastic.agent.workers import bootstrap
 
 log = logging.getLogger(__name__)
@@ -123,7 +124,7 @@ class AgentConfig:
     exit_barrier_timeout_s: float = 30.0
     shutdown_timeout_s: float = DEFAULT_SHUTDOWN_TIMEOUT_S
     hang_timeout_s: float = 0.0
-    signals_to_handle: str | None = "SIGTERM,SIGINT,SIGHUP,SIGQUIT"  # None: torchrun has none
+    signals_to_handle: str | None = DEFAULT_SIGNALS  # None: torchrun has none
     virtual_local_rank: bool = False
     event_log_handler: str = "null"
 
@@ -378,5 +379,5 @@ def apply_process_environment(config: AgentConfig, warn: Any = None) -> str | No
             (warn or log.warning)(OMP_WARNING)
         os.environ["OMP_NUM_THREADS"] = "1"
     if config.signals_to_handle is not None:
-        os.environ["TORCHELASTIC_SIGNALS_TO_HANDLE"] = config.signals_to_handle
+        os.environ[SIGNALS_ENV] = config.signals_to_handle
     return deferred

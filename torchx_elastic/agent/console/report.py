@@ -25,6 +25,7 @@ from torch.distributed.elastic.multiprocessing.errors import ProcessFailure
 from torchx_elastic.agent.console.job_failure import FirstFailure
 from torchx_elastic.agent.console.output import RankOutput
 from torchx_elastic.agent.error_file import ErrorFileContent, error_data, read_error_file
+from torchx_elastic.event_records import SUMMARY_PREFIX
 
 STDERR_TAIL_LINES = 10
 _TAIL_BYTES = 64 * 1024
@@ -314,7 +315,7 @@ def summary(
 
 
 def summary_path(log_dir: str, node: int) -> str:
-    return os.path.join(log_dir, f"summary_node{node}.json")
+    return os.path.join(log_dir, f"{SUMMARY_PREFIX}{node}.json")
 
 
 def write_summary(path: str, data: Mapping[str, Any]) -> None:

@@ -19,6 +19,7 @@ from typing import Any, TextIO
 
 from torch.distributed.elastic.agent.server.api import RunResult
 
+from torchx_elastic import event_records as ev
 from torchx_elastic import job_failure_line
 from torchx_elastic.agent.console import report
 from torchx_elastic.agent.console.channel import ActivityChannel, RankActivity
@@ -43,6 +44,7 @@ from torchx_elastic.agent.console.output import (
     Stream,
 )
 from torchx_elastic.agent.error_file import ERROR_FILE_ENV
+from torchx_elastic.agent.workers.logs import ERROR_FILE
 
 log = logging.getLogger(__name__)
 
@@ -153,7 +155,7 @@ class ConsoleSession:
             path = None
         root = verdict.root if verdict else None
         self.events.emit(
-            "exit",
+            ev.EXIT,
             exit_code=exit_code,
             state=state,
             attempt=attempt,
@@ -201,8 +203,7 @@ class ConsoleSession:
         sink = self._sinks[-1] if self._sinks else None
         outputs = sink.outputs if sink else []
         error_paths = {
-            o.local_rank: os.path.join(os.path.dirname(o.stderr_path), "error.json")
-            for o in outputs
+            o.local_rank: os.path.join(os.path.dirname(o.stderr_path), ERROR_FILE) for o in outputs
         }
         facts = report.collect(result.failures, outputs, sink.ended_at if sink else {}, error_paths)
         return report.classify(facts)

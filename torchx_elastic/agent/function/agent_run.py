@@ -29,8 +29,10 @@ from torchx_elastic.agent.config.launch import (
 )
 from torchx_elastic.agent.console.display import ConsoleMode, parse_rank_filter
 from torchx_elastic.agent.function.options import AgentOptions
+from torchx_elastic.agent.supervision.stop_signals import SIGNALS_ENV
 from torchx_elastic.agent.workers import bootstrap
 from torchx_elastic.agent.workers.forkserver import ForkServer
+from torchx_elastic.event_records import SUMMARY_PREFIX
 
 
 @dataclass(frozen=True)
@@ -136,7 +138,9 @@ def agent_config(
 
 def read_summary(log_dir: str) -> dict[str, Any]:
     """This run's summary (the newest, should a node's log directory hold several)."""
-    paths = sorted(glob.glob(os.path.join(log_dir, "summary_node*.json")), key=os.path.getmtime)
+    paths = sorted(
+        glob.glob(os.path.join(log_dir, f"{SUMMARY_PREFIX}*.json")), key=os.path.getmtime
+    )
     if not paths:
         return {}
     with open(paths[-1]) as file:
@@ -151,7 +155,7 @@ def run_agent(agent: AgentConfig, fork_server: ForkServer | None) -> Outcome:
 
     # torch's launch_agent sets it too: the signals the agent turns into a stop
     if agent.signals_to_handle is not None:
-        os.environ["TORCHELASTIC_SIGNALS_TO_HANDLE"] = agent.signals_to_handle
+        os.environ[SIGNALS_ENV] = agent.signals_to_handle
     try:
         code = launch(agent, fork_server)
     except UsageError as err:

@@ -28,6 +28,7 @@ from torch.distributed.elastic.multiprocessing.api import LogsSpecs, SignalExcep
 from torch.distributed.elastic.multiprocessing.errors import ProcessFailure
 from torch.distributed.elastic.rendezvous import RendezvousHandler
 
+from torchx_elastic import event_records as ev
 from torchx_elastic.agent import compat
 from torchx_elastic.agent.config.launch import AgentConfig
 from torchx_elastic.agent.console.events import EventLog
@@ -41,7 +42,6 @@ from torchx_elastic.agent.workers.bootstrap import AGENT_PID_ENV, DUMP_STACKS_SI
 from torchx_elastic.agent.workers.forkserver import ForkServer
 from torchx_elastic.agent.workers.janitor import Janitor
 from torchx_elastic.agent.workers.processes import WorkerProcesses
-from torchx_elastic.event_records import HANG
 
 log = logging.getLogger(__name__)
 
@@ -233,12 +233,12 @@ class Supervisor:
                 )
                 if notice.said_by(self._group.round.rank if self._group else 0):
                     print(notice.line(), file=sys.stderr, flush=True)
-                self._restart("failure", **notice.fields())
+                self._restart(ev.RESTART_AFTER_FAILURE, **notice.fields())
             elif self.handler.num_nodes_waiting() > 0:  # membership changes cost no restart
-                self._restart("membership change", next_round=self._rounds + 1)
+                self._restart(ev.RESTART_MEMBERSHIP_CHANGE, next_round=self._rounds + 1)
 
     def _restart(self, reason: str, **facts: Any) -> None:
-        self._events.emit("restart", attempt=self.attempt, reason=reason, **facts)
+        self._events.emit(ev.RESTART, attempt=self.attempt, reason=reason, **facts)
         self.stop_workers()
         self._start_round()
 
@@ -254,7 +254,7 @@ class Supervisor:
         self._rounds += 1
         self._events.node = rnd.rank
         self._events.emit(
-            "rendezvous",
+            ev.RENDEZVOUS,
             attempt=self.attempt,
             round=self._rounds,
             group_world_size=rnd.world_size,
@@ -307,7 +307,7 @@ class Supervisor:
         self._workers.start()
         pids = self._workers.pids()
         self._events.emit(
-            "start",
+            ev.START,
             attempt=self.attempt,
             pids={by_local[local_rank].global_rank: pid for local_rank, pid in pids.items()},
         )
@@ -354,7 +354,7 @@ class Supervisor:
         if not stalled:
             return None
         self._events.emit(
-            HANG,
+            ev.HANG,
             attempt=self.attempt,
             ranks=[group.workers[local_rank].global_rank for local_rank in stalled],
             message=watchdog.hang_message(group.workers[stalled[0]].global_rank),
@@ -378,7 +378,7 @@ class Supervisor:
 
     def _record_failure(self, result: RunResult) -> None:
         self._events.emit(
-            "failure",
+            ev.FAILURE,
             attempt=self.attempt,
             failures={
                 rank: {"local_rank": f.local_rank, "pid": f.pid, "exitcode": f.exitcode}

@@ -8,6 +8,15 @@ from torch.distributed.elastic.multiprocessing.api import LogsDest, LogsSpecs
 
 from torchx_elastic.agent.error_file import ERROR_FILE_ENV
 
+STDOUT_FILE = "stdout.log"
+STDERR_FILE = "stderr.log"
+ERROR_FILE = "error.json"
+
+
+def rank_dir(log_dir: str, attempt: int | str, rank: int | str) -> str:
+    """``<log_dir>/attempt_<attempt>/rank_<rank>``: the files of global rank ``rank``."""
+    return os.path.join(log_dir, f"attempt_{attempt}", f"rank_{rank}")
+
 
 class RankLogsSpecs(LogsSpecs):
     """Log files keyed by global rank, so several nodes can share one log directory."""
@@ -23,15 +32,11 @@ class RankLogsSpecs(LogsSpecs):
     def reify(self, envs: dict[int, dict[str, str]]) -> LogsDest:
         dest = LogsDest()
         for local_rank, env in envs.items():
-            rank_dir = os.path.join(
-                self._log_dir,
-                f"attempt_{env.get('TORCHELASTIC_RESTART_COUNT', '0')}",
-                f"rank_{env['RANK']}",
-            )
-            os.makedirs(rank_dir, exist_ok=True)
-            dest.stdouts[local_rank] = os.path.join(rank_dir, "stdout.log")
-            dest.stderrs[local_rank] = os.path.join(rank_dir, "stderr.log")
-            error_file = os.path.join(rank_dir, "error.json")
+            files = rank_dir(self._log_dir, env.get("TORCHELASTIC_RESTART_COUNT", "0"), env["RANK"])
+            os.makedirs(files, exist_ok=True)
+            dest.stdouts[local_rank] = os.path.join(files, STDOUT_FILE)
+            dest.stderrs[local_rank] = os.path.join(files, STDERR_FILE)
+            error_file = os.path.join(files, ERROR_FILE)
             if os.path.exists(error_file):
                 os.remove(error_file)  # left from an earlier run with the same directory
             dest.error_files[local_rank] = error_file
