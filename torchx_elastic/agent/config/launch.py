@@ -23,6 +23,7 @@ from torchx_elastic.agent.config.cli import DEFAULT_START_METHOD
 from torchx_elastic.agent.config.endpoint import Endpoint
 from torchx_elastic.agent.console.display import ConsoleMode, parse_rank_filter
 from torchx_elastic.agent.console.output import DEFAULT_PREFIX, format_prefix
+from torchx_elastic.agent.rendezvous.job_secret import hide_from_workers, read_secret
 from torchx_elastic.agent.workers import bootstrap
 
 log = logging.getLogger(__name__)
@@ -124,6 +125,8 @@ class AgentConfig:
     signals_to_handle: str | None = "SIGTERM,SIGINT,SIGHUP,SIGQUIT"  # None: torchrun has none
     virtual_local_rank: bool = False
     event_log_handler: str = "null"
+    job_secret: bytes | None = field(default=None, repr=False)
+    """What proves that a node belongs to the job (rendezvous/job_secret.py); never printed."""
 
     @property
     def nnodes(self) -> str:
@@ -375,7 +378,15 @@ def config_from_args(args: argparse.Namespace) -> AgentConfig:
         signals_to_handle=args.signals_to_handle,
         virtual_local_rank=args.virtual_local_rank,
         event_log_handler=args.event_log_handler,
+        job_secret=_secret(),
     )
+
+
+def _secret() -> bytes | None:
+    try:
+        return read_secret()
+    except ValueError as err:
+        raise UsageError(str(err)) from None
 
 
 def apply_process_environment(config: AgentConfig, warn: Any = None) -> None:
@@ -385,3 +396,4 @@ def apply_process_environment(config: AgentConfig, warn: Any = None) -> None:
         os.environ["OMP_NUM_THREADS"] = "1"
     if config.signals_to_handle is not None:
         os.environ["TORCHELASTIC_SIGNALS_TO_HANDLE"] = config.signals_to_handle
+    hide_from_workers()

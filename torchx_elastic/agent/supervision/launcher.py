@@ -7,6 +7,7 @@ import os
 import sys
 import tempfile
 from importlib import metadata
+from typing import Any
 
 from torch.distributed.elastic.agent.server.api import RunResult
 from torch.distributed.elastic.multiprocessing.api import LogsSpecs, SignalException, Std
@@ -20,7 +21,9 @@ from torchx_elastic.agent.rendezvous.handler import (
     describe_error,
     lost_nodes,
 )
+from torchx_elastic.agent.rendezvous.job_secret import job_secret
 from torchx_elastic.agent.rendezvous.observed import ObservedRendezvous
+from torchx_elastic.agent.rendezvous.signed_store import SignedStore, StoreSigner
 from torchx_elastic.agent.supervision.loop import Supervision, Supervisor
 from torchx_elastic.agent.supervision.watchdog import HangWatchdog
 from torchx_elastic.agent.workers.forkserver import ForkServer
@@ -74,9 +77,14 @@ def launch(config: AgentConfig, fork_server: ForkServer | None = None) -> int:
     log_dir = config.log_dir or tempfile.mkdtemp(prefix="torchx_elastic_")
     specs = logs_specs(config, log_dir)
     session = console_session(config, log_dir)
+    signer = StoreSigner(job_secret(config.job_secret, config.max_nodes))
+
+    def on_round(store: Any, node_rank: int, num_nodes: int) -> None:
+        session.job_progress.start_round(SignedStore(store, signer), node_rank, num_nodes)
+
     try:
         # every round's store reaches the cross-node progress exchange
-        handler = ObservedRendezvous(create_handler(config), session.job_progress.start_round)
+        handler = ObservedRendezvous(create_handler(config, signer), on_round)
     except BaseException:
         session.close()
         raise
@@ -91,7 +99,7 @@ def launch(config: AgentConfig, fork_server: ForkServer | None = None) -> int:
         session.make_sink,
         session.events,
         session.worker_env(),
-        Supervision(janitor=janitor, watchdog=watchdog, fork_server=fork_server),
+        Supervision(janitor=janitor, watchdog=watchdog, fork_server=fork_server, signer=signer),
     )
     result: RunResult | None = None
     failure: RendezvousFailure | None = None

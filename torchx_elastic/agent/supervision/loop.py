@@ -32,6 +32,8 @@ from torchx_elastic.agent.config.launch import AgentConfig
 from torchx_elastic.agent.console.events import EventLog
 from torchx_elastic.agent.console.output import OutputSink, RankOutput
 from torchx_elastic.agent.error_file import write_error_file
+from torchx_elastic.agent.rendezvous import listen
+from torchx_elastic.agent.rendezvous.signed_store import StoreSigner
 from torchx_elastic.agent.rendezvous.worker_store import WorkerStoreHost
 from torchx_elastic.agent.supervision.watchdog import HangWatchdog
 from torchx_elastic.agent.workers.bootstrap import AGENT_PID_ENV, DUMP_STACKS_SIGNAL
@@ -76,6 +78,7 @@ class Supervision:
     janitor: Janitor | None = None
     watchdog: HangWatchdog | None = None
     fork_server: ForkServer | None = None
+    signer: StoreSigner | None = None  # of the job's store entries; None: unauthenticated
 
 
 def assign_ranks(
@@ -183,7 +186,11 @@ class Supervisor:
         self._timer_file: str | None = os.environ.get(TIMER_FILE_ENV)
         # as torchrun: the workers use an agent-hosted store where torch's handler offers one
         self._use_agent_store = bool(handler.use_agent_store)
-        self._worker_store = WorkerStoreHost(handler.get_backend())
+        self._worker_store = WorkerStoreHost(
+            handler.get_backend(),
+            supervision.signer or StoreSigner(None),
+            single_host=listen.is_loopback_host(config.rdzv_endpoint.host),
+        )
 
     @property
     def attempt(self) -> int:
