@@ -17,6 +17,9 @@ On top of torchx's own ``local_cwd``:
   half written when the log is read waits for its end (torchx's own tail splits it);
 - on a terminal, the followed logs scroll above one live progress bar of the whole job
   (``job_bar.py``, ``progress_bar`` run option);
+- every job gets a secret of its own (``TORCHX_ELASTIC_RDZV_SECRET`` in its replicas'
+  environment, not in the dry run) that authenticates its rendezvous (docs/security.md), and
+  its log directory is private to its user (0700), as torchrun's;
 - when a job that restarted or failed ends, one line names the command that draws its
   timeline (``torchx-elastic timeline <dir>``).
 
@@ -45,6 +48,7 @@ from torchx.schedulers.local_scheduler import (
 )
 from torchx.specs import AppDef, CfgVal, is_terminal, runopts
 
+from torchx_elastic.agent.rendezvous.job_secret import SECRET_ENV, new_secret
 from torchx_elastic.schedulers.file_lines import follow_lines
 from torchx_elastic.schedulers.job_bar import (
     SharedBar,
@@ -140,6 +144,13 @@ class LocalCwdScheduler(LocalScheduler):
         return info
 
     def schedule(self, dryrun_info: AppDryRunInfo[PopenRequest]) -> str:
+        request = dryrun_info.request
+        secret = new_secret()
+        for replicas in request.role_params.values():
+            for replica in replicas:
+                replica.env[SECRET_ENV] = secret
+        os.makedirs(request.log_dir, mode=0o700, exist_ok=True)
+        os.chmod(request.log_dir, 0o700)  # the job's logs are its user's only
         app_id: str = super().schedule(dryrun_info)
         print(
             f"torchx-elastic: logs of {app_id} are kept in {dryrun_info.request.log_dir}",
