@@ -75,7 +75,7 @@ class AgentCommand:
             self.rdzv_backend,
             "--rdzv-endpoint",
             self.rdzv_endpoint,
-            *(["--rdzv-conf", self.rdzv_conf] if self.rdzv_conf else []),
+            *(["--rdzv-conf", _literal(self.rdzv_conf)] if self.rdzv_conf else []),
             "--rdzv-id",
             macros.app_id,
             "--max-restarts",

@@ -154,13 +154,50 @@ def local_world_size(text: str) -> int:
     return count
 
 
+# what torch's rendezvous handlers accept for the settings they read (others pass through)
+_WHOLE_SECONDS = (
+    "join_timeout",
+    "last_call_timeout",
+    "close_timeout",
+    "heartbeat_timeout",
+    "read_timeout",
+    "keep_alive_interval",
+    "timeout",
+)
+_BOOLEANS = ("1", "true", "t", "yes", "y", "0", "false", "f", "no", "n")
+_CHOICES = {"store_type": ("tcp", "file")}
+
+
+def _rdzv_conf_problem(key: str, value: str) -> str | None:
+    """What is wrong with one ``--rdzv-conf`` setting; None when torch accepts it."""
+    if key in _WHOLE_SECONDS and not (value.isdigit() and int(value) > 0):
+        return f"a whole number of seconds > 0 (e.g. {key}=600)"
+    if key == "keep_alive_max_attempt" and not (value.isdigit() and int(value) > 0):
+        return "a whole number > 0 (e.g. keep_alive_max_attempt=3)"
+    if key == "rank" and not value.isdigit():
+        return "a whole number >= 0 (this node's rank, static rendezvous)"
+    if key == "is_host" and value.lower() not in _BOOLEANS:
+        return "true or false"
+    if key in _CHOICES and value.lower() not in _CHOICES[key]:
+        return " or ".join(_CHOICES[key])
+    return None
+
+
 def rdzv_configs(text: str) -> dict[str, Any]:
+    """``--rdzv-conf KEY=VALUE,...``; every bad value is one line of the :class:`UsageError`."""
     conf: dict[str, Any] = {}
+    problems = []
     for item in filter(None, (part.strip() for part in text.split(","))):
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
             raise UsageError(f"--rdzv-conf item {item!r} is not KEY=VALUE (e.g. join_timeout=600)")
-        conf[key.strip()] = value.strip()
+        key, value = key.strip(), value.strip()
+        accepted = _rdzv_conf_problem(key, value)
+        if accepted is not None:
+            problems.append(f"--rdzv-conf {key}={value!r}: {key} must be {accepted}")
+        conf[key] = value
+    if problems:
+        raise UsageError("\n".join(problems))
     return conf
 
 

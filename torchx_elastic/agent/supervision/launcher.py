@@ -74,7 +74,8 @@ def console_session(config: AgentConfig, log_dir: str) -> ConsoleSession:
 def launch(config: AgentConfig, fork_server: ForkServer | None = None) -> int:
     """Run the agent in this process to the end; the exit code (torch's ``elastic_launch``
     for a function calls this too: what only torchrun sets is in :func:`run`)."""
-    log_dir = config.log_dir or tempfile.mkdtemp(prefix="torchx_elastic_")
+    log_dir = config.log_dir or tempfile.mkdtemp(prefix="torchx_elastic_")  # 0700
+    os.makedirs(log_dir, mode=0o700, exist_ok=True)  # a new one is its user's only, as torchrun's
     specs = logs_specs(config, log_dir)
     session = console_session(config, log_dir)
     signer = StoreSigner(job_secret(config.job_secret, config.max_nodes))
