@@ -376,8 +376,10 @@ class JobProgressExchange:
                         raise ValueError(f"it says it is node {report.node}'s")
                     reports.append(report)
                 except ValueError as err:
-                    if (node, str(err)) not in self._skipped:
+                    with self._lock:
+                        told = (node, str(err)) in self._skipped
                         self._skipped.add((node, str(err)))
+                    if not told:
                         log.warning(SKIPPED, node, err)
         return reports
 
