@@ -39,11 +39,15 @@ def main() -> None:
     print(f"read {len(store.get(key))} bytes", flush=True)
     forged = base64.b64encode(pickle.dumps(Payload(marker)))
     report = b'{"node":1,"seq":999,"final":false,"ranks":[[1,"x",10,1.0,0.0,0]]}'
-    for _ in range(6):
-        store.set(key, forged)
-        for round_ in range(4):
-            store.set(f"{key}.{round_}/torchx_elastic/progress/node1", report)
-        time.sleep(0.5)
+    for i in range(60):  # 3 s: the agents overwrite both with their own now and then
+        try:
+            if i % 10 == 0:
+                store.set(key, forged)
+            for round_ in range(4):
+                store.set(f"{key}.{round_}/torchx_elastic/progress/node1", report)
+        except RuntimeError:  # the job ended: its store is gone
+            break
+        time.sleep(0.05)
     print("replaced", flush=True)
 
 

@@ -149,9 +149,13 @@ class LocalCwdScheduler(LocalScheduler):
         for replicas in request.role_params.values():
             for replica in replicas:
                 replica.env[SECRET_ENV] = secret
-        os.makedirs(request.log_dir, mode=0o700, exist_ok=True)
-        os.chmod(request.log_dir, 0o700)  # the job's logs are its user's only
+        # the job's logs are its user's only: torchx makes the job's directory (it must not
+        # exist yet) in the session's, which is private before anything is written
+        session_dir = os.path.dirname(request.log_dir)
+        os.makedirs(session_dir, mode=0o700, exist_ok=True)
+        os.chmod(session_dir, 0o700)
         app_id: str = super().schedule(dryrun_info)
+        os.chmod(request.log_dir, 0o700)
         print(
             f"torchx-elastic: logs of {app_id} are kept in {dryrun_info.request.log_dir}",
             file=sys.stderr,

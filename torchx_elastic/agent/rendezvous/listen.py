@@ -5,7 +5,9 @@ handed a socket the caller bound (``master_listen_fd``). A job whose nodes reach
 node through a loopback address (local_cwd, ``--standalone``, every agent on one host) has
 its stores on that loopback address; a multi-host job on the local address its peers reach
 (the rendezvous host's, else this host's name's), and on every interface only when no local
-address can be found (said in the agent's log).
+address can be found (said in the agent's log). The workers of a single-host job get gloo's
+``GLOO_SOCKET_IFNAME`` set to the loopback interface (unless it is set already), so their
+process groups listen there too.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import datetime
 import ipaddress
 import logging
+import os
 import socket
 
 from torchx_elastic.agent import compat
@@ -39,6 +42,14 @@ def is_loopback_host(host: str) -> bool:
     """Every address of ``host`` is a loopback one (so every node runs on this host)."""
     addrs = _addresses(host)
     return bool(addrs) and all(_is_loopback(addr) for addr in addrs)
+
+
+def loopback_worker_env() -> dict[str, str]:
+    """What the workers of a single-host job need to listen on loopback only."""
+    if "GLOO_SOCKET_IFNAME" in os.environ:
+        return {}
+    names = [name for _, name in socket.if_nameindex() if name.startswith("lo")]
+    return {"GLOO_SOCKET_IFNAME": names[0]} if names else {}
 
 
 def _bindable(addr: str) -> bool:

@@ -186,11 +186,12 @@ class Supervisor:
         self._timer_file: str | None = os.environ.get(TIMER_FILE_ENV)
         # as torchrun: the workers use an agent-hosted store where torch's handler offers one
         self._use_agent_store = bool(handler.use_agent_store)
+        single_host = listen.is_loopback_host(config.rdzv_endpoint.host)
         self._worker_store = WorkerStoreHost(
-            handler.get_backend(),
-            supervision.signer or StoreSigner(None),
-            single_host=listen.is_loopback_host(config.rdzv_endpoint.host),
+            handler.get_backend(), supervision.signer or StoreSigner(None), single_host
         )
+        if single_host:  # gloo's own listeners too: on loopback, unless told otherwise
+            self._extra_env = {**listen.loopback_worker_env(), **worker_extra_env}
 
     @property
     def attempt(self) -> int:
