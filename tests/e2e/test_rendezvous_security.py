@@ -30,7 +30,8 @@ HOSTS_SH = REPO.parent / "shared" / "netns" / "hosts.sh"
 NETNS_LOCK = "/tmp/netns.lock"
 ATTACKER = str(Path(__file__).with_name("rdzv_attacker.py"))
 REFUSED_STATE = "refused the rendezvous state 'torch.rendezvous.{run_id}' from the rendezvous store"
-LONG_RUN = {"STEPS": "200"}  # 20 s: the attackers start (torch's import) while it runs
+# 20 s: the attackers start (torch's import) while it runs
+LONG_RUN = {"STEPS": "200", "QUIET_STEPS": "150"}
 SECRET = {"TORCHX_ELASTIC_RDZV_SECRET": "the nodes of this job"}
 
 STEPS = """
@@ -40,7 +41,9 @@ from torchx_elastic import progress
 dist.init_process_group("gloo")
 for step in range(int(os.environ.get("STEPS", "80"))):
     dist.barrier()
-    progress(step + 1)
+    # the other nodes publish no report of their own while the attackers write theirs
+    if os.environ["RANK"] == "0" or step >= int(os.environ.get("QUIET_STEPS", "50")):
+        progress(step + 1)
     time.sleep(0.1)
 print(f"done world {dist.get_world_size()}", flush=True)
 dist.destroy_process_group()
