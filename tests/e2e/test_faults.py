@@ -336,7 +336,7 @@ def test_node_stopped_by_sigterm_leaves_the_rendezvous_open_for_a_replacement(
         *_two_node_args(port, "2", host=False),
         cwd=tmp_path,
         log=replacement_log,
-        env={"STEPS": "200"},  # as many barriers as the survivor's workers
+        env={"STEPS": "200", **SECRET},  # as many barriers as the survivor's workers
     )
     assert replacement.wait(timeout=120) == 0, replacement_log.read_text()
     assert agents[0].wait(timeout=120) == 0, logs[0].read_text()
