@@ -49,8 +49,8 @@ class WorkerStoreHost:
             host = listen.LOOPBACK if self._single_host else master_addr
             store = listen.hosted_store(host, 0, STORE_TIMEOUT_S)
             self._store = store
-            if self._single_host:
-                master_addr = listen.LOOPBACK
+            if self._single_host and not listen.is_loopback_host(master_addr):
+                master_addr = listen.LOOPBACK  # the workers reach it where it listens
             shared.set(key, f"{master_addr} {store.port}")  # type: ignore[attr-defined]
             return master_addr, int(store.port)  # type: ignore[attr-defined]
         try:
