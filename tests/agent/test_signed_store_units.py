@@ -135,3 +135,24 @@ def test_the_secret_from_the_environment_or_a_file(
             " port can join the job and run code in its agents"
         )
     )
+
+
+def test_a_node_without_the_secret_is_told_why_it_cannot_read_the_state() -> None:
+    from torch.distributed.elastic.rendezvous import RendezvousStateError
+
+    from torchx_elastic.agent.rendezvous.handler import describe_error
+
+    try:
+        try:
+            pickle.loads(b"txe1 not a pickle")
+        except pickle.UnpicklingError as inner:
+            raise RendezvousStateError(
+                "The rendezvous state is corrupt. See inner exception for details."
+            ) from inner
+    except RendezvousStateError as err:
+        text = describe_error(err)
+    assert text.startswith("The rendezvous state is corrupt: ")
+    assert text.endswith(
+        " (the other nodes sign it with the job's secret: give this node the same one in"
+        " TORCHX_ELASTIC_RDZV_SECRET or TORCHX_ELASTIC_RDZV_SECRET_FILE, docs/security.md)"
+    )

@@ -11,6 +11,7 @@ from torch.distributed.elastic.rendezvous import (
     RendezvousError,
     RendezvousHandler,
     RendezvousParameters,
+    RendezvousStateError,
     dynamic_rendezvous,
 )
 from torch.distributed.elastic.rendezvous.c10d_rendezvous_backend import C10dRendezvousBackend
@@ -20,6 +21,7 @@ from torchx_elastic.agent import compat
 from torchx_elastic.agent.config.endpoint import Endpoint
 from torchx_elastic.agent.config.launch import AgentConfig
 from torchx_elastic.agent.rendezvous import listen
+from torchx_elastic.agent.rendezvous.job_secret import SECRET_ENV, SECRET_FILE_ENV
 from torchx_elastic.agent.rendezvous.signed_backend import SignedRendezvousBackend
 from torchx_elastic.agent.rendezvous.signed_store import StoreSigner
 
@@ -122,14 +124,22 @@ def rendezvous_store(params: RendezvousParameters, endpoint: Endpoint) -> Any:
     )
 
 
+UNREADABLE_STATE_HINT = (
+    " (the other nodes sign it with the job's secret: give this node the same one in"
+    f" {SECRET_ENV} or {SECRET_FILE_ENV}, docs/security.md)"
+)
+
+
 def describe_error(err: BaseException) -> str:
     """The first line of an error and of its cause, without torch's internals."""
     lines: list[str] = []
+    unreadable = False
     while err is not None and len(lines) < 2:
+        unreadable = unreadable or isinstance(err, RendezvousStateError)
         text = (str(err).strip() or type(err).__name__).splitlines()[0]
         lines.append(text.removesuffix(" See inner exception for details.").rstrip(". "))
         err = err.__cause__ or err.__context__  # type: ignore[assignment]
-    return ": ".join(lines)
+    return ": ".join(lines) + (UNREADABLE_STATE_HINT if unreadable else "")
 
 
 def lost_nodes(before: dict[int, str], handler: RendezvousHandler) -> list[str]:
