@@ -17,9 +17,12 @@ COMPAT_SAMPLE ?= tests/e2e/test_torchrun_compat.py -m torchrun_sample
 export PIP_CACHE_DIR ?= $(HOME)/.cache/pip
 
 DEV_VENV ?= .venv-torchx-nightly
+# Kubeflow Pipelines' SDK (2.x) pins an older kubernetes client than this package: the KFP
+# compile test runs in a venv of its own, without torch (compiling a pipeline needs none)
+KFP_VENV ?= .venv-kfp
 
 .PHONY: setup setup-torchx-dev test-torchx-dev example image test test-fast test-torch-versions lint bench
-.PHONY: setup-torch-versions setup-other-lines test-other-lines clean
+.PHONY: setup-torch-versions setup-other-lines test-other-lines clean setup-kfp test-kfp
 
 setup: $(VENV)/.installed
 
@@ -27,7 +30,7 @@ $(VENV)/.installed: pyproject.toml hatch_build.py constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -c constraints.txt torch==2.13.0
-	$(BIN)/python -m pip install -q -c constraints.txt -e '.[test]'
+	$(BIN)/python -m pip install -q -c constraints.txt -e '.[test,ft]'
 	touch $@
 
 # torchx's development line (torchx-nightly) in a second venv, this package built for it
@@ -42,6 +45,23 @@ $(DEV_VENV)/.installed: pyproject.toml hatch_build.py constraints.txt ci/torchx-
 COMPAT_TESTS := tests/compat tests/unit/test_cli_integration.py tests/e2e/test_local_cwd_lines.py
 test-torchx-dev: setup-torchx-dev
 	$(DEV_VENV)/bin/pytest -q -p no:cacheprovider $(COMPAT_TESTS)
+
+# KFP's SDK and torchx 0.7 (what the components import), then this package without its
+# requirements (torch, our kubernetes client): what `pip install torchx-elastic[kfp]` gives a
+# pipeline author's machine, less torch
+setup-kfp: $(KFP_VENV)/.installed
+
+$(KFP_VENV)/.installed: pyproject.toml hatch_build.py constraints.txt
+	$(PYTHON) -m venv $(KFP_VENV)
+	$(KFP_VENV)/bin/python -m pip install -q --upgrade pip
+	$(KFP_VENV)/bin/python -m pip install -q -c constraints.txt 'kfp>=2,<3' 'torchx>=0.7,<0.8' \
+		PyYAML pytest pytest-timeout
+	$(KFP_VENV)/bin/python -m pip install -q --no-deps -e .
+	touch $@
+
+# The pipelines compiled by the real KFP SDK (docs/kfp_pipeline.yaml and the real-node step)
+test-kfp: setup-kfp
+	$(KFP_VENV)/bin/pytest -q -p no:cacheprovider tests/pipelines/test_kfp_compile.py
 
 # The main job: a real gloo DDP run through the torchx CLI on our local_cwd scheduler.
 example: setup
@@ -63,10 +83,10 @@ test: lint
 setup-torch-versions: $(foreach v,$(TORCH_VERSIONS),.venv-torch$(v)/.installed)
 
 # the venvs of the other torch versions and of torchx's development line
-setup-other-lines: setup-torch-versions setup-torchx-dev
+setup-other-lines: setup-torch-versions setup-torchx-dev setup-kfp
 
-# the tests again on the other torch versions and on torchx's development line
-test-other-lines: test-torch-versions test-torchx-dev
+# the tests again on the other torch versions and on torchx's development line; KFP's compile
+test-other-lines: test-torch-versions test-torchx-dev test-kfp
 
 test-torch-versions: setup-torch-versions
 	status=0; for v in $(TORCH_VERSIONS); do \
@@ -95,4 +115,4 @@ bench: setup
 	$(BIN)/python bench/run.py
 
 clean:
-	rm -rf $(VENV) .venv-torch* torchx_logs .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .venv-torch* $(KFP_VENV) torchx_logs .pytest_cache .mypy_cache .ruff_cache

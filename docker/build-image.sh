@@ -46,7 +46,7 @@ mkdir -p "$context/wheelhouse"
 echo "build-image: wheelhouse in $context/wheelhouse" >&2
 pip_log="$repo/build/pip-wheel.log"
 if ! "$PYTHON" -m pip wheel --disable-pip-version-check \
-    --wheel-dir "$context/wheelhouse" -c constraints.txt "$repo" >"$pip_log" 2>&1; then
+    --wheel-dir "$context/wheelhouse" -c constraints.txt "$repo[ft]" >"$pip_log" 2>&1; then
     tail -n 30 "$pip_log" >&2
     echo "build-image: pip wheel failed (full log: $pip_log)" >&2
     exit 1

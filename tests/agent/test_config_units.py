@@ -17,6 +17,7 @@ from torchx_elastic.agent.config.launch import (
     apply_process_environment,
     config_from_args,
 )
+from torchx_elastic.agent.console.output import format_prefix
 from torchx_elastic.agent.workers import bootstrap
 
 
@@ -153,12 +154,29 @@ def test_redirects_and_tee_per_local_rank() -> None:
     assert c.console.streams == {0: Std.OUT, 1: Std.ERR}
 
 
+def prefix_of(c: AgentConfig, node: int, rank: int, local_rank: int) -> str:
+    return format_prefix(c.console.prefix_template, node, rank, local_rank, "trainer", "n7")
+
+
 def test_torchelastic_log_line_prefix_template(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(
-        "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE", "[${role_name}:${rank}:$local_rank]"
+        "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE", "[${role_name}:${rank}:$local_rank@${hostname}]"
     )
-    assert config().console.prefix_template == "[{role}:{rank}:{local_rank}]"
-    assert config("--log-line-prefix-template", "<{rank}> ").console.prefix_template == "<{rank}> "
+    assert prefix_of(config(), 1, 5, 1) == "[trainer:5:1@n7]"
+    # the flag wins over the variable (torchrun 2.14+), in either syntax
+    assert prefix_of(config("--log-line-prefix-template", "<{rank}> "), 1, 5, 1) == "<5> "
+    flag = config("--log-line-prefix-template", "${hostname}:${rank}: ")
+    assert prefix_of(flag, 1, 5, 1) == "n7:5: "
+
+
+def test_torchrun_prefix_template_is_filled_in_as_torchs_string_template() -> None:
+    # torch's safe_substitute: unknown fields stay as written, $$ is $
+    assert prefix_of(config("--log-line-prefix-template", "${node}$$${rank} "), 0, 3, 1) == (
+        "${node}$3 "
+    )
+    assert prefix_of(config("--log-line-prefix-template", "{hostname}/{node}> "), 2, 3, 1) == (
+        "n7/2> "
+    )
 
 
 def test_shutdown_timeout_from_flag_or_torch_variable(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -244,3 +262,46 @@ def test_rdzv_conf_values_torch_accepts_and_unknown_keys_pass_through() -> None:
         "store_type": "tcp",
         "x": "${app_id}",
     }
+
+
+def test_under_torchx_the_omp_warning_waits_for_node_0(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from torchx_elastic.agent.config.launch import OMP_WARNING
+    from torchx_elastic.agent.supervision.launcher import warn_on_node0
+
+    monkeypatch.setenv("TORCHX_RANK0_HOST", "127.0.0.1")
+    warnings: list[str] = []
+    deferred = apply_process_environment(config("--nproc-per-node", "2"), warnings.append)
+    assert warnings == [] and deferred == OMP_WARNING and os.environ["OMP_NUM_THREADS"] == "1"
+    rounds: list[tuple[object, int, int]] = []
+    for first_rank, printed in ((0, 1), (1, 0)):
+        caplog.clear()
+        listener = warn_on_node0(OMP_WARNING, lambda *r: rounds.append(r))
+        listener("store", first_rank, 2)
+        listener("store", 0, 2)  # a later round: never again
+        assert sum(OMP_WARNING in r.getMessage() for r in caplog.records) == printed
+    assert len(rounds) == 4
+
+
+def test_print_completion_prints_shtabs_script_for_the_agent_command(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit) as done:
+        build_parser().parse_args(["--print-completion", "bash"])
+    assert done.value.code == 0
+    script = capsys.readouterr().out
+    assert "_shtab_torchx_elastic_agent" in script  # shtab's names for the command
+    assert "--log-line-prefix-template" in script and "--nproc-per-node" in script
+
+
+def test_print_completion_without_shtab_says_what_to_install(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setitem(sys.modules, "shtab", None)  # as torchrun: exit 1, what to install
+    with pytest.raises(SystemExit) as done:
+        build_parser().parse_args(["--print_completion", "zsh"])
+    assert done.value.code == 1
+    assert capsys.readouterr().err == (
+        "--print_completion requires the 'shtab' package: pip install shtab\n"
+    )

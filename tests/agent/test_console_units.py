@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -10,7 +11,12 @@ from pathlib import Path
 import pytest
 
 from torchx_elastic.agent.console.channel import RankActivity
-from torchx_elastic.agent.console.display import PlainConsole, parse_rank_filter
+from torchx_elastic.agent.console.display import (
+    ConsoleMode,
+    PlainConsole,
+    parse_rank_filter,
+    wants_live,
+)
 from torchx_elastic.agent.console.output import (
     MAX_LINE_BYTES,
     LineAssembler,
@@ -133,7 +139,9 @@ def test_bad_prefix_template_says_which_fields_exist() -> None:
         format_prefix("[{host}] ", node=0, rank=0, local_rank=0)
     assert str(err.value) == (
         "--log-line-prefix-template '[{host}] ' is not valid (KeyError: 'host');"
-        " use the fields {node}, {rank}, {local_rank}, {role}, e.g. '[n{node} r{rank}] '"
+        " use the fields {node}, {rank}, {local_rank}, {role}, {hostname},"
+        " e.g. '[n{node} r{rank}] ', or torchrun's ${role_name}, ${rank}, ${local_rank},"
+        " ${hostname}"
     )
 
 
@@ -213,3 +221,29 @@ def test_a_plain_console_does_not_import_rich(tmp_path: Path) -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "PlainConsole False"
+
+
+@pytest.mark.parametrize(
+    ("mode", "environ", "live"),
+    [
+        ("auto", {}, True),
+        ("auto", {"SLURM_JOB_ID": "7", "SLURM_STEP_ID": "0"}, False),  # srun --unbuffered
+        ("auto", {"PBS_JOBID": "7.pbs"}, False),
+        ("auto", {"LSB_JOBID": "7"}, False),
+        ("auto", {"SLURM_JOB_ID": "7", "SLURM_PTY_PORT": "4242"}, True),  # srun --pty
+        ("live", {"SLURM_JOB_ID": "7"}, True),  # asked for
+        ("plain", {}, False),
+    ],
+)
+def test_auto_console_on_a_terminal_is_plain_in_a_batch_job(
+    mode: ConsoleMode, environ: dict[str, str], live: bool
+) -> None:
+    leader, follower = os.openpty()
+    with os.fdopen(follower, "w") as terminal:
+        assert wants_live(mode, terminal, environ) is live
+    os.close(leader)
+
+
+def test_auto_console_without_a_terminal_is_plain(tmp_path: Path) -> None:
+    with open(tmp_path / "out.log", "w") as file:
+        assert not wants_live("auto", file, {})

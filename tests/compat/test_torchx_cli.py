@@ -16,13 +16,12 @@ import pytest
 from tests.conftest import run_torchx
 
 DEV_LINE = any(d.metadata["Name"] == "torchx-nightly" for d in importlib.metadata.distributions())
-OURS = {"local_cwd", "docker", "kubernetes"}
+OURS = {"local_cwd", "docker", "kubernetes", "slurm"}
 if DEV_LINE:
-    TORCHX_OWN = {"local_docker", "slurm"}
+    TORCHX_OWN = {"local_docker"}
 else:
     TORCHX_OWN = {
         "local_docker",
-        "slurm",
         "kubernetes_mcad",
         "aws_batch",
         "aws_sagemaker",

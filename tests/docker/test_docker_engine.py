@@ -238,6 +238,42 @@ def test_worker_failure_restarts_in_place_with_max_retries(handles: List[str]) -
     assert "State: SUCCEEDED" in text, text + log
     assert "rank 1 fails on purpose on attempt 0" in log
     assert re.search(r"attempt 1: rank \d of world size 2", log), log
+    # said once for the job, by the node whose rank failed
+    restart = re.findall(
+        r"torchx-elastic: rank 1 \(node \d\) failed: exit code 1; restarting every node:"
+        r" attempt 2 of 2 \(0 restarts left\), rendezvous round 2 next",
+        log,
+    )
+    assert len(restart) == 1, log
+
+
+def test_status_names_the_jobs_first_failure(handles: List[str]) -> None:
+    handle = run_job(
+        "-j",
+        "2x1",
+        "--mounts",
+        f"type=bind,src={SCRIPTS},dst=/tests,readonly",
+        "--script",
+        "/tests/raise_on_last_rank.py",
+    )
+    handles.append(handle)
+    text = wait_for(handle, ("SUCCEEDED", "FAILED"))
+    assert "State: FAILED" in text, text
+    first = re.search(
+        r"failed first: exit code 1: (rank 1 \(node \d\) failed first:"
+        r" ValueError: the last rank gives up); its log",
+        text,
+    )
+    assert first, text
+    # both nodes name it last (the second may still be ending when the job is FAILED)
+    deadline, log = time.monotonic() + 60, ""
+    while time.monotonic() < deadline:
+        log = torchx("log", f"{handle}/raise_on_last_rank").stdout
+        if log.count(f"torchx-elastic: job failed: {first[1]}") == 2:
+            break
+        time.sleep(1)
+    assert log.count(f"torchx-elastic: job failed: {first[1]}") == 2, log
+    assert log.count("Root cause") == 1, log
 
 
 # -- errors from the real engine ------------------------------------------------------------

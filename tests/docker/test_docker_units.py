@@ -209,6 +209,25 @@ def test_structured_error_message_is_torchx_reply_file_json() -> None:
     assert data["message"]["message"] == "exit code 1; last log lines: a | ValueError: bad"
 
 
+def test_every_replica_names_the_jobs_first_failure_from_its_agents_last_line() -> None:
+    """Each node's agent prints the job's first failure last (the same on every node): the
+    status of the job and of each failed replica names that rank and message."""
+    last_line = "torchx-elastic: job failed: rank 2 (node 1) failed first: ValueError: boom\n"
+    replicas = [
+        replica(0, "exited", 1, finished_at="2026-01-01T00:00:03Z", log_tail="x\n" + last_line),
+        replica(1, "exited", 1, finished_at="2026-01-01T00:00:04Z", log_tail=last_line),
+    ]
+    assert app_message(replicas, "sess") == (
+        "main[0] (container job-1-main-0) failed first: exit code 1: rank 2 (node 1) failed"
+        " first: ValueError: boom; its log: torchx log docker://sess/job-1/main/0"
+    )
+    for snapshot in replicas:
+        data = json.loads(snapshot.structured_error_msg())
+        assert data["message"]["message"] == (
+            "exit code 1: rank 2 (node 1) failed first: ValueError: boom"
+        )
+
+
 # -- logs ---------------------------------------------------------------------------------
 
 

@@ -303,6 +303,16 @@ LOGS = [
         needs=("--log-line-prefix-template",),
     ),
     one(
+        "log-line-prefix-template-hostname-env",  # ${hostname} came with the flag (torch 2.14)
+        "--nproc-per-node=2",
+        "-t",
+        "3",
+        W,
+        env=(("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE", "${hostname}:${rank}: "),),
+        compare_line_prefix=True,
+        needs=("--log-line-prefix-template",),
+    ),
+    one(
         "log-line-prefix-template-flag-beats-env",
         "--nproc-per-node=2",
         "-t",
@@ -350,6 +360,11 @@ LAUNCH = [
         "--standalone",
         "--rdzv-conf=join_timeout=600,read_timeout=60",
         W,
+    ),
+    # torch 2.15's c10d rendezvous setting (older releases ignore it, as every unknown key)
+    two(
+        "rdzv-conf-cas-backoff-2-nodes",
+        (*C10D_2_NODES, "--rdzv-conf=cas_backoff_max_seconds=0.5", W),
     ),
     one(
         "event-log-handler",

@@ -28,6 +28,7 @@ def _record(dump_dir: Path, rank: str, attempt: str) -> None:
     record = {
         "env": dict(os.environ),
         "argv": list(sys.argv),
+        "file": __file__,  # what tracebacks name: the absolute path, as ``python script.py``
         "cwd": os.getcwd(),
         "executable": sys.executable,
         "stdout_write_through": sys.stdout.write_through,

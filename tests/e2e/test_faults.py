@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import signal
 import subprocess
@@ -108,7 +109,7 @@ def test_hang_is_detected_stacks_dumped_and_group_restarted(tmp_path: Path) -> N
     assert result.stdout.count("finished attempt 1") == 2
     stderr_log = (tmp_path / "logs/attempt_0/rank_1/stderr.log").read_text()
     assert "most recent call first" in stderr_log
-    assert 'File "hang.py", line 9 in <module>' in stderr_log
+    assert f'File "{tmp_path / "hang.py"}", line 9 in <module>' in stderr_log  # as python shows it
     # the timeline's records: the hang, then the failure it became, then the restart
     from torchx_elastic.timeline.source import timeline_of_dir
 
@@ -138,6 +139,7 @@ SPAWNER = """
 import os, signal, subprocess, sys, time
 def on_term(*_):
     open(os.path.join(os.environ["OUT_DIR"], "term." + os.environ["RANK"]), "w").close()
+    time.sleep(float(os.environ.get("SLOW_TERM_S", "0")))
     sys.exit(0)
 signal.signal(signal.SIGTERM, on_term)
 subprocess.Popen(["sleep", "300"])
@@ -183,6 +185,68 @@ def test_sigterm_gives_workers_sigterm_and_exits_128_plus_signal(tmp_path: Path)
     assert sorted(p.name for p in tmp_path.glob("term.*")) == ["term.0", "term.1"]
     time.sleep(0.5)
     assert not alive(job)
+
+
+def _signal_all(pids: set[int], sig: signal.Signals) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
+
+
+def test_a_step_wide_sigterm_twice_ends_the_agent_cleanly(tmp_path: Path) -> None:
+    """As Slurm stops a step (cancel, requeue, a peer's failure): SIGTERM to every process
+    of the node, the janitor and the fork server included, then again during the shutdown."""
+    (tmp_path / "spawner.py").write_text(SPAWNER)
+    log = tmp_path / "agent.log"
+    agent = start_agent(
+        "--nproc-per-node",
+        "2",
+        "--log-dir",
+        str(tmp_path / "logs"),
+        "spawner.py",
+        cwd=tmp_path,
+        log=log,
+        env={"OUT_DIR": str(tmp_path), "SLOW_TERM_S": "1"},
+    )
+    wait_for_text(log, "ready", count=2)
+    job = descendants(agent.pid) | {agent.pid}
+    _signal_all(job, signal.SIGTERM)
+    time.sleep(0.3)
+    _signal_all(alive(job), signal.SIGTERM)
+    assert agent.wait(timeout=60) == 128 + signal.SIGTERM
+    output = log.read_text()
+    assert "Traceback" not in output, output
+    summaries = list((tmp_path / "logs").glob("**/summary_node*.json"))
+    assert summaries, output
+    time.sleep(0.5)
+    assert not alive(job)
+
+
+def test_sigterm_while_waiting_for_the_rendezvous_writes_the_summary(tmp_path: Path) -> None:
+    log = tmp_path / "agent.log"
+    agent = start_agent(
+        "--nnodes",
+        "2",
+        "--nproc-per-node",
+        "1",
+        "--rdzv-backend",
+        "c10d",
+        "--rdzv-endpoint",
+        f"127.0.0.1:{free_port()}",
+        "--log-dir",
+        str(tmp_path / "logs"),
+        "spawner.py",
+        cwd=tmp_path,
+        log=log,
+    )
+    time.sleep(5)  # the agent waits for a second node that never comes
+    agent.send_signal(signal.SIGTERM)
+    assert agent.wait(timeout=60) == 128 + signal.SIGTERM
+    output = log.read_text()
+    assert "Traceback" not in output, output
+    assert list((tmp_path / "logs").glob("**/summary_node*.json")), output
 
 
 STEPS = """

@@ -127,7 +127,12 @@ def test_user_arguments_reach_the_worker_byte_for_byte(workdir: Path) -> None:
     assert result.returncode == 0, result.stderr
     seen = json.loads((workdir / "argv.0").read_text())
     assert seen["argv"] == ["argv.py", *HOSTILE_ARGS]
-    assert (seen["file"], seen["name"], seen["path0"]) == ("argv.py", "__main__", str(workdir))
+    # ``__file__`` absolute, as ``python argv.py`` and torchrun give it
+    assert (seen["file"], seen["name"], seen["path0"]) == (
+        str(workdir / "argv.py"),
+        "__main__",
+        str(workdir),
+    )
     assert not list(workdir.glob("pwned*"))
 
 

@@ -65,6 +65,9 @@ SAMPLE = frozenset(
         "signals-to-handle",
         "error-nnodes-min-above-max",
         "error-unknown-flag",
+        "log-line-prefix-template-flag",
+        "log-line-prefix-template-hostname-env",
+        "rdzv-conf-cas-backoff-2-nodes",
     }
 )
 

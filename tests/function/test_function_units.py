@@ -212,7 +212,7 @@ def test_launch_config_maps_onto_the_agent_config(tmp_path: Path) -> None:
     assert agent.worker.entrypoint == sys.executable
     assert agent.worker.args == ("-m", "torchx_elastic.agent.workers.bootstrap", "--call", "c.pkl")
     assert (agent.max_restarts, agent.monitor_interval_s, agent.shutdown_timeout_s) == (2, 0.5, 7.0)
-    assert agent.console.prefix_template == "[{role}{rank}]: "
+    assert agent.console.prefix_template == "[${role_name}${rank}]: "  # torch's syntax, as given
     assert (agent.hang_timeout_s, agent.log_dir) == (60, "/logs")
 
 

@@ -221,6 +221,57 @@ def test_the_root_cause_reaches_status_from_the_termination_message(
     ]
 
 
+def test_every_pod_names_the_jobs_first_failure(
+    scheduler: KubernetesScheduler,
+    fake: FakeCluster,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each node's agent writes its reply file (the pod's termination message) with the
+    job's first failure agreed over the store, the node that only lost peers too."""
+    from torchx_elastic.agent.console.job_failure import FirstFailure
+    from torchx_elastic.agent.console.report import RankFailure, classify
+    from torchx_elastic.agent.console.session import ConsoleSession
+
+    first = FirstFailure(2, 1, "exit code 1", "ValueError: rank 2 gives up", 'File "/t.py", line 9')
+    raiser = RankFailure(
+        rank=2,
+        local_rank=0,
+        node=1,
+        pid=9,
+        exitcode=1,
+        message="ValueError: rank 2 gives up",
+        traceback="Traceback ...",
+    )
+    lost = RankFailure(
+        rank=0,
+        local_rank=0,
+        node=0,
+        pid=8,
+        exitcode=1,
+        message="RuntimeError: Connection closed by peer [10.0.0.2]:4000",
+    )
+    messages = {}
+    for node, own in ((0, lost), (1, raiser)):
+        reply = tmp_path / f"termination-log-{node}"
+        monkeypatch.setenv("TORCHELASTIC_ERROR_FILE", str(reply))
+        ConsoleSession._write_reply_file(classify([own]), first)
+        messages[node] = reply.read_text()
+    _submit(scheduler, j="2x1")
+    pods = [fake.pod(JOB, 0), fake.pod(JOB, 1)]
+    for pod in pods:
+        fake.set_phase(pod, "Running")
+    for node, pod in enumerate(pods):
+        fake.set_phase(pod, "Failed", exit_code=1, message=messages[node])
+    desc = scheduler.describe(APP_ID)
+    assert desc is not None and desc.state == AppState.FAILED
+    assert desc.msg.splitlines()[1:] == [
+        f"main[{node}] pod {pod['metadata']['name']}: Error (container main, exit code 1):"
+        " rank 2 (node 1) failed first: ValueError: rank 2 gives up"
+        for node, pod in enumerate(pods)
+    ]
+
+
 def test_restarts_are_the_most_replacements_of_one_replica_in_any_pod_order() -> None:
     def pod(index: int, failures: Optional[int]) -> Dict[str, Any]:
         annotations = {"batch.kubernetes.io/job-completion-index": str(index)}

@@ -15,6 +15,7 @@ def _record(root: Path, env: dict[str, str], argv: list[str]) -> dict[str, objec
     return {
         "env": env,
         "argv": argv,
+        "file": str(root / "work" / argv[0]),
         "cwd": str(root / "work"),
         "executable": "/usr/bin/python3",
         "stdout_write_through": True,
@@ -43,6 +44,7 @@ def test_ports_run_ids_paths_and_our_variables_are_made_uniform(tmp_path: Path) 
         },
         "env_removed_by_launcher": ["HOME"],
         "argv": ["compat_worker.py", "--out=<cwd>/a"],
+        "file": "<cwd>/compat_worker.py",
         "cwd": "<cwd>",
         "executable": "/usr/bin/python3",
         "stdout_write_through": True,

@@ -1,7 +1,7 @@
 import pytest
 from torchx.specs import AppDef, macros
 
-from torchx_elastic.components.dist import ddp, spmd
+from torchx_elastic.components.dist import ddp, spmd, torchrun
 from torchx_elastic.components.job_size import JobSizeError
 
 HOSTILE_ARGS = (
@@ -132,6 +132,16 @@ def test_bad_start_method_and_hang_timeout_say_what_is_accepted() -> None:
     with pytest.raises(ValueError) as err:
         ddp(script="main.py", hang_timeout_s=-1)
     assert str(err.value) == "invalid hang_timeout_s -1; accepted: 0 (off) or seconds > 0"
+
+
+def test_console_choice_reaches_the_agent_and_auto_is_left_to_it() -> None:
+    assert "--console" not in ddp(script="main.py").roles[0].args
+    for component in (ddp, torchrun, spmd):
+        args = component(script="main.py", console="plain").roles[0].args
+        assert args[args.index("--console") + 1] == "plain"
+    with pytest.raises(ValueError) as err:
+        ddp(script="main.py", console="fancy")
+    assert str(err.value) == "invalid console 'fancy'; accepted: auto, plain, live"
 
 
 @pytest.mark.parametrize("j", ["2x2", "1x2"])

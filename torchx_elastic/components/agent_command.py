@@ -12,6 +12,8 @@ AGENT_MODULE = "torchx_elastic.agent"
 PYTHON = "python3"
 START_METHODS = ("spawn", "fork-server")
 DEFAULT_START_METHOD = "fork-server"  # the agent's own default
+CONSOLES = ("auto", "plain", "live")  # the agent's --console
+DEFAULT_CONSOLE = "auto"
 
 
 def _literal(arg: str) -> str:
@@ -34,8 +36,13 @@ class AgentCommand:
     tee: int = 3
     hang_timeout_s: float = 0
     start_method: str = DEFAULT_START_METHOD
+    # the variable that holds the rank-0 host of the rendezvous (torchx's rank0_env by default)
+    rank0_variable: str = macros.rank0_env
+    console: str = DEFAULT_CONSOLE
 
     def __post_init__(self) -> None:
+        if self.console not in CONSOLES:
+            raise ValueError(f"invalid console {self.console!r}; accepted: {', '.join(CONSOLES)}")
         if self.start_method not in START_METHODS:
             raise ValueError(
                 f"invalid start_method {self.start_method!r}; accepted: {', '.join(START_METHODS)}"
@@ -58,7 +65,7 @@ class AgentCommand:
             return "localhost:0"
         # "$$" survives torchx's macro substitution as "$": the agent expands
         # ${<rank0 env var>:-localhost} itself, no shell involved
-        return f"$${{{macros.rank0_env}:-localhost}}:{self.rdzv_port}"
+        return f"$${{{self.rank0_variable}:-localhost}}:{self.rdzv_port}"
 
     def entrypoint(self) -> str:
         return PYTHON
@@ -87,6 +94,8 @@ class AgentCommand:
             "--start-method",
             self.start_method,
         ]
+        if self.console != DEFAULT_CONSOLE:
+            args += ["--console", self.console]
         if self.tee != 3:
             # the console shows the streams in --tee (torchrun's meaning: all others are
             # redirected to the log files only)

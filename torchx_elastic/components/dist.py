@@ -19,7 +19,7 @@ from typing import Dict, List, Optional
 
 import torchx.specs as specs
 
-from torchx_elastic.components.agent_command import DEFAULT_START_METHOD
+from torchx_elastic.components.agent_command import DEFAULT_CONSOLE, DEFAULT_START_METHOD
 from torchx_elastic.components.dist_app import DEFAULT_IMAGE, DistApp, host_gpus
 from torchx_elastic.components.job_size import JobSize, parse_nnodes
 
@@ -48,6 +48,7 @@ def torchrun(
     tee: int = 3,
     hang_timeout_s: float = 0,
     start_method: str = DEFAULT_START_METHOD,
+    console: str = DEFAULT_CONSOLE,
 ) -> specs.AppDef:
     """
     Distributed PyTorch job (one role, several replicas = nodes), run by torchx-elastic's
@@ -86,6 +87,8 @@ def torchrun(
         start_method: fork-server (the default: workers forked from a process that imported
             torch once, much faster starts and restarts) or spawn (a fresh interpreter per
             worker, as torchrun starts a script)
+        console: the agent's console: auto (a live progress bar on a person's terminal,
+            plain lines in files, pipes and batch jobs such as Slurm's), plain or live
     """
     size = JobSize.parse_on_host(j, h, host_gpus(h)) if h else JobSize.parse(j)
     return DistApp(
@@ -110,6 +113,7 @@ def torchrun(
         tee=tee,
         hang_timeout_s=hang_timeout_s,
         start_method=start_method,
+        console=console,
     ).build()
 
 
@@ -135,6 +139,7 @@ def ddp(
     tee: int = 3,
     hang_timeout_s: float = 0,
     start_method: str = DEFAULT_START_METHOD,
+    console: str = DEFAULT_CONSOLE,
 ) -> specs.AppDef:
     """
     Distributed data parallel job (one role, several replicas = nodes), run by
@@ -174,6 +179,8 @@ def ddp(
         start_method: fork-server (the default: workers forked from a process that imported
             torch once, much faster starts and restarts) or spawn (a fresh interpreter per
             worker, as torchrun starts a script)
+        console: the agent's console: auto (a live progress bar on a person's terminal,
+            plain lines in files, pipes and batch jobs such as Slurm's), plain or live
     """
     return torchrun(
         *script_args,
@@ -197,6 +204,7 @@ def ddp(
         tee=tee,
         hang_timeout_s=hang_timeout_s,
         start_method=start_method,
+        console=console,
     )
 
 
@@ -213,6 +221,7 @@ def spmd(
     max_retries: int = 0,
     mounts: Optional[List[str]] = None,
     debug: bool = False,
+    console: str = DEFAULT_CONSOLE,
 ) -> specs.AppDef:
     """
     Single-Process-Multiple-Data job: ``N x M`` copies of one program (DDP, FSDP, RPC)
@@ -237,6 +246,8 @@ def spmd(
         mounts: mounts for container schedulers
             (type=<bind|volume|device>,src=/host,dst=/job[,readonly])
         debug: run with torch's distributed debug flags set
+        console: the agent's console: auto (a live progress bar on a person's terminal,
+            plain lines in files, pipes and batch jobs such as Slurm's), plain or live
     """
     return torchrun(
         *args,
@@ -251,4 +262,5 @@ def spmd(
         max_retries=max_retries,
         mounts=mounts,
         debug=debug,
+        console=console,
     )

@@ -13,8 +13,13 @@ from typing import Dict, List, Optional, Tuple
 
 import torchx.specs as specs
 from torchx.components.structured_arg import StructuredNameArgument
+from torchx.specs import macros
 
-from torchx_elastic.components.agent_command import DEFAULT_START_METHOD, AgentCommand
+from torchx_elastic.components.agent_command import (
+    DEFAULT_CONSOLE,
+    DEFAULT_START_METHOD,
+    AgentCommand,
+)
 from torchx_elastic.components.job_size import JobSize
 from torchx_elastic.components.node_resource import node_resource
 
@@ -53,6 +58,8 @@ class DistApp:
     tee: int = 3
     hang_timeout_s: float = 0
     start_method: str = DEFAULT_START_METHOD
+    rank0_variable: str = macros.rank0_env
+    console: str = DEFAULT_CONSOLE
 
     def build(self) -> specs.AppDef:
         command = AgentCommand(
@@ -67,6 +74,8 @@ class DistApp:
             tee=self.tee,
             hang_timeout_s=self.hang_timeout_s,
             start_method=self.start_method,
+            rank0_variable=self.rank0_variable,
+            console=self.console,
         )
         run_name = StructuredNameArgument.parse_from(name=self.name, m=self.m, script=self.script)
         env = dict(self.env)

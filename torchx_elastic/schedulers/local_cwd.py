@@ -2,7 +2,9 @@
 
 On top of torchx's own ``local_cwd``:
 
-- every replica gets ``TORCHX_RANK0_HOST`` (the ``rank0_env`` macro) = the loopback address;
+- every replica gets ``TORCHX_RANK0_HOST`` (the ``rank0_env`` macro) = the loopback address,
+  and so does ``TORCHX_ELASTIC_ROLE_RANK0_HOST`` (its own role's replica 0) in apps of
+  several roles;
 - a ``python``/``python3`` entrypoint runs with the interpreter that runs torchx, so the job
   sees the same virtual environment whether or not it is activated;
 - logs are kept (``log_dir``, default ``./torchx_logs``) and their directory is printed:
@@ -49,6 +51,7 @@ from torchx.schedulers.local_scheduler import (
 from torchx.specs import AppDef, CfgVal, is_terminal, runopts
 
 from torchx_elastic.agent.rendezvous.job_secret import SECRET_ENV, new_secret
+from torchx_elastic.ft.protocol import ROLE_RANK0_ENV
 from torchx_elastic.schedulers.file_lines import follow_lines
 from torchx_elastic.schedulers.job_bar import (
     SharedBar,
@@ -137,6 +140,8 @@ class LocalCwdScheduler(LocalScheduler):
         for replicas in info.request.role_params.values():
             for replica in replicas:
                 replica.env[RANK0_ENV] = RANK0_HOST
+                if len(app.roles) > 1:  # each role's own replica 0 (ft.ddp's groups)
+                    replica.env[ROLE_RANK0_ENV] = RANK0_HOST
                 # the agent stops its workers when this process dies, even by SIGKILL
                 replica.env[LAUNCHER_PID_ENV] = str(os.getpid())
                 if os.path.basename(replica.args[0]) in _PYTHON_ENTRYPOINTS:

@@ -22,6 +22,8 @@ START_METHODS = ("spawn", "fork", "forkserver", "fork-server")
 DEFAULT_START_METHOD = "fork-server"
 TORCHRUN_GROUP = "torchrun's flags"
 NUMA_BINDING_MODES = ("node", "socket", "exclusive", "core-complex")
+COMPLETION_SHELLS = ("bash", "zsh", "tcsh")  # torchrun's choices without shtab installed
+COMPLETION_PROG = "torchx-elastic-agent"  # the console script (pyproject.toml)
 
 
 class _Adder(Protocol):
@@ -103,6 +105,26 @@ def _flag(
 
 def _switch(parser: _Adder, name: str, help: str, short: str | None = None) -> None:
     parser.add_argument(*_spellings(name, short), action=_EnvSwitch, help=help)
+
+
+class _PrintCompletion(argparse.Action):
+    """torchrun's ``--print-completion SHELL``: the completion script made by the optional
+    ``shtab`` package from this parser, for the ``torchx-elastic-agent`` command; exit."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        try:
+            import shtab
+        except ImportError:
+            parser.exit(1, f"{option_string} requires the 'shtab' package: pip install shtab\n")
+        parser.prog = COMPLETION_PROG
+        print(shtab.complete(parser, shell=values))
+        parser.exit()
 
 
 def _comma_separated(text: str) -> list[str]:
@@ -280,14 +302,24 @@ def build_parser() -> argparse.ArgumentParser:
         "virtual-local-rank",
         "LOCAL_RANK=0 in every worker, each seeing only its own GPU (CUDA_VISIBLE_DEVICES)",
     )
+    torchrun.add_argument(
+        *_spellings("print-completion"),
+        action=_PrintCompletion,
+        choices=COMPLETION_SHELLS,
+        help="print a shell completion script for torchx-elastic-agent and exit (e.g."
+        " --print-completion zsh > ~/.zsh/completions/_torchx-elastic-agent); needs the"
+        " optional 'shtab' package",
+    )
 
     ours = parser.add_argument_group("torchx-elastic's own flags")
     _flag(
         ours,
         "log-line-prefix-template",
         None,
-        "prefix of each worker line; fields {node}, {rank}, {local_rank}, {role} (default"
-        " '[n{node} r{rank}] ', or torch's TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE when set)",
+        "prefix of each worker line: torchrun's ${role_name}, ${rank}, ${local_rank},"
+        " ${hostname} (e.g. '${hostname}:${rank}: '), or our fields {node}, {rank},"
+        " {local_rank}, {role}, {hostname} (default TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE if"
+        " set, else '[n{node} r{rank}] ')",
     )
     _flag(
         ours,
@@ -299,7 +331,8 @@ def build_parser() -> argparse.ArgumentParser:
         ours,
         "console",
         "auto",
-        "auto: a live progress bar when stdout is a terminal, plain lines otherwise",
+        "auto: a live progress bar when stdout is a terminal, plain lines otherwise (a file, a"
+        " pipe, a batch job's pseudo-terminal such as Slurm's srun --unbuffered); live; plain",
         choices=CONSOLE_MODES,
     )
     _flag(

@@ -31,6 +31,8 @@ log = logging.getLogger(__name__)
 DEFAULT_MASTER_PORT = 29500
 DEFAULT_SHUTDOWN_TIMEOUT_S = 30.0
 PREFIX_TEMPLATE_ENV = "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"
+# set on every replica by this package's torchx schedulers (torchx's ``rank0_env`` macro)
+TORCHX_RANK0_ENV = "TORCHX_RANK0_HOST"
 OMP_WARNING = (
     "\n*****************************************\n"
     "Setting OMP_NUM_THREADS environment variable for each process to be "
@@ -248,30 +250,13 @@ def console_streams(redirects: str, tee: str, nproc: int) -> Std | dict[int, Std
     return {rank: Std(Std.ALL.value & ~at(off, rank) | at(back, rank)) for rank in range(nproc)}
 
 
-def from_torch_prefix_template(text: str) -> str:
-    """torch's ``${role_name}``/``${rank}``/``${local_rank}`` template in our ``{}`` fields."""
-    template = (
-        text.replace("{", "{{")
-        .replace("}", "}}")
-        .replace("${{role_name}}", "{role}")
-        .replace("${{rank}}", "{rank}")
-        .replace("${{local_rank}}", "{local_rank}")
-    )
-    for name, field_name in (
-        ("role_name", "role"),
-        ("local_rank", "local_rank"),
-        ("rank", "rank"),
-    ):
-        template = template.replace(f"${name}", "{" + field_name + "}")
-    return template
-
-
 def prefix_template(flag_value: str | None) -> str:
-    """Our flag; else torch's ``TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE`` (``${rank}``, ...)."""
-    if flag_value is not None:
+    """The flag, else ``TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE`` (as torchrun), else ours; in
+    either syntax (see :func:`~torchx_elastic.agent.console.output.format_prefix`)."""
+    if flag_value:
         template = flag_value
     elif os.environ.get(PREFIX_TEMPLATE_ENV):
-        template = from_torch_prefix_template(os.environ[PREFIX_TEMPLATE_ENV])
+        template = os.environ[PREFIX_TEMPLATE_ENV]
     else:
         template = DEFAULT_PREFIX
     try:
@@ -426,11 +411,21 @@ def _secret() -> bytes | None:
         raise UsageError(str(err)) from None
 
 
-def apply_process_environment(config: AgentConfig, warn: Any = None) -> None:
-    """What torchrun sets in its own environment for the workers to inherit."""
+def apply_process_environment(config: AgentConfig, warn: Any = None) -> str | None:
+    """What torchrun sets in its own environment for the workers to inherit.
+
+    torchrun warns about ``OMP_NUM_THREADS`` on every node; under ``torchx run`` (every
+    replica has ``TORCHX_RANK0_HOST``) the warning is returned instead, for node 0 alone to
+    print once the first rendezvous round told it its rank: once per job.
+    """
+    deferred = None
     if "OMP_NUM_THREADS" not in os.environ and config.nproc_per_node > 1:
-        (warn or log.warning)(OMP_WARNING)
+        if TORCHX_RANK0_ENV in os.environ:
+            deferred = OMP_WARNING
+        else:
+            (warn or log.warning)(OMP_WARNING)
         os.environ["OMP_NUM_THREADS"] = "1"
     if config.signals_to_handle is not None:
         os.environ["TORCHELASTIC_SIGNALS_TO_HANDLE"] = config.signals_to_handle
     hide_from_workers()
+    return deferred

@@ -10,9 +10,10 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import IO, TYPE_CHECKING, Any, BinaryIO, Literal
 
 from torchx_elastic.agent.console.channel import RankActivity
@@ -27,6 +28,20 @@ if TYPE_CHECKING:
 ConsoleMode = Literal["auto", "plain", "live"]
 CONSOLE_MODES: tuple[ConsoleMode, ...] = ("auto", "plain", "live")
 DEFAULT_STATUS_INTERVAL_S = 5.0
+# set in every task of a batch system's job: there stdout may be a pseudo-terminal (Slurm's
+# ``srun --unbuffered``, which torchx's sbatch script asks for with SLURM_UNBUFFEREDIO=1)
+# that ends up in a log file, not in front of a person
+BATCH_JOB_MARKERS = (
+    "SLURM_JOB_ID",  # Slurm
+    "SLURM_STEP_ID",
+    "PBS_JOBID",  # PBS / Torque
+    "LSB_JOBID",  # LSF
+    "FLUX_JOB_ID",  # Flux
+    "SGE_TASK_ID",  # Grid Engine
+    "COBALT_JOBID",  # Cobalt
+)
+# a person's terminal inside a batch job: Slurm's ``srun --pty`` sets this
+INTERACTIVE_BATCH_MARKERS = ("SLURM_PTY_PORT",)
 RANK_COLOURS = (
     "cyan",
     "magenta",
@@ -266,14 +281,33 @@ def is_terminal(stream: IO[Any]) -> bool:
         return False
 
 
+def batch_job(environ: Mapping[str, str]) -> str | None:
+    """The batch system's variable that says this process is a task of a job, if any, unless
+    the task has a person's terminal (``srun --pty``)."""
+    if any(environ.get(name) for name in INTERACTIVE_BATCH_MARKERS):
+        return None
+    return next((name for name in BATCH_JOB_MARKERS if environ.get(name)), None)
+
+
+def wants_live(
+    mode: ConsoleMode, stream: IO[Any], environ: Mapping[str, str] | None = None
+) -> bool:
+    """``live``; or ``auto`` with a terminal that is not a batch job's log (see
+    :data:`BATCH_JOB_MARKERS`)."""
+    if mode != "auto":
+        return mode == "live"
+    return is_terminal(stream) and batch_job(os.environ if environ is None else environ) is None
+
+
 def make_console(
     mode: ConsoleMode,
     activity: RankActivity,
     status_interval_s: float = DEFAULT_STATUS_INTERVAL_S,
     job: JobProgressExchange | None = None,
 ) -> PlainConsole | LiveConsole:
-    """``auto``: live when the agent's stdout is a terminal, plain otherwise."""
-    if mode == "live" or (mode == "auto" and is_terminal(sys.stdout)):
+    """``auto``: live when the agent's stdout is a person's terminal, plain otherwise (a file,
+    a pipe, a batch job's pseudo-terminal)."""
+    if wants_live(mode, sys.stdout):
         return LiveConsole(activity, job=job)
     return PlainConsole(activity, status_interval_s=status_interval_s, job=job)
 

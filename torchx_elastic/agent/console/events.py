@@ -1,7 +1,9 @@
 """The agent's event log: one JSON object per line in ``<log_dir>/events.jsonl``.
 
-Events: ``rendezvous``, ``start``, ``hang``, ``failure``, ``restart``, ``progress``, ``exit``
-(named, with their fields, in :mod:`torchx_elastic.event_records`); each has ``time``
+Events: ``rendezvous`` (with the node's ``round``), ``start``, ``hang``, ``failure``,
+``restart`` (after a failure: ``failed_rank``, ``failed_node``, ``failure``, ``max_restarts``,
+``restarts_left``, ``next_round``), ``progress``, ``exit`` (named, with their fields, in
+:mod:`torchx_elastic.event_records`); each has ``time``
 (ISO 8601, UTC), ``time_s`` (seconds since the epoch), ``event``, ``host``, ``agent_pid``
 and ``node`` (null before the first rendezvous), plus its own fields. Several agents may
 share a log directory: each line is written with a single ``O_APPEND`` write.

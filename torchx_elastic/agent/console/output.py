@@ -11,6 +11,8 @@ before they are shown, so partial writes of one rank never tear another rank's l
 from __future__ import annotations
 
 import os
+import socket
+import string
 import threading
 import time
 from collections.abc import Collection, Mapping, Sequence
@@ -19,7 +21,9 @@ from typing import BinaryIO, Literal, Protocol
 
 Stream = Literal["stdout", "stderr"]
 DEFAULT_PREFIX = "[n{node} r{rank}] "
-PREFIX_FIELDS = ("node", "rank", "local_rank", "role")
+PREFIX_FIELDS = ("node", "rank", "local_rank", "role", "hostname")
+# torchrun's template (a ``string.Template``, as torch's agent fills it in)
+TORCH_PREFIX_FIELDS = ("role_name", "rank", "local_rank", "hostname")
 # a "line" longer than this without a newline is shown in pieces (memory stays bounded)
 MAX_LINE_BYTES = 64 * 1024
 
@@ -55,15 +59,36 @@ class Console(Protocol):
     def close(self) -> None: ...
 
 
-def format_prefix(template: str, node: int, rank: int, local_rank: int, role: str = "") -> str:
-    """The template with its fields filled in; a bad template is a ``ValueError`` that says why."""
+def format_prefix(
+    template: str,
+    node: int,
+    rank: int,
+    local_rank: int,
+    role: str = "",
+    hostname: str | None = None,
+) -> str:
+    """The template with its fields filled in; a bad template is a ``ValueError`` that says why.
+
+    Two syntaxes: ours, ``str.format`` fields (:data:`PREFIX_FIELDS`, e.g. ``[n{node} r{rank}] ``),
+    and torchrun's, recognized by a ``$``: ``${role_name}``, ``${rank}``, ``${local_rank}``,
+    ``${hostname}`` filled in as torch does (``string.Template.safe_substitute``: other
+    ``${...}`` stay as written, ``$$`` is ``$``). ``hostname``: the short host name, as torch's
+    (``socket.gethostname()``)."""
+    host = socket.gethostname() if hostname is None else hostname
+    if "$" in template:
+        return string.Template(template).safe_substitute(
+            role_name=role, rank=rank, local_rank=local_rank, hostname=host
+        )
     try:
-        return template.format(node=node, rank=rank, local_rank=local_rank, role=role)
+        return template.format(
+            node=node, rank=rank, local_rank=local_rank, role=role, hostname=host
+        )
     except (KeyError, IndexError, ValueError) as err:
         fields = ", ".join("{" + f + "}" for f in PREFIX_FIELDS)
+        torch_fields = ", ".join("${" + f + "}" for f in TORCH_PREFIX_FIELDS)
         raise ValueError(
             f"--log-line-prefix-template {template!r} is not valid ({type(err).__name__}: {err});"
-            f" use the fields {fields}, e.g. {DEFAULT_PREFIX!r}"
+            f" use the fields {fields}, e.g. {DEFAULT_PREFIX!r}, or torchrun's {torch_fields}"
         ) from None
 
 

@@ -22,12 +22,14 @@ from typing import Any
 
 from torch.distributed.elastic.multiprocessing.errors import ProcessFailure
 
+from torchx_elastic.agent.console.job_failure import FirstFailure
 from torchx_elastic.agent.console.output import RankOutput
-from torchx_elastic.agent.error_file import error_data
+from torchx_elastic.agent.error_file import ErrorFileContent, error_data, read_error_file
 
 STDERR_TAIL_LINES = 10
 _TAIL_BYTES = 64 * 1024
 _REASON_CHARS = 160
+_NOT_AVAILABLE = "<N/A>"  # torch's ProcessFailure.error_file when it has none
 _AGENT_STOP_SIGNALS = frozenset({-int(signal.SIGTERM), -int(signal.SIGKILL)})
 PEER_LOST = re.compile(
     r"connection closed by peer|connection reset by peer|broken pipe"
@@ -53,6 +55,7 @@ class RankFailure:
     stdout_path: str = ""
     stderr_path: str = ""
     error_path: str = ""
+    error_problem: str = ""  # why the error file could not be used ("empty", ...)
 
     @property
     def how(self) -> str:
@@ -138,23 +141,13 @@ def read_tail(path: str, lines: int = STDERR_TAIL_LINES) -> tuple[str, ...]:
     return tuple(text.splitlines()[-lines:])
 
 
-def _error_details(failure: ProcessFailure) -> tuple[str, str, float | None]:
-    """Message, traceback and timestamp from the rank's error file (torch's format)."""
-    if not os.path.isfile(failure.error_file):
-        return "", "", None  # torch fills in placeholders ("<NONE>", "<N/A>")
-    data: Any = failure.error_file_data
-    message: Any = data.get("message") if isinstance(data, dict) else None
-    if isinstance(message, dict):
-        extra = message.get("extraInfo") or {}
-        timestamp = extra.get("timestamp")
-        return (
-            str(message.get("message", "")),
-            str(extra.get("py_callstack", "")),
-            float(timestamp) if timestamp is not None else None,
-        )
-    if isinstance(message, str) and message:
-        return message, "", float(failure.timestamp)
-    return "", "", None
+def _error_file(failure: ProcessFailure, given_path: str) -> tuple[str, ErrorFileContent | None]:
+    """The rank's error file, read now (a file written after its process died counts)."""
+    for path in (failure.error_file, given_path):
+        content = read_error_file(path) if path and path != _NOT_AVAILABLE else None
+        if content is not None:
+            return path, content
+    return given_path, None
 
 
 def _without_traceback(tail: tuple[str, ...], traceback: str) -> tuple[str, ...]:
@@ -178,9 +171,9 @@ def collect(
     facts = []
     for rank, failure in failures.items():
         output = by_local.get(failure.local_rank)
-        message, traceback, error_time_s = _error_details(failure)
-        if not traceback and message.startswith("To enable traceback"):
-            message = ""  # torch's placeholder when there is no error file
+        error_path, content = _error_file(failure, error_paths.get(failure.local_rank, ""))
+        content = content or ErrorFileContent()
+        traceback = content.traceback
         tail = read_tail(output.stderr_path, STDERR_TAIL_LINES + 40) if output else ()
         facts.append(
             RankFailure(
@@ -189,14 +182,15 @@ def collect(
                 node=output.node_rank if output else 0,
                 pid=failure.pid,
                 exitcode=failure.exitcode,
-                error_time_s=error_time_s,
+                error_time_s=content.timestamp_s,
                 exit_time_s=ended_at.get(failure.local_rank, float(failure.timestamp)),
-                message=message,
+                message=content.message,
                 traceback=traceback,
                 stderr_tail=_without_traceback(tail, traceback)[-STDERR_TAIL_LINES:],
                 stdout_path=output.stdout_path if output else "",
                 stderr_path=output.stderr_path if output else "",
-                error_path=error_paths.get(failure.local_rank, ""),
+                error_path=error_path,
+                error_problem=content.problem,
             )
         )
     return facts
@@ -237,22 +231,58 @@ def render(verdict: Verdict, log_dir: str, summary_path: str | None = None) -> s
             lines += ["    " + line for line in root.stderr_tail]
         lines.append(f"  stdout: {root.stdout_path}")
         lines.append(f"  stderr: {root.stderr_path}")
-        if root.error_path and os.path.exists(root.error_path):
+        if root.error_problem:
+            lines.append(f"  error file unreadable ({root.error_problem}): {root.error_path}")
+        elif root.error_path and os.path.exists(root.error_path):
             lines.append(f"  error file: {root.error_path}")
-    for cause in verdict.causes:
+    return "\n".join(lines + _others(verdict.causes, verdict.victims, log_dir, summary_path))
+
+
+def render_peer_failure(
+    verdict: Verdict, first: FirstFailure, log_dir: str, summary_path: str | None = None
+) -> str:
+    """What a node prints when a rank of another node failed first: that rank, and this
+    node's own failed ranks (victims, or later failures of their own); no root-cause
+    section (the failing node prints it)."""
+    lines = ["", "=" * 72, "Job failed", "=" * 72]
+    lines.append(f"  {first.describe()}")
+    if first.where:
+        lines.append(f"  at {first.where}")
+    lines.append(f"  its traceback and logs are in node {first.node}'s report")
+    root = verdict.root
+    if root is None:
+        lines.append("  this node's ranks were still running: they were stopped")
+    victims, causes = list(verdict.victims), list(verdict.causes)
+    if root is not None and verdict.root_is_victim:
+        victims.insert(0, Victim(root, victim_reason(root) or "lost a peer"))
+    elif root is not None:
+        causes.insert(0, root)
+    return "\n".join(lines + _others(tuple(causes), tuple(victims), log_dir, summary_path))
+
+
+def _others(
+    causes: Sequence[RankFailure],
+    victims: Sequence[Victim],
+    log_dir: str,
+    summary_path: str | None,
+) -> list[str]:
+    """The other failed ranks, the logs and the summary: the end of either report."""
+    lines = []
+    for cause in causes:
         lines.append(
             f"  also failed on its own: rank {cause.rank} ({cause.how}) {cause.message}".rstrip()
         )
-    if verdict.victims:
+    if victims:
         lines.append("Victims (failed only because a peer failed):")
-        for victim in verdict.victims:
+        for victim in victims:
             f = victim.failure
             where = f"node {f.node}, local rank {f.local_rank}"
-            lines.append(f"  rank {f.rank} ({where}): {f.how}, {victim.reason}")
+            unreadable = f"; error file unreadable ({f.error_problem})" if f.error_problem else ""
+            lines.append(f"  rank {f.rank} ({where}): {f.how}, {victim.reason}{unreadable}")
     lines.append(f"Logs of every rank: {log_dir}")
     if summary_path:
         lines.append(f"Summary (JSON): {summary_path}")
-    return "\n".join(lines) + "\n"
+    return [*lines, ""]
 
 
 def summary(
@@ -296,17 +326,23 @@ def write_summary(path: str, data: Mapping[str, Any]) -> None:
     os.replace(tmp, path)
 
 
-def reply_file_data(verdict: Verdict, now_s: float) -> dict[str, Any] | None:
+def reply_file_data(
+    verdict: Verdict, now_s: float, first: FirstFailure | None = None
+) -> dict[str, Any] | None:
     """The root cause in torch's error-file format, for the scheduler's reply file.
 
     torchx reads the agent's ``TORCHELASTIC_ERROR_FILE`` for ``torchx status`` / ``describe``:
     with this it shows the failing rank's exception instead of no message at all.
     """
     root = verdict.root
-    if root is None:
+    if root is None and first is None:
         return None
+    timestamp = root.error_time_s if root and root.error_time_s is not None else now_s
+    if first is not None and (root is None or (first.rank, first.node) != (root.rank, root.node)):
+        # another node's rank failed first: every node's reply names that one
+        return error_data(first.describe(), first.where, timestamp)
+    assert root is not None
     what = root.message or root.how
-    timestamp = root.error_time_s if root.error_time_s is not None else now_s
     return error_data(
         f"rank {root.rank} (node {root.node}) failed first: {what}",
         root.traceback or "\n".join(root.stderr_tail),

@@ -14,10 +14,12 @@ import os
 import sys
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
-from typing import TextIO
+from dataclasses import asdict
+from typing import Any, TextIO
 
 from torch.distributed.elastic.agent.server.api import RunResult
 
+from torchx_elastic import job_failure_line
 from torchx_elastic.agent.console import report
 from torchx_elastic.agent.console.channel import ActivityChannel, RankActivity
 from torchx_elastic.agent.console.display import (
@@ -26,6 +28,12 @@ from torchx_elastic.agent.console.display import (
     make_console,
 )
 from torchx_elastic.agent.console.events import EventLog
+from torchx_elastic.agent.console.job_failure import (
+    FirstFailure,
+    agree,
+    innermost_frame,
+    leave_together,
+)
 from torchx_elastic.agent.console.job_progress import JobProgressExchange
 from torchx_elastic.agent.console.output import (
     DEFAULT_PREFIX,
@@ -37,6 +45,10 @@ from torchx_elastic.agent.console.output import (
 from torchx_elastic.agent.error_file import ERROR_FILE_ENV
 
 log = logging.getLogger(__name__)
+
+# the last failed attempt: its result (None: the job failed on another node while this
+# node's ranks ran), this node's verdict, the job's first failure, the attempt
+FailedAttempt = tuple[RunResult | None, report.Verdict, FirstFailure | None, int]
 
 
 class ConsoleSession:
@@ -69,6 +81,13 @@ class ConsoleSession:
         self._role = role
         self._sinks: list[RankSink] = []
         self._closed = False
+        self._round: tuple[Any, int, int] | None = None  # store, node rank, nodes
+        self._failed: FailedAttempt | None = None
+
+    def start_round(self, store: Any, node_rank: int, num_nodes: int) -> None:
+        """A rendezvous round completed (its store reaches the job-wide exchanges)."""
+        self._round = (store, node_rank, num_nodes)
+        self.job_progress.start_round(store, node_rank, num_nodes)
 
     def worker_env(self) -> dict[str, str]:
         """Extra environment of every worker (the channel's address)."""
@@ -105,27 +124,29 @@ class ConsoleSession:
     ) -> report.Verdict | None:
         """After the run: close, write the summary, log ``exit``, print the report on failure."""
         self.close()
-        sink = self._sinks[-1] if self._sinks else None
-        outputs = sink.outputs if sink else []
+        outputs = self._sinks[-1].outputs if self._sinks else []
         node = outputs[0].node_rank if outputs else (self.events.node or 0)
-        verdict = None
-        failed = result is not None and result.is_failed()
+        verdict, first = None, None
+        elsewhere = result is None and self._failed is not None and self._failed[0] is None
+        failed = (result is not None and result.is_failed()) or elsewhere
         if failed:
-            assert result is not None
-            error_paths = {
-                o.local_rank: os.path.join(os.path.dirname(o.stderr_path), "error.json")
-                for o in outputs
-            }
-            facts = report.collect(
-                result.failures, outputs, sink.ended_at if sink else {}, error_paths
-            )
-            verdict = report.classify(facts)
+            if self._failed is not None and self._failed[0] is result:
+                _, verdict, first, failed_attempt = self._failed
+                if self._round is not None and self._round[2] > 1:
+                    leave_together(self._round[0], failed_attempt, self._round[2])
+            else:
+                assert result is not None
+                verdict = self._verdict(result)
+                first = _own_first_failure(verdict)
         state = "FAILED" if failed else ("SUCCEEDED" if exit_code == 0 else "STOPPED")
         path: str | None = report.summary_path(self.log_dir, node)
         try:
             report.write_summary(
                 report.summary_path(self.log_dir, node),
-                report.summary(verdict, state, node, attempt, self.log_dir, exit_code),
+                {
+                    **report.summary(verdict, state, node, attempt, self.log_dir, exit_code),
+                    "job_root_cause": None if first is None else asdict(first),
+                },
             )
         except OSError as err:
             log.warning("cannot write the run summary %s: %s", path, err)
@@ -138,22 +159,60 @@ class ConsoleSession:
             attempt=attempt,
             root_cause_rank=None if root is None else root.rank,
             summary=path,
+            job_root_cause_rank=None if first is None else first.rank,
+            job_root_cause_node=None if first is None else first.node,
         )
         if verdict is not None:
-            self._write_reply_file(verdict)
-            print(
-                report.render(verdict, self.log_dir, path),
-                file=out or sys.stderr,
-                end="",
-                flush=True,
+            self._write_reply_file(verdict, first)
+            owner = first is None or (first.rank, first.node) == (
+                (root.rank, root.node) if root else None
             )
+            text = (
+                report.render(verdict, self.log_dir, path)
+                if owner or first is None
+                else report.render_peer_failure(verdict, first, self.log_dir, path)
+            )
+            if first is not None:
+                text += job_failure_line.line(first.describe()) + "\n"
+            print(text, file=out or sys.stderr, end="", flush=True)
         return verdict
 
+    def attempt_failed(self, result: RunResult, attempt: int) -> FirstFailure | None:
+        """This node's ranks failed: the job's first failure, agreed with the other nodes."""
+        verdict = self._verdict(result)
+        own = _own_first_failure(verdict)
+        first = own
+        if self._round is not None and self._round[2] > 1:
+            first = agree(self._round[0], attempt, None if verdict.root_is_victim else own)
+        self._failed = (result, verdict, first, attempt)
+        return first
+
+    def failed_elsewhere(self, attempt: int) -> FirstFailure | None:
+        """The rendezvous closed under this node's running ranks: the first failure that
+        another node named for ``attempt``, if any (the job then failed there)."""
+        if self._round is None or self._round[2] <= 1:
+            return None
+        first = agree(self._round[0], attempt, None)
+        if first is not None:
+            self._failed = (None, report.Verdict(root=None), first, attempt)
+        return first
+
+    def _verdict(self, result: RunResult) -> report.Verdict:
+        sink = self._sinks[-1] if self._sinks else None
+        outputs = sink.outputs if sink else []
+        error_paths = {
+            o.local_rank: os.path.join(os.path.dirname(o.stderr_path), "error.json")
+            for o in outputs
+        }
+        facts = report.collect(result.failures, outputs, sink.ended_at if sink else {}, error_paths)
+        return report.classify(facts)
+
     @staticmethod
-    def _write_reply_file(verdict: report.Verdict) -> None:
-        """The root cause into the agent's own error file, if its scheduler gave it one."""
+    def _write_reply_file(verdict: report.Verdict, first: FirstFailure | None = None) -> None:
+        """The job's root cause into the agent's own error file, if its scheduler gave it
+        one: every node writes the same rank and message."""
         path = os.environ.get(ERROR_FILE_ENV)
-        data = report.reply_file_data(verdict, time.time())
+        data = report.reply_file_data(verdict, time.time(), first)
         # an empty file may be there already: Kubernetes creates the termination-message file
         if not path or data is None or (os.path.exists(path) and os.path.getsize(path) > 0):
             return
@@ -166,6 +225,14 @@ class ConsoleSession:
                 report.write_summary(path, data)
         except OSError as err:
             log.warning("cannot write the error file %s: %s", path, err)
+
+
+def _own_first_failure(verdict: report.Verdict) -> FirstFailure | None:
+    root = verdict.root
+    if root is None:
+        return None
+    where = innermost_frame(root.traceback)
+    return FirstFailure(root.rank, root.node, root.how, root.message, where)
 
 
 class _EndingSink:

@@ -25,7 +25,6 @@ from torchx_elastic.agent.config.launch import (
     ConsoleConfig,
     UsageError,
     WorkerCommand,
-    from_torch_prefix_template,
     prefix_template,
 )
 from torchx_elastic.agent.console.display import ConsoleMode, parse_rank_filter
@@ -92,11 +91,7 @@ def agent_config(
         )
     master_addr, master_port = _static_master(config.rdzv_backend, endpoint, config.rdzv_configs)
     try:
-        template = prefix_template(
-            from_torch_prefix_template(config.log_line_prefix_template)
-            if config.log_line_prefix_template
-            else None
-        )
+        template = prefix_template(config.log_line_prefix_template)
         show_ranks = parse_rank_filter(options.console_ranks)
     except (UsageError, ValueError) as err:
         raise ValueError(str(err)) from None

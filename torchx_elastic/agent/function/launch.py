@@ -29,6 +29,7 @@ from torchx_elastic.agent.function.agent_run import Outcome, WorkerTarget, agent
 from torchx_elastic.agent.function.errors import FunctionFailedError
 from torchx_elastic.agent.function.options import AgentOptions, check_start_method
 from torchx_elastic.agent.workers.forkserver import ForkServer, WorkerExit
+from torchx_elastic.agent.workers.processes import process_failure
 
 log = logging.getLogger(__name__)
 
@@ -109,11 +110,8 @@ def _failures(outcome: Outcome) -> dict[int, ProcessFailure]:
     summary = outcome.summary
     failed = [summary["root_cause"], *summary.get("other_causes", []), *summary.get("victims", [])]
     return {
-        int(f["rank"]): ProcessFailure(
-            local_rank=int(f["local_rank"]),
-            pid=int(f["pid"]),
-            exitcode=int(f["exitcode"]),
-            error_file=str(f.get("error_path") or ""),
+        int(f["rank"]): process_failure(
+            int(f["local_rank"]), int(f["pid"]), int(f["exitcode"]), str(f.get("error_path") or "")
         )
         for f in failed
     }

@@ -4,8 +4,11 @@ Anyone who reaches the store's port can read and write it. Every entry an agent 
 written through :meth:`StoreSigner.seal` (an HMAC-SHA256 of the key and the value, keyed by
 the job's secret) and read through :meth:`StoreSigner.open`, which refuses what it cannot
 verify. :class:`SignedStore` does both around a torch ``Store`` (or a ``PrefixStore`` of a
-round): ``set`` signs, ``get`` verifies, ``read`` verifies and logs one warning per refused
-entry. Without a secret (an unauthenticated job) values pass through unchanged.
+round): ``set`` and ``compare_set`` sign, ``get`` and ``compare_set`` verify (the caller says
+what it skipped), ``read`` verifies and logs one warning per refused entry.
+:func:`signed_rounds` hands every rendezvous round's store, signed, to a round listener: every
+exchange of the agents over the store goes through it. Without a secret (an unauthenticated
+job) values pass through unchanged.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import hashlib
 import hmac
 import logging
 import threading
+from collections.abc import Callable
 from typing import Any
 
 log = logging.getLogger(__name__)
@@ -100,8 +104,27 @@ class SignedStore:
             self.signer.warn_refused(what, str(err), blob)
             return None
 
+    def compare_set(self, key: str, expected_value: str, desired_value: str) -> bytes:
+        """torch's ``compare_set`` (``expected_value`` "": the key is not set yet) on signed
+        values; the value now held, verified (:class:`RefusedEntry`)."""
+        signer = self.signer
+        expected = signer.seal(key, expected_value.encode()) if expected_value else b""
+        desired = signer.seal(key, desired_value.encode())
+        return signer.open(key, bytes(self.store.compare_set(key, expected, desired)))
+
     def add(self, key: str, value: int) -> int:
         return int(self.store.add(key, value))
 
     def check(self, keys: list[str]) -> bool:
         return bool(self.store.check(keys))
+
+
+def signed_rounds(
+    on_round: Callable[[Any, int, int], None], signer: StoreSigner
+) -> Callable[[Any, int, int], None]:
+    """A round listener (store, node rank, nodes) that hands ``on_round`` the signed store."""
+
+    def listener(store: Any, node_rank: int, num_nodes: int) -> None:
+        on_round(SignedStore(store, signer), node_rank, num_nodes)
+
+    return listener

@@ -11,7 +11,7 @@ from typing import Any
 
 from torch.distributed.elastic.agent.server.api import RunResult
 from torch.distributed.elastic.multiprocessing.api import LogsSpecs, SignalException, Std
-from torch.distributed.elastic.rendezvous import RendezvousError
+from torch.distributed.elastic.rendezvous import RendezvousClosedError, RendezvousError
 
 from torchx_elastic.agent.config.launch import AgentConfig, UsageError, apply_process_environment
 from torchx_elastic.agent.console.session import ConsoleSession
@@ -22,9 +22,13 @@ from torchx_elastic.agent.rendezvous.handler import (
     lost_nodes,
 )
 from torchx_elastic.agent.rendezvous.job_secret import job_secret
-from torchx_elastic.agent.rendezvous.observed import ObservedRendezvous
-from torchx_elastic.agent.rendezvous.signed_store import SignedStore, StoreSigner
+from torchx_elastic.agent.rendezvous.observed import ObservedRendezvous, RoundListener
+from torchx_elastic.agent.rendezvous.signed_store import StoreSigner, signed_rounds
 from torchx_elastic.agent.supervision.loop import Supervision, Supervisor
+from torchx_elastic.agent.supervision.stop_signals import (
+    absorb_stop_signals,
+    raise_on_stop_signals,
+)
 from torchx_elastic.agent.supervision.watchdog import HangWatchdog
 from torchx_elastic.agent.workers.forkserver import ForkServer
 from torchx_elastic.agent.workers.janitor import Janitor
@@ -71,20 +75,25 @@ def console_session(config: AgentConfig, log_dir: str) -> ConsoleSession:
     )
 
 
-def launch(config: AgentConfig, fork_server: ForkServer | None = None) -> int:
+def launch(
+    config: AgentConfig,
+    fork_server: ForkServer | None = None,
+    node0_warning: str | None = None,
+) -> int:
     """Run the agent in this process to the end; the exit code (torch's ``elastic_launch``
-    for a function calls this too: what only torchrun sets is in :func:`run`)."""
+    for a function calls this too: what only torchrun sets is in :func:`run`).
+    ``node0_warning``: logged once the first rendezvous round made this node node 0."""
     log_dir = config.log_dir or tempfile.mkdtemp(prefix="torchx_elastic_")  # 0700
     os.makedirs(log_dir, mode=0o700, exist_ok=True)  # a new one is its user's only, as torchrun's
+    raise_on_stop_signals()
     specs = logs_specs(config, log_dir)
     session = console_session(config, log_dir)
     signer = StoreSigner(job_secret(config.job_secret, config.max_nodes))
-
-    def on_round(store: Any, node_rank: int, num_nodes: int) -> None:
-        session.job_progress.start_round(SignedStore(store, signer), node_rank, num_nodes)
-
     try:
         # every round's store reaches the cross-node progress exchange
+        on_round: RoundListener = signed_rounds(session.start_round, signer)
+        if node0_warning is not None:
+            on_round = warn_on_node0(node0_warning, on_round)
         handler = ObservedRendezvous(create_handler(config, signer), on_round)
     except BaseException:
         session.close()
@@ -100,7 +109,13 @@ def launch(config: AgentConfig, fork_server: ForkServer | None = None) -> int:
         session.make_sink,
         session.events,
         session.worker_env(),
-        Supervision(janitor=janitor, watchdog=watchdog, fork_server=fork_server, signer=signer),
+        Supervision(
+            janitor=janitor,
+            watchdog=watchdog,
+            fork_server=fork_server,
+            on_failure=session.attempt_failed,
+            signer=signer,
+        ),
     )
     result: RunResult | None = None
     failure: RendezvousFailure | None = None
@@ -114,9 +129,14 @@ def launch(config: AgentConfig, fork_server: ForkServer | None = None) -> int:
         # other nodes can go on with a replacement (shutdown() would close it for all)
         shutdown_rendezvous = False
         code = 128 + int(err.sigval)
+    except RendezvousClosedError as err:
+        # the last node whose ranks failed closes the rendezvous: the job's first failure
+        if session.failed_elsewhere(supervisor.attempt) is None:
+            failure = rendezvous_failure(err, supervisor, config)
     except RendezvousError as err:
         failure = rendezvous_failure(err, supervisor, config)
     finally:
+        absorb_stop_signals()  # a signal now (the job ended or is stopping) ends nothing early
         janitor.close()
         if shutdown_rendezvous:
             handler.shutdown()
@@ -125,6 +145,19 @@ def launch(config: AgentConfig, fork_server: ForkServer | None = None) -> int:
     if failure is not None:
         raise failure
     return code
+
+
+def warn_on_node0(warning: str, on_round: RoundListener) -> RoundListener:
+    """``on_round`` that first logs ``warning`` if the first round made this node node 0."""
+    pending = [warning]
+
+    def listener(store: Any, rank: int, num_nodes: int) -> None:
+        if pending and rank == 0:
+            log.warning(pending[0])
+        pending.clear()
+        on_round(store, rank, num_nodes)
+
+    return listener
 
 
 def rendezvous_failure(
@@ -141,8 +174,8 @@ def rendezvous_failure(
 def run(config: AgentConfig, fork_server: ForkServer | None = None) -> None:
     """Run the agent and exit with the job's exit code."""
     try:
-        apply_process_environment(config)
-        code = launch(config, fork_server)
+        node0_warning = apply_process_environment(config)
+        code = launch(config, fork_server, node0_warning)
     except UsageError as err:
         print(f"torchx-elastic: error: {err}", file=sys.stderr)
         code = 1

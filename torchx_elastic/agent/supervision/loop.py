@@ -14,6 +14,7 @@ import json
 import logging
 import os
 import signal
+import sys
 import tempfile
 import time
 import uuid
@@ -30,11 +31,13 @@ from torch.distributed.elastic.rendezvous import RendezvousHandler
 from torchx_elastic.agent import compat
 from torchx_elastic.agent.config.launch import AgentConfig
 from torchx_elastic.agent.console.events import EventLog
+from torchx_elastic.agent.console.job_failure import FirstFailure, RestartNotice
 from torchx_elastic.agent.console.output import OutputSink, RankOutput
 from torchx_elastic.agent.error_file import write_error_file
 from torchx_elastic.agent.rendezvous import listen
 from torchx_elastic.agent.rendezvous.signed_store import StoreSigner
 from torchx_elastic.agent.rendezvous.worker_store import WorkerStoreHost
+from torchx_elastic.agent.supervision.stop_signals import absorb_stop_signals
 from torchx_elastic.agent.supervision.watchdog import HangWatchdog
 from torchx_elastic.agent.workers.bootstrap import AGENT_PID_ENV, DUMP_STACKS_SIGNAL
 from torchx_elastic.agent.workers.forkserver import ForkServer
@@ -79,6 +82,8 @@ class Supervision:
     watchdog: HangWatchdog | None = None
     fork_server: ForkServer | None = None
     signer: StoreSigner | None = None  # of the job's store entries; None: unauthenticated
+    # (result, attempt) -> the job's first failure, agreed with the other nodes
+    on_failure: Callable[[RunResult, int], FirstFailure | None] | None = None
 
 
 def assign_ranks(
@@ -180,6 +185,7 @@ class Supervisor:
         self._supervision = supervision
         self.remaining_restarts = config.max_restarts
         self.last_round_members: dict[int, str] = {}
+        self._rounds = 0  # rendezvous rounds this node completed
         self._group: Group | None = None
         self._workers: WorkerProcesses | None = None
         self._file_timer: Any = None
@@ -204,6 +210,7 @@ class Supervisor:
         try:
             return self._run()
         except SignalException as err:
+            absorb_stop_signals()  # the scheduler's next signals must not cut the shutdown short
             self.stop_workers(signal.Signals(err.sigval))  # the workers get the same signal
             raise
         finally:
@@ -222,16 +229,24 @@ class Supervisor:
                 return result
             if result.state in (WorkerState.UNHEALTHY, WorkerState.FAILED):
                 self._record_failure(result)
-                if self.remaining_restarts <= 0:
-                    self.stop_workers()
+                last = self.remaining_restarts <= 0
+                self.stop_workers()
+                on_failure = self._supervision.on_failure
+                first = on_failure(result, self.attempt) if on_failure else None
+                if last:
                     return result
                 self.remaining_restarts -= 1
-                self._restart("failure")
+                notice = RestartNotice(
+                    first, self.attempt, self.config.max_restarts, self._rounds + 1
+                )
+                if notice.said_by(self._group.round.rank if self._group else 0):
+                    print(notice.line(), file=sys.stderr, flush=True)
+                self._restart("failure", **notice.fields())
             elif self.handler.num_nodes_waiting() > 0:  # membership changes cost no restart
-                self._restart("membership change")
+                self._restart("membership change", next_round=self._rounds + 1)
 
-    def _restart(self, reason: str) -> None:
-        self._events.emit("restart", attempt=self.attempt, reason=reason)
+    def _restart(self, reason: str, **facts: Any) -> None:
+        self._events.emit("restart", attempt=self.attempt, reason=reason, **facts)
         self.stop_workers()
         self._start_round()
 
@@ -244,10 +259,12 @@ class Supervisor:
             master_addr, master_port = self._worker_store.address(rnd, master_addr, master_port)
         self._group = Group(rnd, workers, master_addr, master_port)
         self.last_round_members = compat.round_members(self.handler)
+        self._rounds += 1
         self._events.node = rnd.rank
         self._events.emit(
             "rendezvous",
             attempt=self.attempt,
+            round=self._rounds,
             group_world_size=rnd.world_size,
             ranks=[w.global_rank for w in workers],
             master=f"{master_addr}:{master_port}",

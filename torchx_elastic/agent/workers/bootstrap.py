@@ -16,12 +16,16 @@ Standard library only: it runs before the user's first import.
 
 from __future__ import annotations
 
+import builtins
 import faulthandler
+import importlib.machinery
+import io
 import os
 import runpy
 import signal
 import sys
 import traceback
+import types
 from types import TracebackType
 
 from torchx_elastic.agent.error_file import ERROR_FILE_ENV, write_error_file
@@ -116,6 +120,26 @@ def dump_stacks_on_signal() -> None:
     faulthandler.register(DUMP_STACKS_SIGNAL, all_threads=True, chain=False)
 
 
+def run_script(script: str) -> None:
+    """Run a script file as ``python script.py`` does (3.9 on): ``sys.argv[0]`` as given,
+    ``__file__`` and the code's file name (what tracebacks show) the absolute path.
+    (``runpy.run_path`` keeps the path as given in both and sets it as ``sys.argv[0]``.)"""
+    path = os.path.abspath(script)
+    with io.open_code(path) as file:
+        code = compile(file.read(), path, "exec")
+    main = types.ModuleType("__main__")
+    main.__dict__.update(
+        __file__=path,
+        __loader__=importlib.machinery.SourceFileLoader("__main__", path),
+        __builtins__=builtins,
+        __spec__=None,
+        __package__=None,
+        __cached__=None,
+    )
+    sys.modules["__main__"] = main
+    exec(code, main.__dict__)
+
+
 def run(argv: list[str]) -> None:
     if argv[:1] == ["--exec"] and len(argv) >= 2:
         os.execvp(argv[1], argv[1:])  # --no-python: the parent-death signal survives exec
@@ -131,7 +155,10 @@ def run(argv: list[str]) -> None:
         script, args = argv[0], argv[1:]
         sys.argv = [script, *args]
         sys.path[0] = os.path.dirname(os.path.abspath(script))
-        runpy.run_path(script, run_name="__main__")
+        if os.path.isfile(script):
+            run_script(script)
+        else:  # a directory or zip file with a __main__.py
+            runpy.run_path(script, run_name="__main__")
     else:
         raise SystemExit(
             "usage: python -m torchx_elastic.agent.workers.bootstrap"

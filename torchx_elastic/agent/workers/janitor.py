@@ -61,13 +61,20 @@ class Janitor:
         self._say(f"-{pgid}")
 
     def close(self) -> None:
-        """Normal exit: the janitor leaves without killing anything."""
+        """Normal exit: the janitor leaves without killing anything (if it is still there:
+        a SIGKILL to the whole step may have ended it before the agent)."""
         self._say("bye")
         if self._proc.stdin is not None:
-            self._proc.stdin.close()
+            try:
+                self._proc.stdin.close()
+            except (BrokenPipeError, ValueError):  # the janitor is gone: "bye" was unread
+                pass
         self._proc.wait()
 
 
 if __name__ == "__main__":
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # a scheduler signals every process of a node (Slurm: the whole step), the janitor too:
+    # it goes on until the agent says goodbye or dies, and then kills what is left
+    for _sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
+        signal.signal(_sig, signal.SIG_IGN)
     serve()

@@ -27,6 +27,7 @@ from torch.distributed.elastic.multiprocessing.api import (
 from torch.distributed.elastic.multiprocessing.errors import ProcessFailure
 
 from torchx_elastic.agent.console.output import OutputSink, Stream
+from torchx_elastic.agent.error_file import read_error_file
 from torchx_elastic.agent.workers import bootstrap
 from torchx_elastic.agent.workers.forkserver import ForkServer
 from torchx_elastic.agent.workers.janitor import Janitor
@@ -34,6 +35,23 @@ from torchx_elastic.agent.workers.janitor import Janitor
 log = logging.getLogger(__name__)
 
 _DRAIN_TIMEOUT_S = 2.0
+
+
+def process_failure(local_rank: int, pid: int, exitcode: int, error_file: str) -> ProcessFailure:
+    """torch's ``ProcessFailure``, whatever the worker left in its error file.
+
+    torch's constructor parses the file and raises on an empty, partial or foreign one (a
+    worker killed while ``@record`` writes it leaves it empty); such a file is left out
+    here, and the report reads it again itself (:func:`read_error_file`) and says why it
+    could not be used.
+    """
+    content = read_error_file(error_file)
+    if content is not None and not content.problem:
+        try:
+            return ProcessFailure(local_rank, pid, exitcode, error_file)
+        except Exception as err:  # noqa: BLE001 - changed since it was read: as unreadable
+            log.debug("torch could not read the error file %s: %s", error_file, err)
+    return ProcessFailure(local_rank, pid, exitcode, error_file="")
 
 
 class PipePump(threading.Thread):
@@ -176,11 +194,8 @@ class WorkerProcesses(PContext):
                 continue
             done.add(local_rank)
             if code != 0 and local_rank not in self._failures:
-                self._failures[local_rank] = ProcessFailure(
-                    local_rank=local_rank,
-                    pid=proc.pid,
-                    exitcode=code,
-                    error_file=self.error_files[local_rank],
+                self._failures[local_rank] = process_failure(
+                    local_rank, proc.pid, code, self.error_files[local_rank]
                 )
         return done
 

@@ -17,6 +17,7 @@ import yaml
 from torchx.schedulers.devices import get_device_mounts
 from torchx.specs import AppDef, BindMount, DeviceMount, Role, VolumeMount, macros
 
+from torchx_elastic.ft.protocol import ROLE_RANK0_ENV
 from torchx_elastic.schedulers.docker.options import DockerOptions
 from torchx_elastic.schedulers.names import DNS_LABEL_MAX, RANK0_ENV, dns_label
 from torchx_elastic.schedulers.workspace import WorkspaceBuild
@@ -191,6 +192,8 @@ def build_job(
             replica = values.apply(role)
             name = container_name(app_id, role.name, replica_id)
             environment = {**base_env, **replica.env, RANK0_ENV: rank0_host}
+            if len(app.roles) > 1:  # each role's own replica 0 (ft.ddp's groups)
+                environment[ROLE_RANK0_ENV] = container_name(app_id, role.name, 0)
             containers.append(
                 ContainerRequest(
                     name=name,

@@ -14,6 +14,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from torchx.specs import AppState, ReplicaStatus, Role, RoleStatus, is_terminal
 
+from torchx_elastic import job_failure_line
 from torchx_elastic.schedulers.docker.request import (
     LABEL_APP_ID,
     LABEL_MIN_REPLICAS,
@@ -115,7 +116,10 @@ class ContainerSnapshot:
     def structured_error_msg(self) -> str:
         """torchx's reply-file JSON, so ``torchx status`` prints exit code and message."""
         message = self.failure_reason()
-        if self.log_tail:
+        first = job_failure_line.find(self.log_tail)
+        if first:  # the job's first failure, as every node's agent names it
+            message += f": {first}"
+        elif self.log_tail:
             message += "; last log lines: " + " | ".join(self.log_tail.strip().splitlines())
         return json.dumps(
             {
@@ -167,9 +171,13 @@ def app_message(replicas: Sequence[ContainerSnapshot], session_name: str) -> str
     first = root_cause(replicas)
     if first is None:
         return NOT_SET
+    reason = first.failure_reason()
+    job_first = job_failure_line.find(first.log_tail)  # the job's, as every agent names it
+    if job_first:
+        reason += f": {job_first}"
     return (
         f"{first.role}[{first.replica_id}] (container {first.name}) failed first:"
-        f" {first.failure_reason()}; its log: torchx log docker://"
+        f" {reason}; its log: torchx log docker://"
         f"{session_name}/{first.app_id}/{first.role}/{first.replica_id}"
     )
 

@@ -1,0 +1,290 @@
+"""ft.ddp without running a job: its AppDef, its errors, the Lighthouse role's registry of
+the groups and the group launcher (a real launcher process against a real registry)."""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from datetime import timedelta
+from pathlib import Path
+from typing import Iterator, Optional
+
+import pytest
+import torchx.specs as specs
+
+from tests.conftest import _env
+from torchx_elastic.components.ft import INSTALL_HINT, ddp
+from torchx_elastic.components.ft_app import FtUsageError
+from torchx_elastic.ft.lighthouse import GroupRegistry, serve_registry
+from torchx_elastic.ft.protocol import get_groups, post_event
+from torchx_elastic.schedulers.docker.options import DockerOptions
+from torchx_elastic.schedulers.docker.request import build_job
+from torchx_elastic.schedulers.local_cwd import create_scheduler
+
+
+def _app(**kwargs: object) -> specs.AppDef:
+    return ddp("--lr", "0.1", script="train.py", **kwargs)  # type: ignore[arg-type]
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("", 0))
+        return int(sock.getsockname()[1])
+
+
+def test_one_lighthouse_role_then_one_role_per_group_each_with_its_own_rendezvous() -> None:
+    app = _app(j="2x4", replica_groups=3, max_retries=5, rdzv_port=29600)
+    assert [r.name for r in app.roles] == ["lighthouse", "group0", "group1", "group2"]
+    lighthouse, *groups = app.roles
+    assert lighthouse.num_replicas == 1
+    assert lighthouse.port_map == {"lighthouse": 29510, "registry": 29511}
+    assert lighthouse.args[:4] == ["-m", "torchx_elastic.ft.lighthouse", "--num_groups", "3"]
+    for g, role in enumerate(groups):
+        assert role.num_replicas == 2 and role.max_retries == 5
+        assert role.env["REPLICA_GROUP_ID"] == str(g)
+        assert role.env["NUM_REPLICA_GROUPS"] == "3"
+        assert role.port_map == {"c10d": 29600 + g}
+        agent = role.args[role.args.index("--") + 1 :]
+        assert agent[:2] == ["-m", "torchx_elastic.agent"]
+        # -j keeps its meaning inside a group; each group restarts on its own
+        assert agent[agent.index("--nnodes") + 1] == "2"
+        assert agent[agent.index("--nproc-per-node") + 1] == "4"
+        assert agent[agent.index("--max-restarts") + 1] == "5"
+        endpoint = agent[agent.index("--rdzv-endpoint") + 1]
+        assert endpoint == f"$${{TORCHX_ELASTIC_ROLE_RANK0_HOST:-localhost}}:{29600 + g}"
+        assert agent[-3:] == ["train.py", "--lr", "0.1"]
+
+
+def test_a_bare_process_count_is_one_node_per_group() -> None:
+    group = _app(j="3").roles[1]
+    assert group.num_replicas == 1
+    assert group.args[group.args.index("--nproc-per-node") + 1] == "3"
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"replica_groups": 0}, "--replica_groups 0: expected 1 or more replica groups"),
+        (
+            {"replica_groups": 2, "min_replica_groups": 3},
+            "--min_replica_groups 3: expected 1 to --replica_groups (2), the groups a step needs",
+        ),
+        (
+            {"j": "1:2x2"},
+            "-j 1:2x2: a replica group of ft.ddp has a fixed size, give -j NxM (nodes x"
+            " processes of each group); --replica_groups and --min_replica_groups set how"
+            " many groups train",
+        ),
+        (
+            {"replica_groups": 12, "rdzv_port": 29500, "lighthouse_port": 29510},
+            "--lighthouse_port 29510 (and 29511 for the groups' registry) overlaps the groups'"
+            " rendezvous ports 29500..29511 (--rdzv_port + group): move one of them",
+        ),
+    ],
+)
+def test_bad_combinations_say_what_to_give(kwargs: dict[str, object], message: str) -> None:
+    with pytest.raises(FtUsageError) as err:
+        _app(**kwargs)
+    assert str(err.value) == message
+
+
+def test_without_torchft_the_component_says_how_to_install_it(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    real = importlib.util.find_spec
+
+    def find_spec(name: str, package: Optional[str] = None) -> object:
+        return None if name == "torchft" else real(name, package)
+
+    monkeypatch.setattr(importlib.util, "find_spec", find_spec)
+    _app()
+    assert capsys.readouterr().err.strip() == INSTALL_HINT
+    assert "pip install 'torchx-elastic[ft]'" in INSTALL_HINT
+
+
+def test_lighthouse_without_torchft_fails_with_the_install_hint(tmp_path: Path) -> None:
+    fake = tmp_path / "torchft"
+    fake.mkdir()
+    (fake / "__init__.py").write_text("raise ImportError('no torchft here')\n")
+    result = subprocess.run(
+        [sys.executable, "-m", "torchx_elastic.ft.lighthouse", "--num_groups", "1"],
+        env=_env({"PYTHONPATH": str(tmp_path)}),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 1
+    assert result.stderr.strip() == (
+        "torchx-elastic: error: torchft is not installed where the Lighthouse runs: install it"
+        " with pip install 'torchx-elastic[ft]' (or pip install torchft) in the job's"
+        " environment or image"
+    )
+
+
+def test_registry_states_and_the_end_of_every_group() -> None:
+    registry = GroupRegistry(2)
+    assert [registry.state(g) for g in (0, 1)] == ["waiting", "waiting"]
+    registry.record(0, "0", "started")
+    registry.record(0, "1", "started")
+    registry.record(1, "0", "started")
+    registry.record(0, "0", "ended", 0)
+    assert registry.state(0) == "running"  # node 1 of group 0 still runs
+    registry.record(0, "1", "ended", 0)
+    registry.record(1, "0", "ended", 1)
+    assert (registry.state(0), registry.state(1)) == ("succeeded", "failed")
+    assert registry.all_ended()
+    assert registry.summary() == "group0 succeeded, group1 failed"
+    with pytest.raises(ValueError, match=r"no replica group 2: this app has 2 \(0\.\.\)"):
+        registry.record(2, "0", "started")
+
+
+@pytest.fixture
+def registry_port() -> Iterator[tuple[GroupRegistry, int]]:
+    lighthouse_port = _free_port()
+    registry = GroupRegistry(1)
+    server = serve_registry(registry, lighthouse_port + 1)
+    yield registry, lighthouse_port
+    server.shutdown()
+
+
+def test_registry_over_http(registry_port: tuple[GroupRegistry, int]) -> None:
+    registry, port = registry_port
+    post_event("127.0.0.1", port, 0, {"node": "0", "event": "started", "rc": 0})
+    assert get_groups("127.0.0.1", port) == {
+        "num_groups": 1,
+        "groups": {"0": {"state": "running", "nodes": {"0": None}}},
+        "quorum": None,
+    }
+    waiter = threading.Thread(target=registry.wait_all_ended)
+    waiter.start()
+    post_event("127.0.0.1", port, 0, {"node": "0", "event": "ended", "rc": 0})
+    waiter.join(timeout=5)
+    assert not waiter.is_alive()
+
+
+def test_group_launcher_sets_the_lighthouse_and_reports_the_agents_exit_code(
+    registry_port: tuple[GroupRegistry, int],
+) -> None:
+    registry, port = registry_port
+    agent = "import os, sys; print(os.environ['TORCHFT_LIGHTHOUSE']); sys.exit(3)"
+    result = subprocess.run(
+        [sys.executable, "-m", "torchx_elastic.ft.group", "--node", "0"]
+        + ["--lighthouse_port", str(port), "--", "-c", agent],
+        env=_env({"REPLICA_GROUP_ID": "0", "TORCHX_RANK0_HOST": "127.0.0.1"}),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 3, result.stderr
+    assert result.stdout.strip() == f"http://127.0.0.1:{port}"
+    assert registry.as_json()["groups"] == {"0": {"state": "failed", "nodes": {"0": 3}}}
+
+
+def test_group_launcher_says_when_the_lighthouse_role_is_gone(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from torchx_elastic.ft import group
+
+    monkeypatch.setattr(group, "STARTED_REPORT_S", 0.1)
+    monkeypatch.setattr(group, "ENDED_REPORT_S", 0.1)
+    monkeypatch.setenv("REPLICA_GROUP_ID", "1")
+    monkeypatch.setenv("TORCHX_RANK0_HOST", "127.0.0.1")
+    monkeypatch.delenv("TORCHX_ELASTIC_LAUNCHER_PID", raising=False)
+    assert group.run("0", _free_port(), ["-c", "pass"]) == 0
+    assert capsys.readouterr().err.strip() == (
+        "torchx-elastic: the Lighthouse role at 127.0.0.1 did not take the end of replica"
+        " group 1 (node 0); it keeps running until cancelled"
+    )
+
+
+def test_docker_and_local_cwd_give_each_role_its_own_rank0_host() -> None:
+    app = _app(j="2x1")
+    job = build_job(app, DockerOptions(), "ft-abc", {})
+    hosts = {
+        c.name: (
+            c.environment["TORCHX_RANK0_HOST"],
+            c.environment["TORCHX_ELASTIC_ROLE_RANK0_HOST"],
+        )
+        for c in job.containers
+    }
+    assert hosts == {
+        "ft-abc-lighthouse-0": ("ft-abc-lighthouse-0", "ft-abc-lighthouse-0"),
+        "ft-abc-group0-0": ("ft-abc-lighthouse-0", "ft-abc-group0-0"),
+        "ft-abc-group0-1": ("ft-abc-lighthouse-0", "ft-abc-group0-0"),
+        "ft-abc-group1-0": ("ft-abc-lighthouse-0", "ft-abc-group1-0"),
+        "ft-abc-group1-1": ("ft-abc-lighthouse-0", "ft-abc-group1-0"),
+    }
+    request = create_scheduler("test").submit_dryrun(app, {}).request
+    for replicas in request.role_params.values():
+        for replica in replicas:
+            assert replica.env["TORCHX_ELASTIC_ROLE_RANK0_HOST"] == "127.0.0.1"
+
+
+def test_the_quorum_is_read_from_torchft_lighthouse_status_page(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from torchft.coordination import LighthouseClient, LighthouseServer
+
+    from torchx_elastic.ft.lighthouse import Quorum, watch_quorums
+
+    port = _free_port()
+    server = LighthouseServer(bind=f"[::]:{port}", min_replicas=1, join_timeout_ms=100)
+    try:
+        client = LighthouseClient(f"http://127.0.0.1:{port}", connect_timeout=timedelta(seconds=5))
+        client.quorum(
+            replica_id="ft_ddp_0:0b5e",
+            timeout=timedelta(seconds=10),
+            address="http://a:1",
+            store_address="a:2",
+            step=7,
+            world_size=2,
+        )
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/status", timeout=5) as page:
+            quorum = Quorum.parse(page.read().decode())
+        # the Lighthouse role's watcher keeps it for GET /groups and logs it
+        registry, stop = GroupRegistry(2), threading.Event()
+        with caplog.at_level(logging.INFO, logger="torchx_elastic.ft.lighthouse"):
+            watcher = threading.Thread(target=watch_quorums, args=(port, registry, stop))
+            watcher.start()
+            deadline = time.monotonic() + 10
+            while registry.quorum is None and time.monotonic() < deadline:
+                time.sleep(0.1)
+            stop.set()
+            watcher.join(timeout=10)
+    finally:
+        server.shutdown()
+    assert quorum == Quorum(quorum_id=1, step=7, members=("ft_ddp_0",))
+    assert quorum.line(2) == "quorum 1 at step 7: 1 of 2 replica groups (ft_ddp_0)"
+    assert Quorum.parse("<html>no quorum yet</html>") is None
+    assert registry.as_json()["quorum"] == {"quorum_id": 1, "step": 7, "members": ("ft_ddp_0",)}
+    assert "quorum 1 at step 7: 1 of 2 replica groups (ft_ddp_0)" in caplog.messages
+
+
+def test_group_launcher_forwards_sigterm_to_the_agent_and_stops_at_once() -> None:
+    agent = (
+        "import signal, sys, time\n"
+        "signal.signal(signal.SIGTERM, lambda *_: sys.exit(7))\n"
+        "print('up', flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    launcher = subprocess.Popen(
+        [sys.executable, "-m", "torchx_elastic.ft.group", "--node", "0"]
+        + ["--lighthouse_port", str(_free_port()), "--", "-c", agent],
+        env=_env({"REPLICA_GROUP_ID": "0", "TORCHX_RANK0_HOST": "127.0.0.1"}),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert launcher.stdout is not None and launcher.stdout.readline() == "up\n"
+    sent_at = time.monotonic()
+    launcher.send_signal(signal.SIGTERM)
+    assert launcher.wait(timeout=30) == 7
+    # no Lighthouse role answers: one try, not ENDED_REPORT_S of retries
+    assert time.monotonic() - sent_at < 10

@@ -1,0 +1,63 @@
+"""Our ``slurm`` scheduler without a cluster: the sbatch script it writes and the states it
+reads from sacct (the real cluster: tests/slurm/test_slurm_e2e.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from torchx.specs import AppDef, AppState, Role
+
+from torchx_elastic.components.dist import ddp
+from torchx_elastic.schedulers.slurm import SlurmScheduler, create_scheduler
+from torchx_elastic.schedulers.slurm.status import describe_from_sacct
+
+
+@pytest.fixture(autouse=True)
+def _no_sinfo(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """torchx asks sinfo for the partition's memory: no Slurm here (a stopped controller
+    would make sinfo retry for seconds)."""
+    monkeypatch.setenv("PATH", str(tmp_path))
+
+
+def test_the_agents_restarts_are_the_jobs_retries_and_no_requeue_follows() -> None:
+    scheduler = create_scheduler("test")
+    assert isinstance(scheduler, SlurmScheduler)
+    app = ddp(script="main.py", j="2x2", max_retries=1)
+    script = scheduler.submit_dryrun(app, {}).request.materialize()
+    assert "export TORCHX_MAX_RETRIES=0\n" in script  # torchx's script requeues below that
+    assert script.count("--max-restarts 1 ") == 2  # one agent per node restarts in place
+    assert "--requeue" in script  # a node failure is still Slurm's to requeue
+
+
+def test_a_role_of_another_component_keeps_torchx_requeues() -> None:
+    echo = Role(name="echo", image="", entrypoint="echo", args=["hi"], max_retries=2)
+    request = create_scheduler("test").submit_dryrun(AppDef("echo", roles=[echo]), {}).request
+    assert "export TORCHX_MAX_RETRIES=2\n" in request.materialize()
+
+
+SACCT_CANCELLED = """JobID|JobName|Partition|Account|AllocCPUS|State|ExitCode
+22+0|train-0|debug|root|2|CANCELLED by 0|0:0
+22+0.batch|batch||root|2|CANCELLED|0:15
+22+0.0|python3||root|2|CANCELLED|0:15
+22+1|train-1|debug|root|2|CANCELLED by 0|0:0
+22+1.0|python3||root|2|CANCELLED|0:15
+"""
+
+
+def test_a_cancelled_job_is_cancelled_with_its_replicas() -> None:
+    found = describe_from_sacct("22", SACCT_CANCELLED)
+    assert found is not None
+    assert (found.state, found.msg) == (AppState.CANCELLED, "CANCELLED by 0")
+    [role] = found.roles_statuses
+    assert (role.role, [r.id for r in role.replicas]) == ("train", [0, 1])
+    assert {r.state for r in role.replicas} == {AppState.CANCELLED}
+
+
+def test_truncated_unknown_and_missing_states() -> None:
+    header = "JobID|JobName|State\n"
+    truncated = describe_from_sacct("7", header + "7+0|t-0|CANCELLED+\n")
+    assert truncated is not None and truncated.state == AppState.CANCELLED
+    unknown = describe_from_sacct("7", header + "7+0|t-0|SOMETHING_NEW\n")
+    assert unknown is not None and unknown.state == AppState.UNKNOWN
+    assert describe_from_sacct("7", header) is None  # sacct does not know the job (yet)

@@ -1,0 +1,169 @@
+"""The job's first failure, agreed by every node over the rendezvous round's store.
+
+Each node classifies its own failed ranks (report.py). A node with a rank that failed on its
+own offers it as the job's first failure of the attempt (``torchx_elastic/failure/attempt<k>``)
+with ``compare_set``: the first writer wins, and every node reads the winner back (validated:
+a value that is not a :class:`FirstFailure` is ignored). A node whose ranks only lost a peer
+offers nothing and waits (up to ``wait_s``) for the winner. At the job's end, every node
+counts itself done on ``.../left`` (after it shut its rendezvous down) and waits (up to
+``wait_s``) for the others, so the agent that hosts the store leaves last.
+
+The same store as the progress exchange (job_progress.py): no new port.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Protocol
+
+from torchx_elastic.agent.rendezvous.signed_store import RefusedEntry
+
+log = logging.getLogger(__name__)
+
+KEY_PREFIX = "torchx_elastic/failure/attempt"
+DEFAULT_WAIT_S = 10.0
+_POLL_S = 0.05
+
+
+class FailureStore(Protocol):
+    """The part of ``torch.distributed.Store`` used here."""
+
+    def compare_set(self, key: str, expected_value: str, desired_value: str) -> bytes: ...
+
+    def add(self, key: str, value: int) -> int: ...
+
+    def check(self, keys: list[str]) -> bool: ...
+
+    def get(self, key: str) -> bytes: ...
+
+
+@dataclass(frozen=True)
+class FirstFailure:
+    """The rank that failed first in the job, as every node names it."""
+
+    rank: int
+    node: int
+    how: str  # "exit code 1", "signal SIGKILL"
+    message: str = ""  # the exception line ("ValueError: boom"), if its error file had one
+    where: str = ""  # 'File "/abs/train.py", line 12' of the innermost traceback frame
+
+    def describe(self) -> str:
+        """``rank 2 (node 1) failed first: ValueError: boom``: what every node's error file
+        (``torchx status``) says."""
+        return f"rank {self.rank} (node {self.node}) failed first: {self.message or self.how}"
+
+    def what(self) -> str:
+        """``ValueError: boom (File "/abs/train.py", line 12)`` or ``exit code 13``."""
+        text = self.message or self.how
+        return f"{text} ({self.where})" if self.where else text
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> FirstFailure | None:
+        """The failure in ``text``; None when it is not one."""
+        try:
+            data = json.loads(text)
+            return cls(
+                int(data["rank"]),
+                int(data["node"]),
+                str(data["how"]),
+                str(data.get("message", "")),
+                str(data.get("where", "")),
+            )
+        except (KeyError, TypeError, ValueError):
+            return None
+
+
+def innermost_frame(traceback: str) -> str:
+    """The last ``File "...", line N`` line of a Python traceback ('' when there is none)."""
+    frames = [ln.strip() for ln in traceback.splitlines() if ln.strip().startswith('File "')]
+    return frames[-1].split(", in ")[0] if frames else ""
+
+
+def agree(
+    store: FailureStore,
+    attempt: int,
+    own: FirstFailure | None,
+    wait_s: float = DEFAULT_WAIT_S,
+    clock: Callable[[], float] = time.monotonic,
+) -> FirstFailure | None:
+    """The job's first failure of ``attempt``: ``own`` offered (None: this node's ranks only
+    lost peers), the winner read back; None when nobody offered one within ``wait_s`` or the
+    store is gone."""
+    key = f"{KEY_PREFIX}{attempt}"
+    deadline_s = clock() + wait_s
+    try:
+        if own is not None:
+            return FirstFailure.from_json(store.compare_set(key, "", own.to_json())) or own
+        while not store.check([key]) and clock() < deadline_s:
+            time.sleep(_POLL_S)
+        return FirstFailure.from_json(store.get(key)) if store.check([key]) else None
+    except RefusedEntry as err:  # not written by a node of the job: what this node knows
+        log.warning("skipped the job's first failure from the store: %s", err)
+        return own
+    except Exception as err:  # the store went away (its host left): what this node knows
+        log.debug("job failure exchange failed: %s", err)
+        return own
+
+
+def leave_together(
+    store: FailureStore,
+    attempt: int,
+    num_nodes: int,
+    wait_s: float = DEFAULT_WAIT_S,
+    clock: Callable[[], float] = time.monotonic,
+) -> None:
+    """The job ends: wait (up to ``wait_s``) until every node is done with the store (read
+    the first failure, shut its rendezvous down), so the agent that hosts it leaves last."""
+    key = f"{KEY_PREFIX}{attempt}/left"
+    deadline_s = clock() + wait_s
+    try:
+        done = store.add(key, 1)
+        while done < num_nodes and clock() < deadline_s:
+            time.sleep(_POLL_S)
+            done = store.add(key, 0)
+    except Exception as err:  # noqa: BLE001 - gone already: nothing to wait for
+        log.debug("job failure exchange: %s", err)
+
+
+@dataclass(frozen=True)
+class RestartNotice:
+    """What the restart line says (and the ``restart`` event records)."""
+
+    failed: FirstFailure | None
+    attempt: int  # 0-based index of the attempt that starts now
+    max_restarts: int
+    next_round: int  # this node's rendezvous rounds so far, +1
+
+    def said_by(self, node: int) -> bool:
+        """Once per job: by the node whose rank failed first (node 0 when none is known)."""
+        return node == (self.failed.node if self.failed is not None else 0)
+
+    def line(self) -> str:
+        failed = "a rank failed"
+        if self.failed is not None:
+            where = f"rank {self.failed.rank} (node {self.failed.node})"
+            failed = f"{where} failed: {self.failed.what()}"
+        left = self.max_restarts - self.attempt
+        return (
+            f"torchx-elastic: {failed}; restarting every node: attempt {self.attempt + 1}"
+            f" of {self.max_restarts + 1} ({left} restart{'' if left == 1 else 's'} left),"
+            f" rendezvous round {self.next_round} next"
+        )
+
+    def fields(self) -> dict[str, object]:
+        """The same facts for ``events.jsonl``."""
+        return {
+            "failed_rank": None if self.failed is None else self.failed.rank,
+            "failed_node": None if self.failed is None else self.failed.node,
+            "failure": None if self.failed is None else self.failed.what(),
+            "max_restarts": self.max_restarts,
+            "restarts_left": self.max_restarts - self.attempt,
+            "next_round": self.next_round,
+        }

@@ -1,0 +1,60 @@
+"""The signals that stop the agent (torchrun's ``TORCHELASTIC_SIGNALS_TO_HANDLE``).
+
+As torch's ``PContext.start()``, the first one raises ``SignalException`` (the agent then
+stops its workers with the same signal and exits 128 + signal); unlike torch, the handlers
+are in place from the start of the run (a node stopped while it waits for the rendezvous
+still writes its summary), and once the agent is stopping, further signals change nothing:
+a scheduler signals every process of a node (Slurm: the whole step, on cancel, on requeue,
+on a peer's failure under ``srun --kill-on-bad-exit``) and often more than once, and a
+second exception in the middle of the shutdown would skip the summary and the report.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+from types import FrameType
+
+from torch.distributed.elastic.multiprocessing.api import SignalException
+
+log = logging.getLogger(__name__)
+
+SIGNALS_ENV = "TORCHELASTIC_SIGNALS_TO_HANDLE"
+DEFAULT_SIGNALS = "SIGTERM,SIGINT,SIGHUP,SIGQUIT"  # torch's default
+
+
+def stop_signals() -> list[signal.Signals]:
+    """The signals named by ``TORCHELASTIC_SIGNALS_TO_HANDLE`` (torch's default if unset)."""
+    found = []
+    for name in os.environ.get(SIGNALS_ENV, DEFAULT_SIGNALS).split(","):
+        sig = getattr(signal, name.strip(), None)
+        if isinstance(sig, signal.Signals):
+            found.append(sig)
+    return found
+
+
+def _raise(signum: int, frame: FrameType | None) -> None:
+    raise SignalException(f"Process {os.getpid()} got signal: {signum}", signal.Signals(signum))
+
+
+def _absorb(signum: int, frame: FrameType | None) -> None:
+    log.info("already stopping; %s changes nothing", signal.Signals(signum).name)
+
+
+def _install(handler: signal.Handlers | object) -> None:
+    if threading.current_thread() is not threading.main_thread():
+        return  # only the main thread may set handlers (a function launched from a thread)
+    for sig in stop_signals():
+        signal.signal(sig, handler)  # type: ignore[arg-type]
+
+
+def raise_on_stop_signals() -> None:
+    """The next stop signal raises ``SignalException`` in the main thread."""
+    _install(_raise)
+
+
+def absorb_stop_signals() -> None:
+    """The agent is stopping: later stop signals are logged and otherwise ignored."""
+    _install(_absorb)

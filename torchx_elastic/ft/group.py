@@ -1,0 +1,116 @@
+"""``python -m torchx_elastic.ft.group --node N [--lighthouse_port P] -- AGENT_ARGS...``
+
+One node of a replica group of an ``ft.ddp`` app: runs the bundled agent
+(``python -m torchx_elastic.agent ...``, which restarts the group's workers in place up to
+``--max-restarts``) with ``TORCHFT_LIGHTHOUSE`` pointing at the Lighthouse role, and tells the
+Lighthouse role's registry when the agent starts and when it ends (its exit code), so the
+Lighthouse can stop once every group has ended. Exits with the agent's exit code.
+
+The Lighthouse role is the app's first role: its host is the rank-0 host that every
+scheduler of torchx-elastic gives every replica (``TORCHX_RANK0_HOST``). Standard library
+only: it is on every node's start path.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from types import FrameType
+from typing import Dict, List, Optional
+
+from torchx_elastic.agent.workers.bootstrap import LAUNCHER_PID_ENV, die_with_parent
+from torchx_elastic.ft.protocol import (
+    DEFAULT_LIGHTHOUSE_PORT,
+    GROUP_ID_ENV,
+    LIGHTHOUSE_ENV,
+    lighthouse_url,
+    post_event,
+)
+from torchx_elastic.schedulers.names import RANK0_ENV
+
+# the Lighthouse role imports torch before it serves: wait that long for it at the start
+STARTED_REPORT_S = 120.0
+ENDED_REPORT_S = 30.0
+RETRY_S = 0.5
+
+
+def _report(host: str, port: int, group: int, body: Dict[str, object], within_s: float) -> bool:
+    deadline = time.monotonic() + within_s
+    while True:
+        try:
+            post_event(host, port, group, body)
+            return True
+        except OSError:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(RETRY_S)
+
+
+def _exit_code(returncode: int) -> int:
+    return 128 - returncode if returncode < 0 else returncode
+
+
+def run(node: str, lighthouse_port: int, agent_args: List[str]) -> int:
+    # local_cwd: stop when the torchx process dies, and let the agent watch this process
+    die_with_parent(LAUNCHER_PID_ENV, signal.SIGTERM)
+    host = os.environ.get(RANK0_ENV) or "localhost"
+    group = int(os.environ[GROUP_ID_ENV])
+    env = dict(os.environ)
+    env[LIGHTHOUSE_ENV] = lighthouse_url(host, lighthouse_port)
+    if LAUNCHER_PID_ENV in env:
+        env[LAUNCHER_PID_ENV] = str(os.getpid())
+    started = threading.Thread(
+        target=_report,
+        args=(
+            host,
+            lighthouse_port,
+            group,
+            {"node": node, "event": "started", "rc": 0},
+            STARTED_REPORT_S,
+        ),
+        daemon=True,
+    )
+    started.start()
+    agent = subprocess.Popen([sys.executable, *agent_args], env=env)
+
+    stopped: List[int] = []
+
+    def forward(signum: int, _frame: Optional[FrameType]) -> None:
+        stopped.append(signum)
+        agent.send_signal(signum)
+
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, forward)
+    code = _exit_code(agent.wait())
+    if stopped:  # cancelled: the Lighthouse role is being stopped too, one try is enough
+        within_s = 0.0
+    else:
+        started.join(STARTED_REPORT_S)
+        within_s = ENDED_REPORT_S
+    ended = {"node": node, "event": "ended", "rc": code}
+    if not _report(host, lighthouse_port, group, ended, within_s):
+        print(
+            f"torchx-elastic: the Lighthouse role at {host} did not take the end of replica"
+            f" group {group} (node {node}); it keeps running until cancelled",
+            file=sys.stderr,
+        )
+    return code
+
+
+def main(argv: Optional[List[str]] = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m torchx_elastic.ft.group")
+    parser.add_argument("--node", required=True, help="this node's replica id in its group")
+    parser.add_argument("--lighthouse_port", type=int, default=DEFAULT_LIGHTHOUSE_PORT)
+    parser.add_argument("agent_args", nargs=argparse.REMAINDER, help="-- then the agent's")
+    args = parser.parse_args(argv)
+    agent_args = args.agent_args[1:] if args.agent_args[:1] == ["--"] else args.agent_args
+    sys.exit(run(args.node, args.lighthouse_port, agent_args))
+
+
+if __name__ == "__main__":
+    main()

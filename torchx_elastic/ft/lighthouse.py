@@ -1,0 +1,255 @@
+"""``python -m torchx_elastic.ft.lighthouse``: the Lighthouse role of an ``ft.ddp`` app.
+
+It runs torchft's Lighthouse (``torchft.coordination.LighthouseServer``, what the
+``torchft_lighthouse`` command runs, with the same settings: ``--min_replicas``,
+``--join_timeout_ms``, ``--quorum_tick_ms``, ``--heartbeat_timeout_ms``) and, one port
+above it, the registry of the replica groups (:mod:`torchx_elastic.ft.protocol`): every
+group's launcher says when its agent starts and when it ends.
+
+torchft's Lighthouse serves forever; this role exits 0 once every replica group has ended
+(succeeded or failed, after its own restarts), so the app ends when the training ends and
+its state is its groups' (a group that failed makes the app FAILED).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import re
+import sys
+import threading
+import urllib.request
+from dataclasses import asdict, dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Dict, List, Optional, Tuple
+
+from torchx_elastic.ft.protocol import DEFAULT_LIGHTHOUSE_PORT, registry_port
+
+log = logging.getLogger(__name__)
+
+INSTALL_HINT = (
+    "torchft is not installed where the Lighthouse runs: install it with"
+    " pip install 'torchx-elastic[ft]' (or pip install torchft) in the job's environment or image"
+)
+WAITING, RUNNING, SUCCEEDED, FAILED = "waiting", "running", "succeeded", "failed"
+
+
+QUORUM_POLL_S = 1.0
+_QUORUM_ID = re.compile(r"Previous quorum id: (\d+)")
+_MEMBER = re.compile(r"<b>([^<:]+)(?::[^<]*)?</b>\s*<br/>\s*Step: (\d+)")
+
+
+@dataclass(frozen=True)
+class Quorum:
+    """The last quorum torchft's Lighthouse issued, read from its ``/status`` page."""
+
+    quorum_id: int
+    step: int
+    members: Tuple[str, ...]  # the replica ids the scripts chose, without torchft's uuid
+
+    @classmethod
+    def parse(cls, page: str) -> Optional[Quorum]:
+        """None when the page has no quorum yet (or is not the page this was written for)."""
+        quorum_id = _QUORUM_ID.search(page)
+        members = _MEMBER.findall(page)
+        if quorum_id is None or not members:
+            return None
+        return cls(
+            int(quorum_id[1]), max(int(step) for _, step in members), tuple(m for m, _ in members)
+        )
+
+    def line(self, num_groups: int) -> str:
+        return (
+            f"quorum {self.quorum_id} at step {self.step}: {len(self.members)} of {num_groups}"
+            f" replica groups ({', '.join(self.members)})"
+        )
+
+
+def watch_quorums(port: int, registry: GroupRegistry, stop: threading.Event) -> List[Quorum]:
+    """Log every change of the quorum's members (torchft bumps the quorum id then) and keep
+    the latest quorum in ``registry``, until ``stop``; returns the quorums seen."""
+    seen: List[Quorum] = []
+    while not stop.wait(QUORUM_POLL_S):
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/status", timeout=5) as page:
+                quorum = Quorum.parse(page.read().decode(errors="replace"))
+        except OSError:
+            continue
+        if quorum is None:
+            continue
+        registry.quorum = quorum
+        if not seen or seen[-1].quorum_id != quorum.quorum_id:
+            seen.append(quorum)
+            log.info("%s", quorum.line(registry.num_groups))
+    return seen
+
+
+class GroupRegistry:
+    """What the launchers said: per group, per node, running or ended with an exit code."""
+
+    def __init__(self, num_groups: int) -> None:
+        self.num_groups = num_groups
+        self._nodes: Dict[int, Dict[str, Optional[int]]] = {g: {} for g in range(num_groups)}
+        self.quorum: Optional[Quorum] = None  # the latest, from torchft's Lighthouse
+        self._changed = threading.Condition()
+
+    def record(self, group: int, node: str, event: str, rc: int = 0) -> None:
+        if group not in self._nodes:
+            raise ValueError(f"no replica group {group}: this app has {self.num_groups} (0..)")
+        if event not in ("started", "ended"):
+            raise ValueError(f"unknown event {event!r}: expected started or ended")
+        with self._changed:
+            self._nodes[group][node] = None if event == "started" else rc
+            self._changed.notify_all()
+        log.info("replica group %d, node %s: %s", group, node, self.state(group))
+
+    def state(self, group: int) -> str:
+        """waiting (no node started yet), running, succeeded or failed (every node ended)."""
+        codes = list(self._nodes[group].values())
+        if not codes:
+            return WAITING
+        if any(rc is None for rc in codes):
+            return RUNNING
+        return SUCCEEDED if all(rc == 0 for rc in codes) else FAILED
+
+    def all_ended(self) -> bool:
+        return all(self.state(g) in (SUCCEEDED, FAILED) for g in self._nodes)
+
+    def wait_all_ended(self) -> None:
+        with self._changed:
+            self._changed.wait_for(self.all_ended)
+
+    def as_json(self) -> Dict[str, object]:
+        with self._changed:
+            groups = {
+                str(g): {"state": self.state(g), "nodes": dict(nodes)}
+                for g, nodes in self._nodes.items()
+            }
+        quorum = self.quorum
+        return {
+            "num_groups": self.num_groups,
+            "groups": groups,
+            "quorum": None if quorum is None else asdict(quorum),
+        }
+
+    def summary(self) -> str:
+        return ", ".join(f"group{g} {self.state(g)}" for g in self._nodes)
+
+
+def _handler(registry: GroupRegistry) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+            if self.path.rstrip("/") != "/groups":
+                self._answer(404, {"error": f"unknown path {self.path}: GET /groups"})
+                return
+            self._answer(200, registry.as_json())
+
+        def do_POST(self) -> None:  # noqa: N802
+            _, _, group = self.path.rstrip("/").rpartition("/groups/")
+            try:
+                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
+                registry.record(int(group), str(body["node"]), body["event"], int(body["rc"]))
+            except (ValueError, KeyError, TypeError) as err:
+                self._answer(400, {"error": str(err)})
+                return
+            self._answer(200, {"ok": True})
+
+        def _answer(self, code: int, body: Dict[str, object]) -> None:
+            data = json.dumps(body).encode()
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+            log.debug(format, *args)
+
+    return Handler
+
+
+def serve_registry(registry: GroupRegistry, port: int) -> ThreadingHTTPServer:
+    """The registry's HTTP server, serving on a thread of its own."""
+    server = ThreadingHTTPServer(("", port), _handler(registry))
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, name="ft-registry", daemon=True).start()
+    return server
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m torchx_elastic.ft.lighthouse",
+        description="torchft's Lighthouse for the replica groups of one app; exits 0 once"
+        " every group has ended",
+    )
+    parser.add_argument("--num_groups", type=int, required=True, help="replica groups of the app")
+    parser.add_argument(
+        "--port",
+        type=int,
+        default=DEFAULT_LIGHTHOUSE_PORT,
+        help=("torchft's Lighthouse port; the groups' registry serves on the next one"),
+    )
+    parser.add_argument(
+        "--min_replicas",
+        type=int,
+        default=1,
+        help="replica groups needed for a quorum (torchft_lighthouse's)",
+    )
+    parser.add_argument(
+        "--join_timeout_ms",
+        type=int,
+        default=60000,
+        help="how long to wait for stragglers before a quorum (torchft_lighthouse's)",
+    )
+    parser.add_argument(
+        "--quorum_tick_ms",
+        type=int,
+        default=100,
+        help="how often to check for a quorum (torchft_lighthouse's)",
+    )
+    parser.add_argument(
+        "--heartbeat_timeout_ms",
+        type=int,
+        default=5000,
+        help="a group that sends no heartbeat this long is dead (torchft_lighthouse's)",
+    )
+    return parser
+
+
+def main(argv: Optional[list[str]] = None) -> None:
+    logging.basicConfig(level=logging.INFO, format="[torchx-elastic ft] %(message)s")
+    args = build_parser().parse_args(argv)
+    try:
+        from torchft.coordination import LighthouseServer
+    except ImportError:
+        print(f"torchx-elastic: error: {INSTALL_HINT}", file=sys.stderr)
+        sys.exit(1)
+    lighthouse = LighthouseServer(
+        bind=f"[::]:{args.port}",
+        min_replicas=args.min_replicas,
+        join_timeout_ms=args.join_timeout_ms,
+        quorum_tick_ms=args.quorum_tick_ms,
+        heartbeat_timeout_ms=args.heartbeat_timeout_ms,
+    )
+    registry = GroupRegistry(args.num_groups)
+    server = serve_registry(registry, registry_port(args.port))
+    log.info(
+        "Lighthouse of %d replica groups at %s (quorum of at least %d), groups' registry on"
+        " port %d",
+        args.num_groups,
+        lighthouse.address(),
+        args.min_replicas,
+        registry_port(args.port),
+    )
+    stop = threading.Event()
+    threading.Thread(target=watch_quorums, args=(args.port, registry, stop), daemon=True).start()
+    registry.wait_all_ended()
+    stop.set()
+    log.info("every replica group has ended (%s): stopping the Lighthouse", registry.summary())
+    server.shutdown()
+    lighthouse.shutdown()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,53 @@
+"""What the groups' launchers and the Lighthouse role say to each other (standard library).
+
+The Lighthouse role serves, on ``lighthouse_port + 1`` (:func:`registry_port`):
+
+- ``POST /groups/<g>`` with ``{"node": <replica id>, "event": "started" | "ended", "rc": <int>}``:
+  a node of replica group ``g`` started its agent, or its agent ended with exit code ``rc``;
+- ``GET /groups``: ``{"groups": {"<g>": {"state": ..., "nodes": {...}}}, "num_groups": R,
+  "quorum": {"quorum_id": ..., "step": ..., "members": [...]} or null}``.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+
+LIGHTHOUSE_ENV = "TORCHFT_LIGHTHOUSE"
+# in apps of several roles, every replica's own role's replica-0 host (set by torchx-elastic's
+# schedulers; torchx's rank0_env names the first role's): a replica group's rendezvous host
+ROLE_RANK0_ENV = "TORCHX_ELASTIC_ROLE_RANK0_HOST"
+GROUP_ID_ENV = "REPLICA_GROUP_ID"
+NUM_GROUPS_ENV = "NUM_REPLICA_GROUPS"
+DEFAULT_LIGHTHOUSE_PORT = 29510
+REQUEST_TIMEOUT_S = 5.0
+
+
+def registry_port(lighthouse_port: int) -> int:
+    """The port of the groups' registry: the one after torchft's Lighthouse."""
+    return lighthouse_port + 1
+
+
+def lighthouse_url(host: str, lighthouse_port: int) -> str:
+    """``TORCHFT_LIGHTHOUSE``: torchft's Lighthouse (HTTP and gRPC on one port)."""
+    return f"http://{host}:{lighthouse_port}"
+
+
+def post_event(host: str, lighthouse_port: int, group: int, body: dict[str, object]) -> None:
+    """Tell the Lighthouse role about a node of ``group`` (raises ``OSError`` when unreachable)."""
+    request = urllib.request.Request(
+        f"http://{host}:{registry_port(lighthouse_port)}/groups/{group}",
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"},
+        method="POST",
+    )
+    with urllib.request.urlopen(request, timeout=REQUEST_TIMEOUT_S) as response:
+        response.read()
+
+
+def get_groups(host: str, lighthouse_port: int) -> dict[str, object]:
+    """The registry's view of every group (raises ``OSError`` when unreachable)."""
+    url = f"http://{host}:{registry_port(lighthouse_port)}/groups"
+    with urllib.request.urlopen(url, timeout=REQUEST_TIMEOUT_S) as response:
+        answer: dict[str, object] = json.loads(response.read())
+        return answer
