@@ -156,3 +156,21 @@ def test_a_node_without_the_secret_is_told_why_it_cannot_read_the_state() -> Non
         " (the other nodes sign it with the job's secret: give this node the same one in"
         " TORCHX_ELASTIC_RDZV_SECRET or TORCHX_ELASTIC_RDZV_SECRET_FILE, docs/security.md)"
     )
+
+
+def test_the_jobs_first_failure_is_agreed_on_signed_entries_only(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from torchx_elastic.agent.console.job_failure import KEY_PREFIX, FirstFailure, agree
+
+    store = HashStore()
+    node0, node1 = (SignedStore(store, StoreSigner(b"s")) for _ in range(2))
+    first, second = FirstFailure(3, 1, "exit code 1"), FirstFailure(0, 0, "exit code 2")
+    assert agree(node0, 0, first) == first
+    assert agree(node1, 0, second) == first  # the first offer wins, read back verified
+    store.set(f"{KEY_PREFIX}1", FirstFailure(9, 9, "forged").to_json())  # an outsider, first
+    with caplog.at_level(logging.WARNING):
+        assert agree(node0, 1, second) == second  # what this node knows
+    assert [r.getMessage() for r in caplog.records] == [
+        f"skipped the job's first failure from the store: '{KEY_PREFIX}1' is not signed"
+    ]
