@@ -243,6 +243,7 @@ def test_unauthenticated_job_says_so_once_and_skips_a_malformed_progress_report(
             except RuntimeError:  # the job ended: its store is gone
                 break
             time.sleep(0.02)
+        del store  # its connection closed, as an attacker's would
         codes = [agent.wait(timeout=180) for agent in agents]
     finally:
         for agent in agents:
