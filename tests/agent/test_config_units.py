@@ -233,6 +233,37 @@ def test_the_default_start_method_is_the_fork_server_and_torchrun_values_are_kep
         assert config("--start-method", method).start_method == method
 
 
+def test_every_bad_rdzv_conf_value_is_one_line_naming_key_value_and_what_is_accepted() -> None:
+    conf = "join_timeout=abc,read_timeout=0,is_host=maybe,store_type=etcd,last_call_timeout=1.5"
+    with pytest.raises(UsageError) as error:
+        config(
+            "--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint", "h:1", "--rdzv-conf", conf
+        )
+    assert str(error.value).splitlines() == [
+        "--rdzv-conf join_timeout='abc': join_timeout must be a whole number of seconds > 0"
+        " (e.g. join_timeout=600)",
+        "--rdzv-conf read_timeout='0': read_timeout must be a whole number of seconds > 0"
+        " (e.g. read_timeout=600)",
+        "--rdzv-conf is_host='maybe': is_host must be true or false",
+        "--rdzv-conf store_type='etcd': store_type must be tcp or file",
+        "--rdzv-conf last_call_timeout='1.5': last_call_timeout must be a whole number of"
+        " seconds > 0 (e.g. last_call_timeout=600)",
+    ]
+
+
+def test_rdzv_conf_values_torch_accepts_and_unknown_keys_pass_through() -> None:
+    conf = "join_timeout=60,is_host=True,store_type=tcp,x=${app_id}"
+    c = config(
+        "--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint", "h:1", "--rdzv-conf", conf
+    )
+    assert c.rdzv_configs == {
+        "join_timeout": "60",
+        "is_host": "True",
+        "store_type": "tcp",
+        "x": "${app_id}",
+    }
+
+
 def test_under_torchx_the_omp_warning_waits_for_node_0(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:

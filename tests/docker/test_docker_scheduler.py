@@ -33,6 +33,11 @@ def test_submit_runs_one_container_per_replica_on_the_job_network(
         assert container.status == "running"
         assert container.kwargs["network"] == f"torchx-{app_id}"
         assert container.kwargs["environment"]["TORCHX_RANK0_HOST"] == f"{app_id}-main-0"
+    # the job's own secret, the same in every container, made at submission (not dry run)
+    secrets = {
+        c.kwargs["environment"]["TORCHX_ELASTIC_RDZV_SECRET"] for c in engine.containers.values()
+    }
+    assert len(secrets) == 1 and len(secrets.pop()) == 64
     assert engine.images.pulls == []  # the local image is used as it is
 
 

@@ -186,6 +186,11 @@ def run_both(nodes: tuple[Node, ...], root: Path, together: bool = True) -> tupl
     return reference, ours
 
 
+# what ours sets and torchrun does not, on purpose: a single-host job's gloo listens on
+# loopback only (docs/security.md)
+DELIBERATE_ENV = {("GLOO_SOCKET_IFNAME", "lo")}
+
+
 def normalised_record(record: dict[str, object], outcome: Outcome) -> dict[str, object]:
     """What a worker saw, with what legitimately differs between two runs made uniform:
     the run's own directories, free ports, generated run ids, temporary file names and our
@@ -197,7 +202,9 @@ def normalised_record(record: dict[str, object], outcome: Outcome) -> dict[str, 
     changed = {
         key: _normalised_value(key, str(value), outcome)
         for key, value in env.items()
-        if launch_env.get(key) != value and not key.startswith("TORCHX_ELASTIC_")
+        if launch_env.get(key) != value
+        and not key.startswith("TORCHX_ELASTIC_")
+        and (key, value) not in DELIBERATE_ENV
     }
     removed = sorted(key for key in launch_env if key not in env)
     argv = record["argv"]

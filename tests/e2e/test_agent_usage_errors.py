@@ -26,6 +26,11 @@ pytestmark = pytest.mark.slow
             "--rdzv-conf item 'join_timeout' is not KEY=VALUE (e.g. join_timeout=600)",
         ),
         (
+            ["--rdzv-conf", "join_timeout=abc"],
+            "--rdzv-conf join_timeout='abc': join_timeout must be a whole number of seconds > 0"
+            " (e.g. join_timeout=600)",
+        ),
+        (
             ["--nnodes", "2", "--rdzv-endpoint", "localhost:0"],
             "--rdzv-endpoint 'localhost:0': port 0 (a free port) only works for a single node,"
             " but --nnodes is '2'; give the rank-0 node's port",

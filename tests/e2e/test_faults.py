@@ -264,6 +264,9 @@ dist.destroy_process_group()
 """
 
 
+SECRET = {"TORCHX_ELASTIC_RDZV_SECRET": "the nodes of this job"}  # as a scheduler gives
+
+
 def _two_node_args(port: int, nnodes: str, host: bool) -> list[str]:
     """Node args; the rendezvous store lives in the ``host`` agent, as on node 0 of a job."""
     conf = f"last_call_timeout=1,join_timeout=20,is_host={str(host).lower()}"
@@ -298,7 +301,7 @@ def _two_running_nodes(
             *_two_node_args(port, nnodes, host=i == 0),
             cwd=tmp_path,
             log=log,
-            env={"STEPS": str(steps)},
+            env={"STEPS": str(steps), **SECRET},
         )
         for i, log in enumerate(logs)
     ]
@@ -321,7 +324,7 @@ def test_new_node_joins_a_running_elastic_job(tmp_path: Path) -> None:
     port = free_port()
     # the first node trains until the second joins (a membership change ends its world-1
     # workers; 3000 steps bound the wait), so the join cannot land after the job is over
-    env = {"STEPS": "30", "STEPS_WORLD_1": "3000"}
+    env = {"STEPS": "30", "STEPS_WORLD_1": "3000", **SECRET}
     logs = [tmp_path / "a.log", tmp_path / "b.log"]
     first = start_agent(*_two_node_args(port, "1:2", host=True), cwd=tmp_path, log=logs[0], env=env)
     wait_for_text(logs[0], "attempt 0 world 1")
@@ -397,7 +400,7 @@ def test_node_stopped_by_sigterm_leaves_the_rendezvous_open_for_a_replacement(
         *_two_node_args(port, "2", host=False),
         cwd=tmp_path,
         log=replacement_log,
-        env={"STEPS": "200"},  # as many barriers as the survivor's workers
+        env={"STEPS": "200", **SECRET},  # as many barriers as the survivor's workers
     )
     assert replacement.wait(timeout=120) == 0, replacement_log.read_text()
     assert agents[0].wait(timeout=120) == 0, logs[0].read_text()

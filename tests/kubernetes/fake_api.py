@@ -43,10 +43,23 @@ _ROUTES: List[Tuple[str, re.Pattern[str]]] = [
             "vcjobs",
             r"/apis/batch\.volcano\.sh/v1alpha1/namespaces/(?P<ns>[^/]+)/jobs(?:/(?P<name>[^/]+))?",
         ),
+        ("secrets", r"/api/v1/namespaces/(?P<ns>[^/]+)/secrets(?:/(?P<name>[^/]+))?"),
+        (
+            "networkpolicies",
+            r"/apis/networking\.k8s\.io/v1/namespaces/(?P<ns>[^/]+)/networkpolicies"
+            r"(?:/(?P<name>[^/]+))?",
+        ),
     ]
 ]
-_GROUP = {"jobs": "batch", "services": "", "pods": "", "vcjobs": "batch.volcano.sh"}
-_RESOURCE = {"jobs": "jobs", "services": "services", "pods": "pods", "vcjobs": "jobs"}
+_GROUP = {
+    "jobs": "batch",
+    "services": "",
+    "secrets": "",
+    "networkpolicies": "networking.k8s.io",
+    "pods": "",
+    "vcjobs": "batch.volcano.sh",
+}
+_RESOURCE = {kind: kind for kind in _GROUP} | {"vcjobs": "jobs"}
 _VERB = {"GET": "get", "POST": "create", "DELETE": "delete"}
 
 
@@ -223,7 +236,7 @@ class FakeCluster:
                 f'{_RESOURCE[kind]}.{group} "{name}" already exists',
                 {"name": name, "group": group, "kind": _RESOURCE[kind]},
             )
-        if kind in ("jobs", "services"):
+        if kind in ("jobs", "services", "secrets", "networkpolicies"):
             try:
                 kubernetes_validate.validate(obj, VALIDATION_VERSION, strict=True)
             except kubernetes_validate.ValidationError as e:
@@ -247,7 +260,7 @@ class FakeCluster:
     def _delete(self, kind: str, ns: str, name: str, policy: Optional[str]) -> None:
         obj = self.objects[kind].pop((ns, name))
         uid = obj["metadata"]["uid"]
-        for dep_kind in ("pods", "services"):
+        for dep_kind in ("pods", "services", "secrets", "networkpolicies"):
             for key, dep in list(self.objects[dep_kind].items()):
                 owners = dep["metadata"].get("ownerReferences") or []
                 if any(o["uid"] == uid for o in owners):

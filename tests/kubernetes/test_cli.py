@@ -61,8 +61,8 @@ def test_dryrun_prints_yaml_that_kubectl_apply_accepts() -> None:
         env={**os.environ, "TORCHX_CONTEXT_NAME": "test"},
     )
     request = result.stdout.split("=== SCHEDULER REQUEST ===\n", 1)[1]
-    job, service = yaml.safe_load_all(request)
-    validate_all([job, service])
+    job, service, secret, policy = yaml.safe_load_all(request)
+    validate_all([job, service, secret, policy])
     name = job["metadata"]["name"]
     env = {
         e["name"]: e.get("value") for e in job["spec"]["template"]["spec"]["containers"][0]["env"]

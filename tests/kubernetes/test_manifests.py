@@ -89,7 +89,7 @@ def test_golden_files_pass_strict_validation(name: str) -> None:
 
 
 def test_dryrun_2_4x8_names_pod_0_by_its_dns_name() -> None:
-    job, service = yaml.safe_load_all(_dryrun_yaml(_ddp()))
+    job, service, _, _ = yaml.safe_load_all(_dryrun_yaml(_ddp()))
     name = f"main-{SUFFIX}"
     template = job["spec"]["template"]
     env = {e["name"]: e for e in template["spec"]["containers"][0]["env"]}
@@ -140,7 +140,7 @@ def test_validation_rejects_an_unknown_field() -> None:
 
 
 def test_volcano_validation_rejects_an_unknown_field() -> None:
-    (job,) = build_request(_ddp(), KubernetesOptions(backend="volcano"), SUFFIX).manifests
+    job = build_request(_ddp(), KubernetesOptions(backend="volcano"), SUFFIX).manifests[0]
     job["spec"]["tasks"][0]["replica"] = 1
     with pytest.raises(jsonschema.ValidationError, match="replica"):
         validate_volcano(job)
@@ -298,14 +298,15 @@ def test_named_resource_capabilities_place_the_pods() -> None:
     validate_core(job)
 
 
-def test_volcano_rank0_reaches_its_store_locally_and_the_others_by_dns() -> None:
-    (job,) = build_request(_ddp(), KubernetesOptions(backend="volcano"), SUFFIX).manifests
+def test_volcano_replicas_reach_the_store_by_its_dns_name() -> None:
+    job = build_request(_ddp(), KubernetesOptions(backend="volcano"), SUFFIX).manifests[0]
     hosts = []
     for task in job["spec"]["tasks"]:
         env = {e["name"]: e.get("value") for e in _container({"spec": task})["env"]}
         hosts.append(env["TORCHX_RANK0_HOST"])
     name = f"main-{SUFFIX}"
-    assert hosts == ["localhost"] + [f"{name}-main-0-0.{name}.default.svc"] * 3
+    # rank 0 too: its store listens on its pod address, where the others reach it
+    assert hosts == [f"{name}-main-0-0.{name}.default.svc"] * 4
     assert [t.get("minAvailable") for t in job["spec"]["tasks"]] == [1, 1, 0, 0]
     assert job["spec"]["minAvailable"] == 2
     assert job["spec"]["queue"] == "default"
@@ -379,6 +380,7 @@ def test_runopts_come_from_the_options_dataclass() -> None:
     assert {name for name, _ in opts} == {
         "namespace",
         "backend",
+        "network_policy",
         "queue",
         "priority_class",
         "service_account",

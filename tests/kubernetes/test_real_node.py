@@ -118,6 +118,18 @@ class Cluster:
         except ApiException:
             return ""  # not started yet
 
+    def network_policies(self) -> Dict[str, Any]:
+        """Name -> spec of the NetworkPolicies in ``default``."""
+        from kubernetes import client, config
+
+        api = client.NetworkingV1Api(config.new_client_from_config(self.env["KUBECONFIG"]))
+        found = api.list_namespaced_network_policy("default", _preload_content=False)
+        return {i["metadata"]["name"]: i["spec"] for i in json.loads(found.data)["items"]}
+
+    def secrets(self) -> List[str]:
+        found = self.core().list_namespaced_secret("default", _preload_content=False)
+        return [item["metadata"]["name"] for item in json.loads(found.data)["items"]]
+
     def services(self) -> List[str]:
         found = self.core().list_namespaced_service("default", _preload_content=False)
         return [item["metadata"]["name"] for item in json.loads(found.data)["items"]]
@@ -347,12 +359,29 @@ def test_cancel_while_running(cluster: Cluster, scheduler: KubernetesScheduler) 
         return True if desc is not None and desc.state == AppState.RUNNING else None
 
     _wait("the job to run", running)
+    # while it runs: its Secret, and its NetworkPolicy admitting the job's own pods only (the
+    # node's network plugin does not enforce policies: the object is what is checked)
+    pods = {"matchLabels": {"app.kubernetes.io/instance": job}}
+    assert cluster.network_policies()[job] == {
+        "podSelector": pods,
+        "policyTypes": ["Ingress"],
+        "ingress": [{"from": [{"podSelector": pods}]}],
+    }
+    assert job in cluster.secrets()
     log = cluster.torchx("log", f"{handle}/timed/0")
     assert log.returncode == 0, log.stderr
     cancel = cluster.torchx("cancel", handle)
     assert cancel.returncode == 0, cancel.stderr
     _wait("the pods to go", lambda: True if not cluster.pods(job) else None, timeout_s=120)
     assert scheduler.describe(_app_id(handle)) is None and job not in cluster.services()
+    # gone with the Job (owned by it)
+    _wait(
+        "the Secret and NetworkPolicy to go",
+        lambda: (
+            True if job not in cluster.network_policies() and job not in cluster.secrets() else None
+        ),
+        timeout_s=60,
+    )
     status = cluster.torchx("status", handle)
     assert "does not exist or has been removed" in status.stdout + status.stderr
 

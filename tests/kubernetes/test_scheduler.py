@@ -16,7 +16,7 @@ from torchx.specs import AppState, ReplicaState
 from tests.kubernetes.conftest import SUFFIX
 from tests.kubernetes.fake_api import FakeCluster
 from torchx_elastic.components.dist import ddp
-from torchx_elastic.schedulers.kubernetes import create_scheduler
+from torchx_elastic.schedulers.kubernetes import create_scheduler, job_access
 from torchx_elastic.schedulers.kubernetes.client import KubernetesError
 from torchx_elastic.schedulers.kubernetes.logs import since_seconds
 from torchx_elastic.schedulers.kubernetes.scheduler import KubernetesScheduler
@@ -51,6 +51,39 @@ def test_submit_creates_an_indexed_job_and_its_service(
     pods = fake.pods(JOB)
     assert [p["spec"]["hostname"] for p in pods] == [f"{JOB}-{i}" for i in range(4)]
     assert {p["spec"]["subdomain"] for p in pods} == {JOB}
+
+
+def test_each_job_gets_a_fresh_secret_and_a_network_policy_owned_by_the_job(
+    scheduler: KubernetesScheduler, fake: FakeCluster
+) -> None:
+    _submit(scheduler)
+    job = fake.objects["jobs"][("default", JOB)]
+    owner = [{"apiVersion": "batch/v1", "kind": "Job", "name": JOB, "uid": job["metadata"]["uid"]}]
+    secret = fake.objects["secrets"][("default", JOB)]
+    policy = fake.objects["networkpolicies"][("default", JOB)]
+    assert secret["metadata"]["ownerReferences"] == policy["metadata"]["ownerReferences"] == owner
+    value = secret["stringData"]["rdzv-secret"]
+    assert len(value) == 64 and value != job_access.SECRET_PLACEHOLDER
+    # every pod reads it from the Secret: the value is not in the Job's manifest
+    env = {e["name"]: e for e in job["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["TORCHX_ELASTIC_RDZV_SECRET"]["valueFrom"]["secretKeyRef"] == {
+        "name": JOB,
+        "key": "rdzv-secret",
+    }
+    assert value not in json.dumps(job)
+    # ingress to the job's pods from the job's pods only
+    pods = {"matchLabels": {"app.kubernetes.io/instance": JOB}}
+    assert pods["matchLabels"].items() <= job["spec"]["template"]["metadata"]["labels"].items()
+    assert policy["spec"] == {
+        "podSelector": pods,
+        "policyTypes": ["Ingress"],
+        "ingress": [{"from": [{"podSelector": pods}]}],
+    }
+    scheduler.cancel(APP_ID)
+    fake.objects["jobs"].clear()
+    _submit(scheduler, network_policy=False)
+    assert ("default", JOB) not in fake.objects["networkpolicies"]
+    assert fake.objects["secrets"][("default", JOB)]["stringData"]["rdzv-secret"] != value
 
 
 def test_status_follows_the_pods(scheduler: KubernetesScheduler, fake: FakeCluster) -> None:

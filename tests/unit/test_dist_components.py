@@ -53,6 +53,11 @@ def test_user_arguments_survive_macro_substitution_byte_for_byte() -> None:
     assert args[-len(HOSTILE_ARGS) - 1 :] == ["my script$.py", *HOSTILE_ARGS]
 
 
+def test_rdzv_conf_reaches_the_agent_as_written() -> None:
+    args = _apply(ddp(script="main.py", j="2x2", rdzv_conf="x=${app_id},join_timeout=60"))
+    assert args[args.index("--rdzv-conf") + 1] == "x=${app_id},join_timeout=60"
+
+
 def test_module_form() -> None:
     app = ddp("--lr", "0.1", m="pkg.train", j="2")
     args = _apply(app)

@@ -18,6 +18,8 @@ The rest of the agent uses torch.distributed.elastic's public API only (rendezvo
 - :func:`start_file_timer`: ``FileTimerServer`` takes ``run_id`` from 2.x on.
 - :func:`wrap_group_registry`: torch's registry of live process groups is private (a module
   global that ``_World.pg_map`` reads every time, the same from 2.4 to 2.15).
+- :func:`tcp_store_on_socket`: a ``TCPStore`` server on a socket the caller bound
+  (``master_listen_fd``); 2.4's default (libuv) server cannot take one, its legacy one can.
 - :func:`torchrun_defaults`: the defaults of the installed torchrun's flags (2.4's
   ``--master-port`` defaults to 29500, later ones to a free port for one node; 2.4 has no
   ``--signals-to-handle``), read from torch's public ``get_args_parser()``.
@@ -205,3 +207,23 @@ def wrap_group_registry(wrap: Callable[[dict[Any, Any]], dict[Any, Any]]) -> boo
         return False
     setattr(c10d, "_pg_map", wrap(registry))  # noqa: B010
     return True
+
+
+def tcp_store_on_socket(sock: socket.socket, host: str, port: int, **kwargs: Any) -> Any:
+    """A ``TCPStore`` server listening on ``sock`` (bound to ``host:port``, listening)."""
+    from torch.distributed import TCPStore  # type: ignore[attr-defined]
+
+    fd = sock.detach()
+    try:
+        try:
+            return TCPStore(host, port, is_master=True, master_listen_fd=fd, **kwargs)
+        except NotImplementedError:  # 2.4: "The libuv TCPStore backend does not support ..."
+            return TCPStore(
+                host, port, is_master=True, master_listen_fd=fd, use_libuv=False, **kwargs
+            )
+    except BaseException:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+        raise

@@ -42,9 +42,7 @@ class AgentCommand:
 
     def __post_init__(self) -> None:
         if self.console not in CONSOLES:
-            raise ValueError(
-                f"invalid console {self.console!r}; accepted: {', '.join(CONSOLES)}"
-            )
+            raise ValueError(f"invalid console {self.console!r}; accepted: {', '.join(CONSOLES)}")
         if self.start_method not in START_METHODS:
             raise ValueError(
                 f"invalid start_method {self.start_method!r}; accepted: {', '.join(START_METHODS)}"
@@ -84,7 +82,7 @@ class AgentCommand:
             self.rdzv_backend,
             "--rdzv-endpoint",
             self.rdzv_endpoint,
-            *(["--rdzv-conf", self.rdzv_conf] if self.rdzv_conf else []),
+            *(["--rdzv-conf", _literal(self.rdzv_conf)] if self.rdzv_conf else []),
             "--rdzv-id",
             macros.app_id,
             "--max-restarts",

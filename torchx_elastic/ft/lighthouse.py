@@ -243,9 +243,7 @@ def main(argv: Optional[list[str]] = None) -> None:
         registry_port(args.port),
     )
     stop = threading.Event()
-    threading.Thread(
-        target=watch_quorums, args=(args.port, registry, stop), daemon=True
-    ).start()
+    threading.Thread(target=watch_quorums, args=(args.port, registry, stop), daemon=True).start()
     registry.wait_all_ended()
     stop.set()
     log.info("every replica group has ended (%s): stopping the Lighthouse", registry.summary())

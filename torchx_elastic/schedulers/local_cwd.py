@@ -19,6 +19,9 @@ On top of torchx's own ``local_cwd``:
   half written when the log is read waits for its end (torchx's own tail splits it);
 - on a terminal, the followed logs scroll above one live progress bar of the whole job
   (``job_bar.py``, ``progress_bar`` run option);
+- every job gets a secret of its own (``TORCHX_ELASTIC_RDZV_SECRET`` in its replicas'
+  environment, not in the dry run) that authenticates its rendezvous (docs/security.md), and
+  its log directory is private to its user (0700), as torchrun's;
 - when a job that restarted or failed ends, one line names the command that draws its
   timeline (``torchx-elastic timeline <dir>``).
 
@@ -47,6 +50,7 @@ from torchx.schedulers.local_scheduler import (
 )
 from torchx.specs import AppDef, CfgVal, is_terminal, runopts
 
+from torchx_elastic.agent.rendezvous.job_secret import SECRET_ENV, new_secret
 from torchx_elastic.ft.protocol import ROLE_RANK0_ENV
 from torchx_elastic.schedulers.file_lines import follow_lines
 from torchx_elastic.schedulers.job_bar import (
@@ -145,7 +149,18 @@ class LocalCwdScheduler(LocalScheduler):
         return info
 
     def schedule(self, dryrun_info: AppDryRunInfo[PopenRequest]) -> str:
+        request = dryrun_info.request
+        secret = new_secret()
+        for replicas in request.role_params.values():
+            for replica in replicas:
+                replica.env[SECRET_ENV] = secret
+        # the job's logs are its user's only: torchx makes the job's directory (it must not
+        # exist yet) in the session's, which is private before anything is written
+        session_dir = os.path.dirname(request.log_dir)
+        os.makedirs(session_dir, mode=0o700, exist_ok=True)
+        os.chmod(session_dir, 0o700)
         app_id: str = super().schedule(dryrun_info)
+        os.chmod(request.log_dir, 0o700)
         print(
             f"torchx-elastic: logs of {app_id} are kept in {dryrun_info.request.log_dir}",
             file=sys.stderr,

@@ -23,6 +23,7 @@ from torchx_elastic.agent.config.cli import DEFAULT_START_METHOD
 from torchx_elastic.agent.config.endpoint import Endpoint
 from torchx_elastic.agent.console.display import ConsoleMode, parse_rank_filter
 from torchx_elastic.agent.console.output import DEFAULT_PREFIX, format_prefix
+from torchx_elastic.agent.rendezvous.job_secret import hide_from_workers, read_secret
 from torchx_elastic.agent.supervision.stop_signals import DEFAULT_SIGNALS, SIGNALS_ENV
 from torchx_elastic.agent.workers import bootstrap
 
@@ -127,6 +128,8 @@ class AgentConfig:
     signals_to_handle: str | None = DEFAULT_SIGNALS  # None: torchrun has none
     virtual_local_rank: bool = False
     event_log_handler: str = "null"
+    job_secret: bytes | None = field(default=None, repr=False)
+    """What proves that a node belongs to the job (rendezvous/job_secret.py); never printed."""
 
     @property
     def nnodes(self) -> str:
@@ -154,13 +157,50 @@ def local_world_size(text: str) -> int:
     return count
 
 
+# what torch's rendezvous handlers accept for the settings they read (others pass through)
+_WHOLE_SECONDS = (
+    "join_timeout",
+    "last_call_timeout",
+    "close_timeout",
+    "heartbeat_timeout",
+    "read_timeout",
+    "keep_alive_interval",
+    "timeout",
+)
+_BOOLEANS = ("1", "true", "t", "yes", "y", "0", "false", "f", "no", "n")
+_CHOICES = {"store_type": ("tcp", "file")}
+
+
+def _rdzv_conf_problem(key: str, value: str) -> str | None:
+    """What is wrong with one ``--rdzv-conf`` setting; None when torch accepts it."""
+    if key in _WHOLE_SECONDS and not (value.isdigit() and int(value) > 0):
+        return f"a whole number of seconds > 0 (e.g. {key}=600)"
+    if key == "keep_alive_max_attempt" and not (value.isdigit() and int(value) > 0):
+        return "a whole number > 0 (e.g. keep_alive_max_attempt=3)"
+    if key == "rank" and not value.isdigit():
+        return "a whole number >= 0 (this node's rank, static rendezvous)"
+    if key == "is_host" and value.lower() not in _BOOLEANS:
+        return "true or false"
+    if key in _CHOICES and value.lower() not in _CHOICES[key]:
+        return " or ".join(_CHOICES[key])
+    return None
+
+
 def rdzv_configs(text: str) -> dict[str, Any]:
+    """``--rdzv-conf KEY=VALUE,...``; every bad value is one line of the :class:`UsageError`."""
     conf: dict[str, Any] = {}
+    problems = []
     for item in filter(None, (part.strip() for part in text.split(","))):
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
             raise UsageError(f"--rdzv-conf item {item!r} is not KEY=VALUE (e.g. join_timeout=600)")
-        conf[key.strip()] = value.strip()
+        key, value = key.strip(), value.strip()
+        accepted = _rdzv_conf_problem(key, value)
+        if accepted is not None:
+            problems.append(f"--rdzv-conf {key}={value!r}: {key} must be {accepted}")
+        conf[key] = value
+    if problems:
+        raise UsageError("\n".join(problems))
     return conf
 
 
@@ -361,7 +401,15 @@ def config_from_args(args: argparse.Namespace) -> AgentConfig:
         signals_to_handle=args.signals_to_handle,
         virtual_local_rank=args.virtual_local_rank,
         event_log_handler=args.event_log_handler,
+        job_secret=_secret(),
     )
+
+
+def _secret() -> bytes | None:
+    try:
+        return read_secret()
+    except ValueError as err:
+        raise UsageError(str(err)) from None
 
 
 def apply_process_environment(config: AgentConfig, warn: Any = None) -> str | None:
@@ -380,4 +428,5 @@ def apply_process_environment(config: AgentConfig, warn: Any = None) -> str | No
         os.environ["OMP_NUM_THREADS"] = "1"
     if config.signals_to_handle is not None:
         os.environ[SIGNALS_ENV] = config.signals_to_handle
+    hide_from_workers()
     return deferred

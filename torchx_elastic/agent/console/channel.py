@@ -6,6 +6,12 @@ Workers send tiny text datagrams (see :mod:`torchx_elastic.worker`):
 exit by a worker that reported anything). :class:`RankActivity` keeps, per local rank, the latest
 step/total and the monotonic time of the last message; the progress bar and the hang
 watchdog both read it.
+
+Only the agent's own workers are heard. On Linux the socket is in the abstract namespace
+(no file permissions: any local process can send to it), so the kernel attaches each
+sender's credentials (``SO_PASSCRED``) and a datagram counts only when its sender runs as the
+agent's user and descends from the agent (one warning per other sender). Elsewhere the
+socket is a file in a private (0700) directory.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ import os
 import secrets
 import shutil
 import socket
+import struct
 import sys
 import tempfile
 import threading
@@ -30,6 +37,10 @@ log = logging.getLogger(__name__)
 
 RATE_WINDOW_S = 30.0
 _MAX_DATAGRAM_BYTES = 512
+_UCRED = struct.Struct("iII")  # struct ucred: pid, uid, gid
+REFUSED_SENDER = (
+    "refused messages on the worker channel from pid %s (uid %s): not a worker of this agent"
+)
 
 
 @dataclass(frozen=True)
@@ -146,6 +157,21 @@ class RankActivity:
             pass
 
 
+def _descends_from(pid: int, ancestor: int) -> bool:
+    """``pid`` is ``ancestor``'s child, grandchild, ... (by parent links in /proc)."""
+    for _ in range(64):
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as stat:
+                pid = int(stat.read().rsplit(b")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            return False
+        if pid == ancestor:
+            return True
+        if pid <= 1:
+            return False
+    return False
+
+
 class ActivityChannel:
     """Owns the socket the workers write to and a thread that feeds :class:`RankActivity`."""
 
@@ -161,6 +187,10 @@ class ActivityChannel:
             self._dir = tempfile.mkdtemp(prefix="txe-")
             self.path = os.path.join(self._dir, "channel")
         self._socket.bind(socket_address(self.path))
+        self._check_senders = self._dir is None
+        if self._check_senders:
+            self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
+        self._senders: dict[int, bool] = {}  # pid -> a worker of this agent
         self._socket.settimeout(0.5)
         self._closed = threading.Event()
         self._thread = threading.Thread(
@@ -173,14 +203,33 @@ class ActivityChannel:
         return {CHANNEL_ENV: self.path}
 
     def _serve(self) -> None:
+        space = socket.CMSG_SPACE(_UCRED.size) if self._check_senders else 0
         while not self._closed.is_set():
             try:
-                datagram = self._socket.recv(_MAX_DATAGRAM_BYTES)
+                datagram, ancdata, _, _ = self._socket.recvmsg(_MAX_DATAGRAM_BYTES, space)
             except TimeoutError:
                 continue
             except OSError:
                 return
-            self.activity.handle(datagram)
+            if not self._check_senders or self._from_worker(ancdata):
+                self.activity.handle(datagram)
+
+    def _from_worker(self, ancdata: list[tuple[int, int, bytes]]) -> bool:
+        pid = uid = None
+        for level, kind, data in ancdata:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_CREDENTIALS:
+                pid, uid, _ = _UCRED.unpack(data[: _UCRED.size])
+        if pid is None or pid == os.getpid():  # close()'s wake-up call comes from here
+            return pid is not None
+        known = self._senders.get(pid)
+        if known is None:
+            known = uid == os.getuid() and _descends_from(pid, os.getpid())
+            if len(self._senders) > 4096:
+                self._senders.clear()
+            self._senders[pid] = known
+            if not known:
+                log.warning(REFUSED_SENDER, pid, uid)
+        return known
 
     def close(self) -> None:
         self._closed.set()

@@ -20,6 +20,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Protocol
 
+from torchx_elastic.agent.rendezvous.signed_store import RefusedEntry
+
 log = logging.getLogger(__name__)
 
 KEY_PREFIX = "torchx_elastic/failure/attempt"
@@ -102,6 +104,9 @@ def agree(
         while not store.check([key]) and clock() < deadline_s:
             time.sleep(_POLL_S)
         return FirstFailure.from_json(store.get(key)) if store.check([key]) else None
+    except RefusedEntry as err:  # not written by a node of the job: what this node knows
+        log.warning("skipped the job's first failure from the store: %s", err)
+        return own
     except Exception as err:  # the store went away (its host left): what this node knows
         log.debug("job failure exchange failed: %s", err)
         return own

@@ -21,7 +21,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from torchx_elastic.agent.console.channel import RankActivity
 from torchx_elastic.event_records import PROGRESS, PROGRESS_FIELDS, PROGRESS_INTERVAL_S
@@ -34,6 +34,9 @@ PUBLISHERS_KEY = "torchx_elastic/progress/publishers"  # nodes that published th
 DEFAULT_INTERVAL_S = 1.0
 DEFAULT_QUIET_AFTER_S = 30.0
 FINAL_WAIT_S = 30.0  # node rank 0, for the other nodes' last reports (as the exit barrier)
+
+
+SKIPPED = "skipped node %d's progress report from the store: %s"
 
 
 class KeyValueStore(Protocol):
@@ -78,11 +81,36 @@ class NodeReport:
         try:
             data = json.loads(text)
             ranks = tuple(
-                RankReport(int(r[0]), r[1], r[2], r[3], r[4], bool(r[5])) for r in data["ranks"]
+                RankReport(
+                    _whole(r[0]),
+                    _whole(r[1], None),
+                    _whole(r[2], None),
+                    _number(r[3]),
+                    _number(r[4]),
+                    bool(r[5]),
+                )
+                for r in data["ranks"]
             )
-            return cls(int(data["node"]), int(data["seq"]), bool(data["final"]), ranks)
-        except (KeyError, IndexError, TypeError, json.JSONDecodeError) as err:
+            return cls(_whole(data["node"]), _whole(data["seq"]), bool(data["final"]), ranks)
+        except (KeyError, IndexError, TypeError, ValueError) as err:
             raise ValueError(f"not a node progress report: {err}") from None
+
+
+def _whole(value: Any, *absent: None) -> Any:
+    """``value`` when it is a whole number (or None, where ``absent`` allows it)."""
+    if value is None and absent:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{value!r} is not a whole number")
+    return value
+
+
+def _number(value: Any) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+        raise TypeError(f"{value!r} is not a number")
+    return float(value)
 
 
 def node_report(
@@ -215,6 +243,7 @@ class JobProgressExchange:
         self._lock = threading.Lock()  # the fields below
         self._store_lock = threading.Lock()  # one exchange at a time
         self._store: KeyValueStore | None = None
+        self._skipped: set[tuple[int, str]] = set()  # reports warned about
         self._stopped = False  # this round's exchange is over (or its store failed)
         self._node = 0
         self._num_nodes = 1
@@ -335,16 +364,23 @@ class JobProgressExchange:
         self._sampled = (now_s, figures)
         self._record_event(PROGRESS, **dict(zip(PROGRESS_FIELDS, figures, strict=True)))
 
-    @staticmethod
-    def _read_reports(store: KeyValueStore, num_nodes: int) -> list[NodeReport]:
+    def _read_reports(self, store: KeyValueStore, num_nodes: int) -> list[NodeReport]:
+        """The nodes' reports; a forged or malformed one is skipped (one warning each)."""
         reports = []
         for node in range(num_nodes):
             key = f"{KEY_PREFIX}{node}"
             if store.check([key]):  # get() would wait for a key that is not there yet
                 try:
-                    reports.append(NodeReport.from_json(store.get(key)))
+                    report = NodeReport.from_json(store.get(key))
+                    if report.node != node:
+                        raise ValueError(f"it says it is node {report.node}'s")
+                    reports.append(report)
                 except ValueError as err:
-                    log.debug("ignoring node %d's progress report: %s", node, err)
+                    with self._lock:
+                        told = (node, str(err)) in self._skipped
+                        self._skipped.add((node, str(err)))
+                    if not told:
+                        log.warning(SKIPPED, node, err)
         return reports
 
     def _sum_up(self, reports: list[NodeReport], num_nodes: int) -> tuple[JobSummary | None, bool]:

@@ -29,6 +29,7 @@ from torchx_elastic.agent.config.launch import (
 )
 from torchx_elastic.agent.console.display import ConsoleMode, parse_rank_filter
 from torchx_elastic.agent.function.options import AgentOptions
+from torchx_elastic.agent.rendezvous.job_secret import read_secret
 from torchx_elastic.agent.supervision.stop_signals import SIGNALS_ENV
 from torchx_elastic.agent.workers import bootstrap
 from torchx_elastic.agent.workers.forkserver import ForkServer
@@ -133,6 +134,7 @@ def agent_config(
         signals_to_handle=config.signals_to_handle,
         virtual_local_rank=config.virtual_local_rank,
         event_log_handler=config.event_log_handler,
+        job_secret=read_secret(),
     )
 
 

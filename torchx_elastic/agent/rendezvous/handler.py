@@ -2,19 +2,28 @@
 
 from __future__ import annotations
 
+import datetime
 import socket
 import time
+from typing import Any
 
 from torch.distributed.elastic.rendezvous import (
     RendezvousError,
     RendezvousHandler,
     RendezvousParameters,
+    RendezvousStateError,
+    dynamic_rendezvous,
 )
+from torch.distributed.elastic.rendezvous.c10d_rendezvous_backend import C10dRendezvousBackend
 from torch.distributed.elastic.rendezvous.registry import get_rendezvous_handler
 
 from torchx_elastic.agent import compat
 from torchx_elastic.agent.config.endpoint import Endpoint
 from torchx_elastic.agent.config.launch import AgentConfig
+from torchx_elastic.agent.rendezvous import listen
+from torchx_elastic.agent.rendezvous.job_secret import SECRET_ENV, SECRET_FILE_ENV
+from torchx_elastic.agent.rendezvous.signed_backend import SignedRendezvousBackend
+from torchx_elastic.agent.rendezvous.signed_store import StoreSigner
 
 DEFAULT_JOIN_TIMEOUT_S = 600.0
 _CHECK = (
@@ -69,25 +78,68 @@ def join_timeout_s(params: RendezvousParameters) -> float:
     return float(params.config.get("join_timeout", DEFAULT_JOIN_TIMEOUT_S))
 
 
-def create_handler(config: AgentConfig) -> RendezvousHandler:
-    """The rendezvous handler, once the rank-0 host resolves; store errors made readable."""
+def create_handler(config: AgentConfig, signer: StoreSigner) -> RendezvousHandler:
+    """The rendezvous handler, once the rank-0 host resolves; store errors made readable.
+
+    ``c10d`` over TCP (the default): torch's dynamic rendezvous on a store that listens
+    only where the peers reach it, with its state signed by ``signer`` (signed_backend.py).
+    """
     params = rendezvous_parameters(config)
     endpoint = config.rdzv_endpoint
     wait_until_resolvable(endpoint, join_timeout_s(params))
     try:
-        return get_rendezvous_handler(params)
-    except (RendezvousError, RuntimeError, TimeoutError, ValueError) as err:
+        if params.backend != "c10d" or params.get("store_type", "tcp").strip().lower() != "tcp":
+            return get_rendezvous_handler(params)
+        store = rendezvous_store(params, endpoint)
+        backend = C10dRendezvousBackend(store, params.run_id)
+        if signer.authenticated:
+            backend = SignedRendezvousBackend(backend, signer, params.run_id)  # type: ignore[assignment]
+        return dynamic_rendezvous.create_handler(store, backend, params)
+    except (RendezvousError, RuntimeError, TimeoutError, ValueError, OSError) as err:
         raise RendezvousFailure(endpoint, describe_error(err)) from None
+
+
+def rendezvous_store(params: RendezvousParameters, endpoint: Endpoint) -> Any:
+    """The c10d rendezvous store as torch's c10d backend makes it (``is_host``,
+    ``read_timeout``), hosted on the peers' address only (listen.py)."""
+    from torch.distributed import TCPStore  # type: ignore[attr-defined]
+
+    read_timeout = params.get_as_int("read_timeout", 60)
+    if read_timeout is None or read_timeout <= 0:
+        raise ValueError("The read timeout must be a positive integer.")
+    given = params.get_as_bool("is_host")
+    if given if given is not None else listen.is_local_host(endpoint.host):
+        try:
+            return listen.hosted_store(endpoint.host, endpoint.port, read_timeout, True)
+        except OSError:
+            if given is not None:
+                raise
+            # another agent of this host hosts it (several nodes on one host)
+    return TCPStore(
+        endpoint.host,
+        endpoint.port,
+        is_master=False,
+        multi_tenant=True,
+        timeout=datetime.timedelta(seconds=read_timeout),
+    )
+
+
+UNREADABLE_STATE_HINT = (
+    " (the other nodes sign it with the job's secret: give this node the same one in"
+    f" {SECRET_ENV} or {SECRET_FILE_ENV}, docs/security.md)"
+)
 
 
 def describe_error(err: BaseException) -> str:
     """The first line of an error and of its cause, without torch's internals."""
     lines: list[str] = []
+    unreadable = False
     while err is not None and len(lines) < 2:
+        unreadable = unreadable or isinstance(err, RendezvousStateError)
         text = (str(err).strip() or type(err).__name__).splitlines()[0]
         lines.append(text.removesuffix(" See inner exception for details.").rstrip(". "))
         err = err.__cause__ or err.__context__  # type: ignore[assignment]
-    return ": ".join(lines)
+    return ": ".join(lines) + (UNREADABLE_STATE_HINT if unreadable else "")
 
 
 def lost_nodes(before: dict[int, str], handler: RendezvousHandler) -> list[str]:

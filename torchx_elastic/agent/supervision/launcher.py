@@ -21,7 +21,9 @@ from torchx_elastic.agent.rendezvous.handler import (
     describe_error,
     lost_nodes,
 )
+from torchx_elastic.agent.rendezvous.job_secret import job_secret
 from torchx_elastic.agent.rendezvous.observed import ObservedRendezvous, RoundListener
+from torchx_elastic.agent.rendezvous.signed_store import StoreSigner, signed_rounds
 from torchx_elastic.agent.supervision.loop import Supervision, Supervisor
 from torchx_elastic.agent.supervision.stop_signals import (
     absorb_stop_signals,
@@ -81,16 +83,18 @@ def launch(
     """Run the agent in this process to the end; the exit code (torch's ``elastic_launch``
     for a function calls this too: what only torchrun sets is in :func:`run`).
     ``node0_warning``: logged once the first rendezvous round made this node node 0."""
-    log_dir = config.log_dir or tempfile.mkdtemp(prefix="torchx_elastic_")
+    log_dir = config.log_dir or tempfile.mkdtemp(prefix="torchx_elastic_")  # 0700
+    os.makedirs(log_dir, mode=0o700, exist_ok=True)  # a new one is its user's only, as torchrun's
     raise_on_stop_signals()
     specs = logs_specs(config, log_dir)
     session = console_session(config, log_dir)
+    signer = StoreSigner(job_secret(config.job_secret, config.max_nodes))
     try:
         # every round's store reaches the cross-node progress exchange
-        on_round: RoundListener = session.start_round
+        on_round: RoundListener = signed_rounds(session.start_round, signer)
         if node0_warning is not None:
             on_round = warn_on_node0(node0_warning, on_round)
-        handler = ObservedRendezvous(create_handler(config), on_round)
+        handler = ObservedRendezvous(create_handler(config, signer), on_round)
     except BaseException:
         session.close()
         raise
@@ -110,6 +114,7 @@ def launch(
             watchdog=watchdog,
             fork_server=fork_server,
             on_failure=session.attempt_failed,
+            signer=signer,
         ),
     )
     result: RunResult | None = None

@@ -35,6 +35,8 @@ from torchx_elastic.agent.console.events import EventLog
 from torchx_elastic.agent.console.job_failure import FirstFailure, RestartNotice
 from torchx_elastic.agent.console.output import OutputSink, RankOutput
 from torchx_elastic.agent.error_file import write_error_file
+from torchx_elastic.agent.rendezvous import listen
+from torchx_elastic.agent.rendezvous.signed_store import StoreSigner
 from torchx_elastic.agent.rendezvous.worker_store import WorkerStoreHost
 from torchx_elastic.agent.supervision.stop_signals import absorb_stop_signals
 from torchx_elastic.agent.supervision.watchdog import HangWatchdog
@@ -79,6 +81,7 @@ class Supervision:
     janitor: Janitor | None = None
     watchdog: HangWatchdog | None = None
     fork_server: ForkServer | None = None
+    signer: StoreSigner | None = None  # of the job's store entries; None: unauthenticated
     # (result, attempt) -> the job's first failure, agreed with the other nodes
     on_failure: Callable[[RunResult, int], FirstFailure | None] | None = None
 
@@ -189,7 +192,12 @@ class Supervisor:
         self._timer_file: str | None = os.environ.get(TIMER_FILE_ENV)
         # as torchrun: the workers use an agent-hosted store where torch's handler offers one
         self._use_agent_store = bool(handler.use_agent_store)
-        self._worker_store = WorkerStoreHost(handler.get_backend())
+        single_host = listen.is_loopback_host(config.rdzv_endpoint.host)
+        self._worker_store = WorkerStoreHost(
+            handler.get_backend(), supervision.signer or StoreSigner(None), single_host
+        )
+        if single_host:  # gloo's own listeners too: on loopback, unless told otherwise
+            self._extra_env = {**listen.loopback_worker_env(), **worker_extra_env}
 
     @property
     def attempt(self) -> int:

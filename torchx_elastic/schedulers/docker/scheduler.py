@@ -23,6 +23,7 @@ from torchx.schedulers.api import DescribeAppResponse, ListAppResponse, Schedule
 from torchx.schedulers.ids import make_unique
 from torchx.specs import AppDef, AppDryRunInfo, AppState, CfgVal, is_terminal, runopts
 
+from torchx_elastic.agent.rendezvous.job_secret import SECRET_ENV, new_secret
 from torchx_elastic.schedulers.docker.errors import (
     ContainerStartError,
     EngineUnreachableError,
@@ -124,8 +125,9 @@ class DockerScheduler(WorkspaceImages, Scheduler[Mapping[str, CfgVal]]):
                 self._ensure_image(client, image, job.image_pull)
         self._check_names_free(client, job)
         client.networks.create(job.network, driver="bridge", labels=job.network_labels)
+        secret = new_secret()  # the job's own (docs/security.md); not in the dry run
         try:
-            containers = [self._create(client, job, i) for i in range(len(job.containers))]
+            containers = [self._create(client, job, i, secret) for i in range(len(job.containers))]
             for index, container in enumerate(containers):
                 self._start(job, index, container)
         except BaseException:
@@ -173,12 +175,14 @@ class DockerScheduler(WorkspaceImages, Scheduler[Mapping[str, CfgVal]]):
             return
         raise NameClashError("network", [job.network])
 
-    def _create(self, client: DockerClient, job: DockerJob, index: int) -> Container:
+    def _create(self, client: DockerClient, job: DockerJob, index: int, secret: str) -> Container:
         from docker.errors import APIError
 
         request = job.containers[index]
+        kwargs = request.create_kwargs(job.network)
+        kwargs["environment"] = {**kwargs["environment"], SECRET_ENV: secret}
         try:
-            return client.containers.create(**request.create_kwargs(job.network))
+            return client.containers.create(**kwargs)
         except APIError as e:
             if e.status_code == 409:
                 raise NameClashError("container", [request.name]) from e

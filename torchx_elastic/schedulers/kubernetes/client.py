@@ -155,6 +155,15 @@ class KubeApi:
             return self._call(action, self._batch().create_namespaced_job, namespace, manifest)
         if manifest["apiVersion"] == "v1" and kind == "Service":
             return self._call(action, self._core().create_namespaced_service, namespace, manifest)
+        if manifest["apiVersion"] == "v1" and kind == "Secret":
+            return self._call(action, self._core().create_namespaced_secret, namespace, manifest)
+        if kind == "NetworkPolicy":
+            from kubernetes import client
+
+            networking = client.NetworkingV1Api(self._api_client)
+            return self._call(
+                action, networking.create_namespaced_network_policy, namespace, manifest
+            )
         return self._call(
             action,
             self._custom().create_namespaced_custom_object,

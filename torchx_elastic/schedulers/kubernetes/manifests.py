@@ -26,6 +26,7 @@ from torchx.schedulers.kubernetes_scheduler import (
 )
 from torchx.specs import AppDef, Role, macros
 
+from torchx_elastic.schedulers.kubernetes import job_access
 from torchx_elastic.schedulers.kubernetes.names import JobNames
 from torchx_elastic.schedulers.kubernetes.options import KubernetesOptions
 from torchx_elastic.schedulers.kubernetes.pods import Manifest, pod_template
@@ -102,6 +103,7 @@ def indexed_job(app: AppDef, options: KubernetesOptions, names: JobNames) -> Lis
             {"name": RANK0_ENV, "value": rank0_host},
             # the agent writes the root cause there: the pod's status keeps it
             {"name": ERROR_FILE_ENV, "value": TERMINATION_MESSAGE_PATH},
+            job_access.secret_env(names),
         ],
         placeholders={_REPLICA_MARKER: f"$({REPLICA_ID_ENV})"},
     )
@@ -142,7 +144,8 @@ def indexed_job(app: AppDef, options: KubernetesOptions, names: JobNames) -> Lis
             ],
         },
     }
-    return [job, service]
+    access = job_access.manifests(names, labels(app, role, 0, names), options.network_policy)
+    return [job, service, *access]
 
 
 def retry_policy(max_retries: int) -> Manifest:
@@ -198,17 +201,18 @@ def volcano_task_name(role: Role, replica_id: int) -> str:
     return f"{dns_label(role.name, VOLCANO_TASK_MAX, fallback='worker')}-{replica_id}"
 
 
-def volcano_job(app: AppDef, options: KubernetesOptions, names: JobNames) -> Manifest:
-    """A Volcano Job with one task per replica (macros differ per replica).
+def volcano_job(app: AppDef, options: KubernetesOptions, names: JobNames) -> List[Manifest]:
+    """A Volcano Job with one task per replica (macros differ per replica), then the job's
+    Secret and NetworkPolicy.
 
-    Volcano's svc plugin names each pod ``<job>-<task>-0`` with the job as subdomain;
-    replica 0 of role 0 reaches its own store as ``localhost``, the others by DNS.
+    Volcano's svc plugin names each pod ``<job>-<task>-0`` with the job as subdomain; every
+    replica reaches the store by that DNS name (replica 0 of role 0 knows it hosts it by its
+    hostname, and listens on its pod address only).
     """
     tasks: List[Manifest] = []
     rank0_host = names.pod_host(f"{names.job}-{volcano_task_name(app.roles[0], 0)}-0")
     for role_index, role in enumerate(app.roles):
         for replica_id in range(role.num_replicas):
-            is_rank0 = role_index == 0 and replica_id == 0
             values = macros.Values(
                 img_root="", app_id=names.app_id, replica_id=str(replica_id), rank0_env=RANK0_ENV
             )
@@ -220,8 +224,9 @@ def volcano_job(app: AppDef, options: KubernetesOptions, names: JobNames) -> Man
                 pod_labels,
                 first_env=[
                     {"name": REPLICA_ID_ENV, "value": str(replica_id)},
-                    {"name": RANK0_ENV, "value": "localhost" if is_rank0 else rank0_host},
+                    {"name": RANK0_ENV, "value": rank0_host},
                     {"name": ERROR_FILE_ENV, "value": TERMINATION_MESSAGE_PATH},
+                    job_access.secret_env(names),
                 ],
             )
             task: Manifest = {
@@ -247,13 +252,11 @@ def volcano_job(app: AppDef, options: KubernetesOptions, names: JobNames) -> Man
     }
     if options.priority_class:
         spec["priorityClassName"] = options.priority_class
-    return {
+    job_labels = labels(app, app.roles[0], 0, names)
+    job: Manifest = {
         "apiVersion": "batch.volcano.sh/v1alpha1",
         "kind": "Job",
-        "metadata": {
-            "name": names.job,
-            "namespace": names.namespace,
-            "labels": labels(app, app.roles[0], 0, names),
-        },
+        "metadata": {"name": names.job, "namespace": names.namespace, "labels": job_labels},
         "spec": spec,
     }
+    return [job, *job_access.manifests(names, job_labels, options.network_policy)]

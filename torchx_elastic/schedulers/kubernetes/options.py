@@ -94,6 +94,12 @@ class KubernetesOptions(RunOptions):
         help="torchx's dry-run check before submission: here the API server always checks the"
         " whole request when it is created, and an invalid one leaves nothing behind",
     )
+    network_policy: bool = option(
+        True,
+        type_=bool,
+        help="create a NetworkPolicy (deleted with the job) that admits ingress to the job's"
+        " pods only from its own pods; False leaves it out",
+    )
     image_repo: Optional[str] = option(
         None,
         type_=str,

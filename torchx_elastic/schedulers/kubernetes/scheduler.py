@@ -19,7 +19,7 @@ from torchx.schedulers.api import (
 )
 from torchx.specs import AppDef, AppState, CfgVal, runopts
 
-from torchx_elastic.schedulers.kubernetes import manifests, status
+from torchx_elastic.schedulers.kubernetes import job_access, manifests, status
 from torchx_elastic.schedulers.kubernetes import names as job_names
 from torchx_elastic.schedulers.kubernetes.client import (
     KubeApi,
@@ -53,9 +53,7 @@ def build_request(app: AppDef, options: KubernetesOptions, suffix: str) -> Kuber
     if options.backend == BACKEND_VOLCANO:
         tasks = [manifests.volcano_task_name(r, r.num_replicas - 1) for r in app.roles]
         names = JobNames.create(app.name, options.namespace, suffix, 3 + max(map(len, tasks)))
-        return KubernetesRequest(
-            options.backend, names, [manifests.volcano_job(app, options, names)]
-        )
+        return KubernetesRequest(options.backend, names, manifests.volcano_job(app, options, names))
     longest_index = len(str(max(role.num_replicas for role in app.roles) - 1))
     names = JobNames.create(app.name, options.namespace, suffix, 1 + longest_index)
     return KubernetesRequest(options.backend, names, manifests.indexed_job(app, options, names))
@@ -121,7 +119,7 @@ class KubernetesScheduler(WorkspaceImages, Scheduler[Cfg]):
         except KubernetesError as e:
             raise self._clash(e, names, "Job") from e
         for dependent in request.manifests[1:]:
-            manifest = copy.deepcopy(dependent)
+            manifest = job_access.with_fresh_secret(copy.deepcopy(dependent))
             # the Service goes when its Job goes, however the Job is deleted
             manifest["metadata"]["ownerReferences"] = [
                 {

