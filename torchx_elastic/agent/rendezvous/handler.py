@@ -17,6 +17,11 @@ from torchx_elastic.agent.config.endpoint import Endpoint
 from torchx_elastic.agent.config.launch import AgentConfig
 
 DEFAULT_JOIN_TIMEOUT_S = 600.0
+# how long the agent hosting the rendezvous keeps it up, closed, after an elastic job that
+# ran with fewer than its maximum of nodes succeeded: a node that arrives meanwhile learns
+# that the job has finished (--rdzv-conf finished_grace_s=SECONDS)
+FINISHED_GRACE_KEY = "finished_grace_s"
+DEFAULT_FINISHED_GRACE_S = 5.0
 _CHECK = (
     "check that the rank-0 node is running, that {host} resolves and port {port} is reachable"
     " from this node (--rdzv-endpoint / dist.ddp --rdzv_port, firewalls), and that no other"
@@ -30,6 +35,16 @@ class RendezvousFailure(Exception):
     def __init__(self, endpoint: Endpoint, what: str) -> None:
         check = _CHECK.format(host=endpoint.host, port=endpoint.port)
         super().__init__(f"rendezvous at {endpoint} failed: {what}; {check}")
+
+
+class JobAlreadyFinished(Exception):
+    """This node arrived after its job's rendezvous was closed: there is nothing to do."""
+
+    def __init__(self, endpoint: Endpoint, run_id: str) -> None:
+        super().__init__(
+            f"the job this node came for has finished: its rendezvous (run id {run_id!r} at"
+            f" {endpoint}) is closed, so this node exits without training"
+        )
 
 
 def wait_until_resolvable(endpoint: Endpoint, timeout_s: float) -> None:
@@ -67,6 +82,21 @@ def rendezvous_parameters(config: AgentConfig) -> RendezvousParameters:
 
 def join_timeout_s(params: RendezvousParameters) -> float:
     return float(params.config.get("join_timeout", DEFAULT_JOIN_TIMEOUT_S))
+
+
+def finished_grace_s(config: AgentConfig) -> float:
+    """How long a rendezvous host keeps the closed rendezvous up for late nodes: only after
+    a round of fewer than the maximum of nodes (nobody else can be on the way otherwise)."""
+    return float(config.rdzv_configs.get(FINISHED_GRACE_KEY, DEFAULT_FINISHED_GRACE_S))
+
+
+def hosts_rendezvous(config: AgentConfig) -> bool:
+    """Whether this node may host the rendezvous store (as torch's c10d backend decides:
+    ``is_host``, else the endpoint names this machine)."""
+    flag = rendezvous_parameters(config).get_as_bool("is_host")
+    if flag is not None:
+        return bool(flag)
+    return compat.is_this_machine(config.rdzv_endpoint.host)
 
 
 def create_handler(config: AgentConfig) -> RendezvousHandler:

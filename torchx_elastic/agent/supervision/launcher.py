@@ -6,18 +6,23 @@ import logging
 import os
 import sys
 import tempfile
+import time
 from importlib import metadata
 
 from torch.distributed.elastic.agent.server.api import RunResult
 from torch.distributed.elastic.multiprocessing.api import LogsSpecs, SignalException, Std
 from torch.distributed.elastic.rendezvous import RendezvousError
 
+from torchx_elastic.agent import compat
 from torchx_elastic.agent.config.launch import AgentConfig, UsageError, apply_process_environment
 from torchx_elastic.agent.console.session import ConsoleSession
 from torchx_elastic.agent.rendezvous.handler import (
+    JobAlreadyFinished,
     RendezvousFailure,
     create_handler,
     describe_error,
+    finished_grace_s,
+    hosts_rendezvous,
     lost_nodes,
 )
 from torchx_elastic.agent.rendezvous.observed import ObservedRendezvous
@@ -94,7 +99,7 @@ def launch(config: AgentConfig, fork_server: ForkServer | None = None) -> int:
         Supervision(janitor=janitor, watchdog=watchdog, fork_server=fork_server),
     )
     result: RunResult | None = None
-    failure: RendezvousFailure | None = None
+    failure: RendezvousFailure | JobAlreadyFinished | None = None
     shutdown_rendezvous = True
     code = 1
     try:
@@ -106,16 +111,40 @@ def launch(config: AgentConfig, fork_server: ForkServer | None = None) -> int:
         shutdown_rendezvous = False
         code = 128 + int(err.sigval)
     except RendezvousError as err:
-        failure = rendezvous_failure(err, supervisor, config)
+        if compat.job_ended(err) and supervisor.last_round is None:
+            # arrived after the job's end: nothing to do, and nothing of the job to close
+            shutdown_rendezvous = False
+            failure = JobAlreadyFinished(config.rdzv_endpoint, handler.get_run_id())
+        else:
+            failure = rendezvous_failure(err, supervisor, config)
     finally:
         janitor.close()
         if shutdown_rendezvous:
             handler.shutdown()
         session.close()
+    if isinstance(failure, JobAlreadyFinished):
+        raise failure
     session.finish(result, code, attempt=supervisor.attempt)
     if failure is not None:
         raise failure
+    if code == 0:
+        keep_closed_rendezvous_up(config, supervisor)
     return code
+
+
+def keep_closed_rendezvous_up(config: AgentConfig, supervisor: Supervisor) -> None:
+    """After an elastic job that ran with fewer than its maximum of nodes, the host of the
+    closed rendezvous stays up a little: a node still on its way (a pod that found no room
+    until now) learns that the job has finished instead of waiting for a host that is gone."""
+    last_round = supervisor.last_round
+    if last_round is None or last_round.world_size >= config.max_nodes:
+        return
+    if not hosts_rendezvous(config):
+        return
+    try:
+        time.sleep(finished_grace_s(config))
+    except SignalException:
+        pass  # stopped while waiting: the job has succeeded all the same
 
 
 def rendezvous_failure(
@@ -140,6 +169,9 @@ def run(config: AgentConfig, fork_server: ForkServer | None = None) -> None:
     except RendezvousFailure as err:
         print(f"torchx-elastic: error: {err}", file=sys.stderr)
         code = 1
+    except JobAlreadyFinished as err:
+        print(f"torchx-elastic: {err}", file=sys.stderr)
+        code = 0
     finally:
         if fork_server is not None:
             fork_server.close()
