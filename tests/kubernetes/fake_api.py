@@ -102,6 +102,8 @@ class FakeCluster:
         self._tries: Dict[Tuple[str, int], int] = {}
         self._counted: Dict[str, List[str]] = {}
         self._server: Optional[ThreadingHTTPServer] = None
+        # the namespaces that exist (None: every one); creating in another answers 404
+        self.namespaces: Optional[set[str]] = None
 
     # -- server ---------------------------------------------------------------------------
 
@@ -217,6 +219,8 @@ class FakeCluster:
         obj = copy.deepcopy(body)
         meta = obj.setdefault("metadata", {})
         name = meta.get("name", "")
+        if self.namespaces is not None and ns not in self.namespaces:
+            raise ApiError(404, "NotFound", f'namespaces "{ns}" not found')
         if (ns, name) in self.objects[kind]:
             group = _GROUP[kind]
             raise ApiError(

@@ -205,9 +205,7 @@ def _roles_and_problems(
                 problems += [f"{role.name}[{index}] pod {pod_name}: {p}" for p in pod_problems(pod)]
             elif finished:
                 state = ReplicaState.UNKNOWN
-                problems.append(
-                    f"{role.name}[{index}]: no pod: {POD_DELETED}"
-                )
+                problems.append(f"{role.name}[{index}]: no pod: {POD_DELETED}")
             any_running = any_running or state == ReplicaState.RUNNING
             replicas.append(ReplicaStatus(id=index, state=state, role=role.name, hostname=node))
         statuses.append(RoleStatus(role=role.name, replicas=replicas))
