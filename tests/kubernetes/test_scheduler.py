@@ -507,7 +507,7 @@ def test_no_kubeconfig(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         create_scheduler("test").describe(APP_ID)
     assert str(error.value) == (
         f"no usable Kubernetes configuration ({missing}): Invalid kube-config file."
-        " No configuration found.. Point KUBECONFIG at a kubeconfig file (e.g. one written"
+        " No configuration found. Point KUBECONFIG at a kubeconfig file (e.g. one written"
         " by your cloud's get-credentials command) or run inside the cluster with a"
         " service account"
     )
