@@ -121,11 +121,14 @@ class Cluster:
     def create_pod(self, manifest: Dict[str, Any]) -> None:
         self.core().create_namespaced_pod("default", manifest)
 
+    def allocatable_millicpu(self) -> int:
+        (node,) = json.loads(self.core().list_node(_preload_content=False).data)["items"]
+        return _millicpu(node["status"]["allocatable"]["cpu"])
+
     def free_millicpu(self) -> int:
         """The node's allocatable CPU less what the pods on it request, in millicpus."""
         core = self.core()
-        (node,) = json.loads(core.list_node(_preload_content=False).data)["items"]
-        free = _millicpu(node["status"]["allocatable"]["cpu"])
+        free = self.allocatable_millicpu()
         pods = json.loads(core.list_pod_for_all_namespaces(_preload_content=False).data)
         for pod in pods["items"]:
             if pod["status"].get("phase") in ("Succeeded", "Failed"):
@@ -440,7 +443,6 @@ def test_status_shows_the_progress_of_the_whole_job(
 SHORT_LAST_CALL = ("--rdzv_conf", "last_call_timeout=5")
 # `--cpu 1` requests 900m (torchx's reservation of 100m is taken off the limit)
 POD_MILLICPU = 900
-FINISHED = "torchx-elastic: the job this node came for has finished"
 
 
 def test_an_elastic_job_ends_when_its_training_ends(
@@ -448,7 +450,7 @@ def test_an_elastic_job_ends_when_its_training_ends(
 ) -> None:
     """-j 1:3x1 --cpu 1 on a node with room for two such pods: pod 0 and one more train;
     the Job succeeds when they are done, and the third pod never trains."""
-    assert cluster.free_millicpu() < 3 * POD_MILLICPU, "the node fits three pods: no late pod"
+    assert _idle_millicpu(cluster) < 3 * POD_MILLICPU, "the node fits three pods: no late pod"
     handle = cluster.run(
         "-j", "1:3x1", "--cpu", "1", *SHORT_LAST_CALL, "--script", "examples/timed.py",
         "--", "--seconds", "10",
@@ -466,9 +468,22 @@ def test_an_elastic_job_ends_when_its_training_ends(
     }
     trained_pods = [name for name, log in logs.items() if "of world size 2" in log]
     assert len(trained_pods) == 2 and trained_pods[0].startswith(f"{job}-0-"), logs
-    # the third pod was removed pending, or arrived at the closed rendezvous and left
+    # the third pod was removed before it could train (pending, starting, or at the closed
+    # rendezvous, which it leaves saying the job has finished)
     for name, log in logs.items():
-        assert name in trained_pods or ("world size" not in log and FINISHED in log), (name, log)
+        assert name in trained_pods or "world size" not in log, (name, log)
+    _wait("the third pod to go", lambda: True if len(cluster.pods(job)) == 2 else None, 90)
+
+
+def _idle_millicpu(cluster: Cluster) -> int:
+    """The node's CPU, once the pods of the tests before (terminating ones too) are gone."""
+    allocatable = cluster.allocatable_millicpu()
+    _wait(
+        "the node to be idle",
+        lambda: True if cluster.free_millicpu() == allocatable else None,
+        timeout_s=120,
+    )
+    return allocatable
 
 
 def _pod_of(cluster: Cluster, job: str, index: int) -> str:
@@ -495,7 +510,7 @@ def test_a_late_pod_joins_a_running_elastic_job_at_the_next_round(
     """-j 1:2x1 on a node with room for one pod: pod 0 trains alone; room is freed, pod 1
     starts, joins at the next round, and the world grows to 2."""
     blocker = f"room-{os.getpid()}"
-    room = cluster.free_millicpu() - (POD_MILLICPU + 100)  # one pod fits, not two
+    room = _idle_millicpu(cluster) - (POD_MILLICPU + 100)  # one pod fits, not two
     cluster.create_pod(
         {
             "apiVersion": "v1",
