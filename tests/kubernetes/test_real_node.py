@@ -533,7 +533,7 @@ def test_a_late_pod_joins_a_running_elastic_job_at_the_next_round(
     try:
         handle = cluster.run(
             "-j", "1:2x1", "--cpu", "1", *SHORT_LAST_CALL, "--script", "examples/timed.py",
-            "--", "--seconds", "20",
+            "--", "--seconds", "40",
         )  # fmt: skip
         job = _app_id(handle).partition(":")[2]
         _wait(
