@@ -533,7 +533,7 @@ def test_a_late_pod_joins_a_running_elastic_job_at_the_next_round(
     try:
         handle = cluster.run(
             "-j", "1:2x1", "--cpu", "1", *SHORT_LAST_CALL, "--script", "examples/timed.py",
-            "--", "--seconds", "40",
+            "--", "--seconds", "10", "--seconds-alone", "240",
         )  # fmt: skip
         job = _app_id(handle).partition(":")[2]
         _wait(
@@ -544,6 +544,7 @@ def test_a_late_pod_joins_a_running_elastic_job_at_the_next_round(
         assert [p["metadata"]["name"] for p in pending] == [_pod_of(cluster, job, 1)]
     finally:
         cluster.delete_pod(blocker)
+    _wait("the world to grow", lambda: _log_has(cluster, _pod_of(cluster, job, 0), "world size 2"))
     assert _wait_done(scheduler, handle) == AppState.SUCCEEDED, cluster.torchx(
         "status", handle
     ).stdout
