@@ -458,7 +458,9 @@ def test_an_elastic_job_ends_when_its_training_ends(
     job = _app_id(handle).partition(":")[2]
     _wait("the training to end", lambda: _log_has(cluster, _pod_of(cluster, job, 0), "rank 0 done"))
     trained = time.monotonic()
-    assert _wait_done(scheduler, handle) == AppState.SUCCEEDED
+    state = _wait_done(scheduler, handle)
+    pods = [(p["metadata"]["name"], p["status"].get("phase")) for p in cluster.pods(job)]
+    assert state == AppState.SUCCEEDED, (cluster.torchx("status", handle).stdout, pods)
     ended_s = time.monotonic() - trained
     assert ended_s <= 30, f"the Job succeeded {ended_s:.0f} s after the training ended"
     status = cluster.torchx("status", handle)
