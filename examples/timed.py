@@ -8,7 +8,8 @@ node (delete a pod mid-run) and cancel with it.
 
 Every attempt starts the clock again. ``--crash-rank R`` makes rank R raise an error after
 ``--crash-after-s`` seconds in the first ``--crash-attempts`` attempts of its node (the
-agent's ``TORCHELASTIC_RESTART_COUNT``; -1: every attempt).
+agent's ``TORCHELASTIC_RESTART_COUNT``; -1: every attempt). ``--seconds-alone S``: a world of
+one rank trains S seconds instead, so that an elastic job waits for a node that comes later.
 """
 
 import argparse
@@ -27,6 +28,13 @@ class CrashOnPurpose(RuntimeError):
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--seconds", type=float, default=30.0, help="how long to train")
+    parser.add_argument(
+        "--seconds-alone",
+        type=float,
+        default=None,
+        help="how long a world of one rank trains (an elastic job waiting for its other nodes,"
+        " whose arrival restarts it in a larger world); default: --seconds",
+    )
     parser.add_argument("--crash-rank", type=int, default=-1, help="rank that fails (-1: none)")
     parser.add_argument("--crash-after-s", type=float, default=1.0)
     parser.add_argument("--crash-attempts", type=int, default=-1, help="-1: every attempt")
@@ -36,6 +44,7 @@ def main() -> None:
     rank, world_size = dist.get_rank(), dist.get_world_size()
     attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
     print(f"rank {rank} of world size {world_size}, attempt {attempt}", flush=True)
+    seconds = args.seconds if world_size > 1 or args.seconds_alone is None else args.seconds_alone
     crashes = args.crash_rank == rank and (args.crash_attempts < 0 or attempt < args.crash_attempts)
 
     model = DistributedDataParallel(torch.nn.Linear(8, 1))
@@ -47,7 +56,7 @@ def main() -> None:
         if crashes and elapsed_s >= args.crash_after_s:
             raise CrashOnPurpose(f"rank {rank} crashes on purpose at step {step}")
         # rank 0's clock decides for everyone, so that every rank stops at the same step
-        stop = torch.tensor([1.0 if elapsed_s >= args.seconds else 0.0])
+        stop = torch.tensor([1.0 if elapsed_s >= seconds else 0.0])
         dist.broadcast(stop, src=0)
         if stop.item():
             break

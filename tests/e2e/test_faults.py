@@ -267,9 +267,9 @@ dist.destroy_process_group()
 SECRET = {"TORCHX_ELASTIC_RDZV_SECRET": "the nodes of this job"}  # as a scheduler gives
 
 
-def _two_node_args(port: int, nnodes: str, host: bool) -> list[str]:
+def _two_node_args(port: int, nnodes: str, host: bool, conf: str = "") -> list[str]:
     """Node args; the rendezvous store lives in the ``host`` agent, as on node 0 of a job."""
-    conf = f"last_call_timeout=1,join_timeout=20,is_host={str(host).lower()}"
+    conf = f"last_call_timeout=1,join_timeout=20,is_host={str(host).lower()}{conf}"
     return [
         "--nnodes",
         nnodes,
@@ -406,3 +406,38 @@ def test_node_stopped_by_sigterm_leaves_the_rendezvous_open_for_a_replacement(
     assert agents[0].wait(timeout=120) == 0, logs[0].read_text()
     assert "attempt 1 world 2" in logs[0].read_text()
     assert "world 2" in replacement_log.read_text()
+
+
+def test_a_node_that_arrives_after_the_job_finished_exits_at_once_saying_so(
+    tmp_path: Path,
+) -> None:
+    """An elastic job ends with fewer than its maximum of nodes: its host keeps the closed
+    rendezvous up for finished_grace_s, and a node arriving then exits 0 without training."""
+    (tmp_path / "steps.py").write_text(STEPS)
+    port = free_port()
+    logs = [tmp_path / "a.log", tmp_path / "late.log"]
+    first = start_agent(
+        *_two_node_args(port, "1:2", host=True, conf=",finished_grace_s=20"),
+        cwd=tmp_path,
+        log=logs[0],
+        env={"STEPS": "3", **SECRET},
+    )
+    wait_for_text(logs[0], "done attempt 0 world 1")
+    time.sleep(2)  # the host's agent sees its workers' end and closes the rendezvous
+    started = time.monotonic()
+    late = start_agent(
+        *_two_node_args(port, "1:2", host=False),
+        cwd=tmp_path,
+        log=logs[1],
+        env={"STEPS": "3", **SECRET},
+    )
+    assert late.wait(timeout=60) == 0, logs[1].read_text()
+    assert time.monotonic() - started < 15
+    text = logs[1].read_text()
+    assert (
+        f"torchx-elastic: the job this node came for has finished: its rendezvous (run id"
+        f" 'job' at 127.0.0.1:{port}) is closed, so this node exits without training\n"
+    ) in text
+    assert "attempt" not in text  # no worker of the late node ran
+    assert first.poll() is None  # the host still holds the rendezvous up
+    assert first.wait(timeout=60) == 0, logs[0].read_text()

@@ -3,7 +3,9 @@
 It speaks the REST paths, JSON bodies, Status errors and chunked log streams of a real
 API server for what the scheduler uses (Jobs, Services, pods, pod logs, Volcano Jobs),
 and runs a small Job controller: an Indexed Job gets one pod per index with the
-hostname ``<job>-<index>``, failed pods are replaced up to ``backoffLimit`` (or
+hostname ``<job>-<index>``, a ``successPolicy`` of ``succeededIndexes`` ends the Job as
+succeeded once those indexes have (removing the pods still pending or running), failed
+pods are replaced up to ``backoffLimit`` (or
 ``backoffLimitPerIndex`` times per index, with the ``job-index-failure-count`` annotation;
 a pod with a ``DisruptionTarget`` condition is not counted when the Job's
 ``podFailurePolicy`` ignores it), the pods still running are deleted when the Job fails,
@@ -113,6 +115,8 @@ class FakeCluster:
         self._tries: Dict[Tuple[str, int], int] = {}
         self._counted: Dict[str, List[str]] = {}
         self._server: Optional[ThreadingHTTPServer] = None
+        # the namespaces that exist (None: every one); creating in another answers 404
+        self.namespaces: Optional[set[str]] = None
 
     # -- server ---------------------------------------------------------------------------
 
@@ -228,6 +232,8 @@ class FakeCluster:
         obj = copy.deepcopy(body)
         meta = obj.setdefault("metadata", {})
         name = meta.get("name", "")
+        if self.namespaces is not None and ns not in self.namespaces:
+            raise ApiError(404, "NotFound", f'namespaces "{ns}" not found')
         if (ns, name) in self.objects[kind]:
             group = _GROUP[kind]
             raise ApiError(
@@ -403,6 +409,15 @@ class FakeCluster:
             failed_indexes = {i for i, n in index_failures.items() if n > per_index}
             if failed_indexes:
                 status["failedIndexes"] = ",".join(map(str, sorted(failed_indexes)))
+        if self._success_criteria_met(job, succeeded):
+            conditions.append({"type": "SuccessCriteriaMet", "status": "True"})
+            # the real controller removes the lingering pods, then marks the Job Complete
+            for pod in pods:
+                if pod["status"]["phase"] in ("Pending", "Running"):
+                    self._remove_pod(pod)
+            conditions.append({"type": "Complete", "status": "True"})
+            status["active"] = 0
+            return
         failure = None
         if per_index is None and len(counted) > spec.get("backoffLimit", 6):
             failure = ("BackoffLimitExceeded", "Job has reached the specified backoff limit")
@@ -439,6 +454,16 @@ class FakeCluster:
                 if index not in live | succeeded | failed_indexes:
                     self._job_pod(job, index, index_failures.get(index, 0))
                     status["active"] += 1
+
+    @staticmethod
+    def _success_criteria_met(job: Obj, succeeded: set[int]) -> bool:
+        """Whether one rule of the Job's successPolicy holds (``succeededIndexes`` as a
+        comma-separated list of indexes; ranges are not used by the scheduler)."""
+        for rule in (job["spec"].get("successPolicy") or {}).get("rules") or []:
+            wanted = {int(i) for i in str(rule.get("succeededIndexes", "")).split(",") if i}
+            if wanted and wanted <= succeeded:
+                return True
+        return False
 
     def _remove_pod(self, pod: Obj) -> None:
         meta = pod["metadata"]

@@ -18,7 +18,6 @@ from torchx.cli.main import main as torchx_main
 from tests.kubernetes.conftest import SUFFIX
 from tests.kubernetes.fake_api import FakeCluster
 from tests.kubernetes.validation import validate_all
-from torchx_elastic.schedulers.kubernetes.client import KubernetesError
 
 JOB = f"main-{SUFFIX}"
 HANDLE = f"kubernetes://torchx/default:{JOB}"
@@ -180,20 +179,115 @@ def test_run_options_from_the_command_line(
     ]
 
 
-def test_run_option_errors_reach_the_user(capsys: pytest.CaptureFixture[str]) -> None:
-    with pytest.raises(ValueError) as error:
-        _torchx(capsys, *RUN[:5], "-cfg", "backend=kueue", *RUN[5:], "--script", "m.py")
-    assert str(error.value).startswith("invalid kubernetes run option backend='kueue'")
+def _error(capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture, *argv: str) -> str:
+    """``torchx *argv`` that fails as torchx's own errors do: exit code 1, one ERROR record
+    (no exception, so no traceback); returns that record's message."""
+    caplog.clear()
+    with pytest.raises(SystemExit) as exit_:
+        _torchx(capsys, *argv)
+    assert exit_.value.code == 1
+    errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+    assert len(errors) == 1, errors
+    return errors[0]
 
 
-def test_forbidden_through_the_cli(fake: FakeCluster, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_bad_run_option_value_is_one_line_that_says_what_is_accepted(
+    capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    message = _error(
+        capsys, caplog, *RUN[:5], "-cfg", "backend=kueue", *RUN[5:], "--script", "m.py"
+    )
+    assert (
+        message
+        == "invalid kubernetes run option backend='kueue'; accepted: job, volcano (default: job)"
+    )
+    ttl = "ttl_seconds_after_finished=soon"
+    message = _error(capsys, caplog, *RUN[:5], "-cfg", ttl, *RUN[5:], "--script", "m.py")
+    assert message == (
+        f"-cfg {ttl}: a kubernetes run option has a value of the wrong type (invalid literal"
+        " for int() with base 10: 'soon'); `torchx runopts kubernetes` lists the options with"
+        " their types and defaults"
+    )
+
+
+def test_forbidden_through_the_cli(
+    fake: FakeCluster, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
     fake.forbid("get", "jobs")
-    with pytest.raises(KubernetesError) as error:
-        _torchx(capsys, "status", HANDLE)
-    assert str(error.value).startswith(
+    assert _error(capsys, caplog, "status", HANDLE).startswith(
         f"cannot read Job {JOB} in namespace default: forbidden (jobs.batch is forbidden:"
         ' User "alice" cannot get resource "jobs"'
     )
+
+
+def test_a_namespace_that_does_not_exist(
+    fake: FakeCluster, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    fake.namespaces = {"default"}
+    message = _error(
+        capsys, caplog, *RUN[:5], "-cfg", "namespace=ml", *RUN[5:], "--script", "main.py"
+    )
+    assert message == (
+        f"cannot create Job {JOB} in namespace ml: the namespace ml does not exist; create it"
+        " (kubectl create namespace ml) or choose another with -cfg namespace=NAME"
+    )
+
+
+def test_no_kubeconfig_on_run_status_log_and_cancel(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "nowhere"))
+    expected = (
+        f"no usable Kubernetes configuration ({tmp_path / 'nowhere'}): Invalid kube-config"
+        " file. No configuration found. Point KUBECONFIG at a kubeconfig file (e.g. one"
+        " written by your cloud's get-credentials command) or run inside the cluster with a"
+        " service account"
+    )
+    for argv in (
+        [*RUN, "--script", "m.py"],
+        ["status", HANDLE],
+        ["log", HANDLE],
+        ["log", f"{HANDLE}/main/0"],
+        ["cancel", HANDLE],
+        ["list", "-s", "kubernetes"],
+    ):
+        assert _error(capsys, caplog, *argv) == expected, argv
+
+
+def test_a_bad_app_id_and_the_log_of_a_job_that_is_gone(
+    capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    assert _error(capsys, caplog, "status", "kubernetes://torchx/main-x") == (
+        "invalid kubernetes app id 'main-x': expected NAMESPACE:JOB (e.g."
+        " default:train-bcdfghjk), as printed by torchx run"
+    )
+    # torchx's log of a whole app would wait for it to start, forever
+    assert _error(capsys, caplog, "log", HANDLE) == (
+        f"AppDef: default:{JOB}, does not exist or has been removed from kubernetes's data plane"
+    )
+
+
+def test_a_workspace_without_image_repo_in_a_torchx_process(tmp_path: Path) -> None:
+    """The first command of a new user (a project directory is the workspace): one line
+    with both fixes, torchx's exit code, no traceback."""
+    (tmp_path / "hello.py").write_text("print('hello')\n")
+    result = subprocess.run(
+        [Path(sys.executable).parent / "torchx", "run", "-s", "kubernetes", "dist.ddp",
+         "-j", "2x1", "--script", "hello.py"],
+        capture_output=True, text=True, cwd=tmp_path,
+    )  # fmt: skip
+    assert result.returncode == 1
+    assert "Traceback" not in result.stderr
+    errors = [line for line in result.stderr.splitlines() if " ERROR " in line]
+    assert len(errors) == 1 and errors[0].endswith(
+        f"kubernetes: the workspace file://{tmp_path} must be pushed to a registry the cluster"
+        " pulls from; set -cfg image_repo=REGISTRY/REPO (e.g."
+        " image_repo=localhost:5000/me/train), or pass --workspace '' to run the role's image"
+        " as it is"
+    ), result.stderr
 
 
 def test_runopts_lists_the_options(capsys: pytest.CaptureFixture[str]) -> None:

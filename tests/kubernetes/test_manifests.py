@@ -228,7 +228,25 @@ def test_retries_are_attempts_of_the_job_counted_per_index() -> None:
             "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}],
         }
     ]
-    assert for_server(job, (1, 36)) is job and for_server(job, (1, 29)) is job
+    assert for_server(job, (1, 36)) is job and for_server(job, (1, 31)) is job
+    assert for_server(job, (1, 29))["spec"]["backoffLimitPerIndex"] == 3
+
+
+def test_an_elastic_job_succeeds_when_index_0_has_and_a_fixed_size_one_needs_no_rule() -> None:
+    """Index 0 hosts the rendezvous, so it takes part in every round; its agent exits 0
+    once the worker group has succeeded. Servers before 1.31 get no successPolicy."""
+    job = build_request(_ddp(), KubernetesOptions(), SUFFIX).manifests[0]
+    assert job["spec"]["successPolicy"] == {"rules": [{"succeededIndexes": "0"}]}
+    assert for_server(job, (1, 31)) is job
+    old = for_server(job, (1, 30))
+    assert "successPolicy" not in old["spec"] and "successPolicy" in job["spec"]
+    assert old["spec"]["backoffLimitPerIndex"] == job["spec"]["backoffLimitPerIndex"]
+    validate_all([job, old])
+    fixed = ddp(script="main.py", j="4x8", h="gpu.small")
+    assert (
+        "successPolicy"
+        not in build_request(fixed, KubernetesOptions(), SUFFIX).manifests[0]["spec"]
+    )
 
 
 def test_servers_without_per_index_limits_get_a_pod_count_for_the_same_attempts() -> None:

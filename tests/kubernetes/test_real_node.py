@@ -130,9 +130,35 @@ class Cluster:
         found = self.core().list_namespaced_secret("default", _preload_content=False)
         return [item["metadata"]["name"] for item in json.loads(found.data)["items"]]
 
+    def create_pod(self, manifest: Dict[str, Any]) -> None:
+        self.core().create_namespaced_pod("default", manifest)
+
+    def allocatable_millicpu(self) -> int:
+        (node,) = json.loads(self.core().list_node(_preload_content=False).data)["items"]
+        return _millicpu(node["status"]["allocatable"]["cpu"])
+
+    def free_millicpu(self) -> int:
+        """The node's allocatable CPU less what the pods on it request, in millicpus."""
+        core = self.core()
+        free = self.allocatable_millicpu()
+        pods = json.loads(core.list_pod_for_all_namespaces(_preload_content=False).data)
+        for pod in pods["items"]:
+            if pod["status"].get("phase") in ("Succeeded", "Failed"):
+                continue
+            if not pod["spec"].get("nodeName"):
+                continue
+            for container in pod["spec"]["containers"]:
+                requests = (container.get("resources") or {}).get("requests") or {}
+                free -= _millicpu(requests.get("cpu", "0"))
+        return free
+
     def services(self) -> List[str]:
         found = self.core().list_namespaced_service("default", _preload_content=False)
         return [item["metadata"]["name"] for item in json.loads(found.data)["items"]]
+
+
+def _millicpu(quantity: str) -> int:
+    return int(quantity[:-1]) if quantity.endswith("m") else int(float(quantity) * 1000)
 
 
 def _cluster_sh(
@@ -175,7 +201,8 @@ def _start(workdir: Path) -> Cluster:
     kubeconfig = up.stdout.strip().splitlines()[-1].removeprefix("export KUBECONFIG=")
     env = {**os.environ, "KUBECONFIG": kubeconfig}
     subprocess.run(["docker", "tag", SOURCE_IMAGE, NODE_IMAGE], check=True)
-    loaded = _cluster_sh("load-image", NODE_IMAGE, env=env)
+    # the docs' commands name the image as docker/build-image.sh tags it (same layers)
+    loaded = _cluster_sh("load-image", NODE_IMAGE, SOURCE_IMAGE, env=env)
     if loaded.returncode != 0:
         _skip_or_fail(f"cluster.sh load-image {NODE_IMAGE} failed:\n{loaded.stderr[-3000:]}")
     return Cluster(env=env, workdir=workdir)
@@ -439,3 +466,165 @@ def test_status_shows_the_progress_of_the_whole_job(
     _wait("two growing progress figures in torchx status", more_progress)
     assert "State: RUNNING" in cluster.torchx("status", handle).stdout
     assert cluster.torchx("cancel", handle).returncode == 0
+
+
+# a shorter last call for the nodes beyond MIN: seconds of CI time, same behaviour
+SHORT_LAST_CALL = ("--rdzv_conf", "last_call_timeout=5")
+# `--cpu 1` requests 900m (torchx's reservation of 100m is taken off the limit)
+POD_MILLICPU = 900
+
+
+def test_an_elastic_job_ends_when_its_training_ends(
+    cluster: Cluster, scheduler: KubernetesScheduler
+) -> None:
+    """-j 1:3x1 --cpu 1 on a node with room for two such pods: pod 0 and one more train;
+    the Job succeeds when they are done, and the third pod never trains."""
+    assert _idle_millicpu(cluster) < 3 * POD_MILLICPU, "the node fits three pods: no late pod"
+    handle = cluster.run(
+        "-j", "1:3x1", "--cpu", "1", *SHORT_LAST_CALL, "--script", "examples/timed.py",
+        "--", "--seconds", "10",
+    )  # fmt: skip
+    job = _app_id(handle).partition(":")[2]
+    _wait("the training to end", lambda: _log_has(cluster, _pod_of(cluster, job, 0), "rank 0 done"))
+    trained = time.monotonic()
+    state = _wait_done(scheduler, handle)
+    pods = [(p["metadata"]["name"], p["status"].get("phase")) for p in cluster.pods(job)]
+    assert state == AppState.SUCCEEDED, (cluster.torchx("status", handle).stdout, pods)
+    ended_s = time.monotonic() - trained
+    assert ended_s <= 30, f"the Job succeeded {ended_s:.0f} s after the training ended"
+    status = cluster.torchx("status", handle)
+    assert "State: SUCCEEDED" in status.stdout, status.stdout
+    logs = {
+        p["metadata"]["name"]: cluster.pod_log(p["metadata"]["name"]) for p in cluster.pods(job)
+    }
+    trained_pods = [name for name, log in logs.items() if "of world size 2" in log]
+    assert len(trained_pods) == 2 and trained_pods[0].startswith(f"{job}-0-"), logs
+    # the third pod was removed before it could train (pending, starting, or at the closed
+    # rendezvous, which it leaves saying the job has finished)
+    for name, log in logs.items():
+        assert name in trained_pods or "world size" not in log, (name, log)
+    _wait("the third pod to go", lambda: True if len(cluster.pods(job)) == 2 else None, 90)
+
+
+def _idle_millicpu(cluster: Cluster) -> int:
+    """The node's CPU, once the pods of the tests before (terminating ones too) are gone."""
+    allocatable = cluster.allocatable_millicpu()
+    _wait(
+        "the node to be idle",
+        lambda: True if cluster.free_millicpu() == allocatable else None,
+        timeout_s=120,
+    )
+    return allocatable
+
+
+def _pod_of(cluster: Cluster, job: str, index: int) -> str:
+    names = [str(p["metadata"]["name"]) for p in cluster.pods(job)]
+    return next((n for n in names if n.startswith(f"{job}-{index}-")), "")
+
+
+def test_a_failing_elastic_job_still_fails_with_its_root_cause(
+    cluster: Cluster, scheduler: KubernetesScheduler
+) -> None:
+    handle = cluster.run(
+        "-j", "1:2x1", "--cpu", "0.5", *SHORT_LAST_CALL, "--script", "examples/timed.py",
+        "--", "--seconds", "30", "--crash-rank", "0", "--crash-after-s", "1",
+    )  # fmt: skip
+    assert _wait_done(scheduler, handle) == AppState.FAILED
+    status = cluster.torchx("status", handle)
+    assert "State: FAILED" in status.stdout, status.stdout
+    assert "failed first: CrashOnPurpose: rank 0 crashes on purpose" in status.stdout, status.stdout
+
+
+def test_a_late_pod_joins_a_running_elastic_job_at_the_next_round(
+    cluster: Cluster, scheduler: KubernetesScheduler
+) -> None:
+    """-j 1:2x1 on a node with room for one pod: pod 0 trains alone; room is freed, pod 1
+    starts, joins at the next round, and the world grows to 2."""
+    blocker = f"room-{os.getpid()}"
+    room = _idle_millicpu(cluster) - (POD_MILLICPU + 100)  # one pod fits, not two
+    cluster.create_pod(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": blocker},
+            "spec": {
+                "containers": [
+                    {
+                        "name": "sleep",
+                        "image": NODE_IMAGE,
+                        "imagePullPolicy": "IfNotPresent",
+                        "command": ["sleep", "600"],
+                        "resources": {"requests": {"cpu": f"{room}m"}},
+                    }
+                ],
+                "terminationGracePeriodSeconds": 0,
+            },
+        }
+    )
+    try:
+        handle = cluster.run(
+            "-j", "1:2x1", "--cpu", "1", *SHORT_LAST_CALL, "--script", "examples/timed.py",
+            "--", "--seconds", "10", "--seconds-alone", "240",
+        )  # fmt: skip
+        job = _app_id(handle).partition(":")[2]
+        _wait(
+            "pod 0 to train alone",
+            lambda: _log_has(cluster, _pod_of(cluster, job, 0), "of world size 1"),
+        )
+        pending = [p for p in cluster.pods(job) if p["status"]["phase"] == "Pending"]
+        assert [p["metadata"]["name"] for p in pending] == [_pod_of(cluster, job, 1)]
+    finally:
+        cluster.delete_pod(blocker)
+    _wait("the world to grow", lambda: _log_has(cluster, _pod_of(cluster, job, 0), "world size 2"))
+    assert _wait_done(scheduler, handle) == AppState.SUCCEEDED, cluster.torchx(
+        "status", handle
+    ).stdout
+    first, second = (
+        cluster.pod_log(_pod_of(cluster, job, 0)),
+        cluster.pod_log(_pod_of(cluster, job, 1)),
+    )
+    assert "of world size 2" in first and "of world size 2" in second, (first, second)
+    assert "rank 0 done" in first + second and "rank 1 done" in first + second, (first, second)
+
+
+DOC = REPO / "docs" / "kubernetes.md"
+DOC_IMAGE = "torchx-elastic:latest"
+
+
+def doc_command_blocks() -> List[List[str]]:
+    """The commands of the fenced blocks of docs/kubernetes.md, one per (continued) line,
+    without their comments."""
+    blocks = re.findall(r"^```\n(.*?)^```$", DOC.read_text(), re.S | re.M)
+    commands = []
+    for block in blocks:
+        joined = re.sub(r"\\\n\s*", "", block)
+        lines = [re.sub(r"\s+#.*$", "", line).strip() for line in joined.splitlines()]
+        commands.append([line for line in lines if line])
+    return commands
+
+
+def test_the_docs_commands_run_as_written(cluster: Cluster) -> None:
+    """Each fenced block of docs/kubernetes.md in a shell, as a reader types it: the app
+    handle that `torchx run` prints replaces the doc's ``main-xxxxxxxx``."""
+    blocks = doc_command_blocks()
+    assert len(blocks) == 2 and all(b[0].startswith(("torchx run", "kubectl")) for b in blocks)
+    env = {**cluster.env, "PATH": f"{Path(TORCHX).parent}:{cluster.env['PATH']}"}
+    for commands in blocks:
+        handle = ""
+        for command in commands:
+            command = command.replace(DOC_IMAGE, SOURCE_IMAGE)
+            if handle:
+                command = re.sub(r"kubernetes://torchx/[\w-]+:main-x{8}", handle, command)
+            result = subprocess.run(
+                ["bash", "-c", command], env=env, cwd=cluster.workdir,
+                capture_output=True, text=True, timeout=300,
+            )  # fmt: skip
+            assert result.returncode == 0, (command, result.stdout, result.stderr)
+            assert "Traceback" not in result.stderr, (command, result.stderr)
+            if command.startswith("torchx run"):
+                handle = result.stdout.strip().splitlines()[-1]
+                assert re.fullmatch(r"kubernetes://torchx/[\w-]+:main-\w{8}", handle), handle
+            if command.startswith("torchx status"):
+                assert "State: " in result.stdout, result.stdout
+            if command.startswith("torchx log") and "--tail" in command:
+                assert "world size" in result.stdout, result.stdout

@@ -105,6 +105,36 @@ def test_status_follows_the_pods(scheduler: KubernetesScheduler, fake: FakeClust
     assert _states(scheduler) == [ReplicaState.SUCCEEDED] * 2
 
 
+def test_an_elastic_job_succeeds_with_fewer_nodes_and_its_late_pods_go(
+    scheduler: KubernetesScheduler, fake: FakeCluster
+) -> None:
+    """1:3 nodes, two took part (pod 1 found no room): index 0's success ends the Job."""
+    _submit(scheduler, j="1:3x1")
+    for index in (0, 2):
+        fake.set_phase(fake.pod(JOB, index), "Running")
+    fake.set_phase(fake.pod(JOB, 2), "Succeeded")
+    assert scheduler.describe(APP_ID).state == AppState.RUNNING  # type: ignore[union-attr]
+    fake.set_phase(fake.pod(JOB, 0), "Succeeded")
+    desc = scheduler.describe(APP_ID)
+    assert desc is not None and desc.state == AppState.SUCCEEDED
+    assert sorted(fake.index_of(p) for p in fake.pods(JOB)) == [0, 2]  # pod 1 never ran
+    assert _states(scheduler) == [ReplicaState.SUCCEEDED, ReplicaState.UNKNOWN] + [
+        ReplicaState.SUCCEEDED
+    ]
+    assert "main[1]: no pod: it was deleted" in desc.msg
+
+
+def test_a_failed_elastic_job_still_fails(
+    scheduler: KubernetesScheduler, fake: FakeCluster
+) -> None:
+    _submit(scheduler, j="1:2x1")
+    for index in (0, 1):
+        fake.set_phase(fake.pod(JOB, index), "Running")
+    for index in (1, 0):
+        fake.set_phase(fake.pod(JOB, index), "Failed", exit_code=1)
+    assert scheduler.describe(APP_ID).state == AppState.FAILED  # type: ignore[union-attr]
+
+
 def test_image_pull_failure_shows_on_the_first_status_call(
     scheduler: KubernetesScheduler, fake: FakeCluster
 ) -> None:
@@ -313,12 +343,13 @@ def test_a_replica_whose_pod_is_gone_says_so(
     assert _states(scheduler) == [ReplicaState.FAILED, ReplicaState.UNKNOWN]
     assert desc.msg.splitlines()[-1] == (
         "main[1]: no pod: it was deleted, with its log (the Job controller deletes the pods"
-        " still running when a Job fails)"
+        " still running when a Job fails, and those that never joined when an elastic Job"
+        " succeeds)"
     )
     assert list(scheduler.log_iter(APP_ID, "main", 1)) == [
         f"torchx-elastic: replica main/1 of {APP_ID} has no pod: it was deleted, with its log"
-        " (the Job controller deletes the pods still running when a Job fails)"
-        " (replicas with a pod: main/0)\n"
+        " (the Job controller deletes the pods still running when a Job fails, and those that"
+        " never joined when an elastic Job succeeds) (replicas with a pod: main/0)\n"
     ]
 
 
@@ -560,7 +591,7 @@ def test_no_kubeconfig(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         create_scheduler("test").describe(APP_ID)
     assert str(error.value) == (
         f"no usable Kubernetes configuration ({missing}): Invalid kube-config file."
-        " No configuration found.. Point KUBECONFIG at a kubeconfig file (e.g. one written"
+        " No configuration found. Point KUBECONFIG at a kubeconfig file (e.g. one written"
         " by your cloud's get-credentials command) or run inside the cluster with a"
         " service account"
     )

@@ -12,6 +12,8 @@ The rest of the agent uses torch.distributed.elastic's public API only (rendezvo
 - :func:`round_members` / :func:`present_members`: who took part in the c10d rendezvous,
   for the "lost since the last round" message. No public API tells: this reads the c10d
   handler's private state, and degrades to nothing when that state changes.
+- :func:`job_ended` / :func:`is_this_machine`: the "rendezvous closed" errors of each
+  release; torch's private test of whether an endpoint names this machine.
 - :func:`accelerator_count`: ``torch.accelerator`` exists from 2.6 on; ``torch.xpu`` and a
   custom (PrivateUse1) backend are looked up only when asked for.
 - :func:`exit_barrier`: ``torch.distributed.elastic.utils.store.barrier`` grew parameters.
@@ -105,6 +107,27 @@ def present_members(handler: RendezvousHandler) -> set[str]:
     this_node, participants, wait_list = _participants(handler)
     nodes = [this_node, *participants, *wait_list]
     return {_node_name(node) for node in nodes if node is not None}
+
+
+def job_ended(err: BaseException) -> bool:
+    """Whether a rendezvous error says the rendezvous was closed: the job is over (torch
+    2.5 on raises ``RendezvousGracefulExitError`` for a node that waited as a spare)."""
+    from torch.distributed.elastic import rendezvous
+
+    ended = (rendezvous.RendezvousClosedError,)
+    graceful = getattr(rendezvous, "RendezvousGracefulExitError", None)
+    return isinstance(err, ended + ((graceful,) if graceful else ()))
+
+
+def is_this_machine(host: str) -> bool:
+    """Whether ``host`` names this machine, as torch's c10d backend decides who hosts the
+    store when ``is_host`` is not given (``rendezvous.utils._matches_machine_hostname``)."""
+    from torch.distributed.elastic.rendezvous import utils
+
+    matches = getattr(utils, "_matches_machine_hostname", None)
+    if matches is not None:
+        return bool(matches(host))
+    return host in ("localhost", "127.0.0.1", "::1", socket.gethostname(), socket.getfqdn())
 
 
 def accelerator_count(kind: str) -> int | None:

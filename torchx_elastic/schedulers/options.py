@@ -22,6 +22,8 @@ from typing import Any, ClassVar, Dict, Mapping, Optional, Tuple, Type, TypeVar
 
 from torchx.specs import CfgVal, runopts
 
+from torchx_elastic.schedulers.errors import UserError
+
 _META = "torchx_elastic.option"
 
 OptionsT = TypeVar("OptionsT", bound="RunOptions")
@@ -65,7 +67,7 @@ def option(
     return field(default=default, metadata={_META: spec})
 
 
-class RunOptionError(ValueError):
+class RunOptionError(UserError, ValueError):
     """A run option value that the scheduler cannot use; says what is accepted."""
 
     def __init__(self, scheduler: str, name: str, value: object, accepted: str) -> None:

@@ -8,6 +8,7 @@ import time
 from typing import Any
 
 from torch.distributed.elastic.rendezvous import (
+    RendezvousConnectionError,
     RendezvousError,
     RendezvousHandler,
     RendezvousParameters,
@@ -26,6 +27,11 @@ from torchx_elastic.agent.rendezvous.signed_backend import SignedRendezvousBacke
 from torchx_elastic.agent.rendezvous.signed_store import StoreSigner
 
 DEFAULT_JOIN_TIMEOUT_S = 600.0
+# how long the agent hosting the rendezvous keeps it up, closed, after an elastic job that
+# ran with fewer than its maximum of nodes succeeded: a node that arrives meanwhile learns
+# that the job has finished (--rdzv-conf finished_grace_s=SECONDS)
+FINISHED_GRACE_KEY = "finished_grace_s"
+DEFAULT_FINISHED_GRACE_S = 5.0
 _CHECK = (
     "check that the rank-0 node is running, that {host} resolves and port {port} is reachable"
     " from this node (--rdzv-endpoint / dist.ddp --rdzv_port, firewalls), and that no other"
@@ -39,6 +45,36 @@ class RendezvousFailure(Exception):
     def __init__(self, endpoint: Endpoint, what: str) -> None:
         check = _CHECK.format(host=endpoint.host, port=endpoint.port)
         super().__init__(f"rendezvous at {endpoint} failed: {what}; {check}")
+
+
+class JobAlreadyFinished(Exception):
+    """This node arrived after its job's rendezvous was closed, or after the host of an
+    elastic job's rendezvous went away (the job ended while this node was joining): there is
+    nothing to do."""
+
+    def __init__(self, endpoint: Endpoint, run_id: str, err: BaseException) -> None:
+        if compat.job_ended(err):
+            what = f"its rendezvous (run id {run_id!r} at {endpoint}) is closed"
+        else:
+            what = (
+                f"the host of its rendezvous (run id {run_id!r} at {endpoint}) went away"
+                " before this node joined a round (an elastic job ends so; a lost host"
+                " leaves the job to the nodes that joined)"
+            )
+        super().__init__(
+            f"the job this node came for has finished: {what}, so this node exits without"
+            " training"
+        )
+
+
+def late_for_the_job(err: BaseException, config: AgentConfig) -> bool:
+    """Whether a rendezvous error met by a node that never joined a round (after it reached
+    the rendezvous host once) means that its job is over: the rendezvous was closed, or, in
+    an elastic job, its host went away (the host of a job that succeeded with fewer than its
+    maximum of nodes exits; a pod that found room only then must not fail the job)."""
+    if compat.job_ended(err):
+        return True
+    return config.min_nodes < config.max_nodes and isinstance(err, RendezvousConnectionError)
 
 
 def wait_until_resolvable(endpoint: Endpoint, timeout_s: float) -> None:
@@ -76,6 +112,21 @@ def rendezvous_parameters(config: AgentConfig) -> RendezvousParameters:
 
 def join_timeout_s(params: RendezvousParameters) -> float:
     return float(params.config.get("join_timeout", DEFAULT_JOIN_TIMEOUT_S))
+
+
+def finished_grace_s(config: AgentConfig) -> float:
+    """How long a rendezvous host keeps the closed rendezvous up for late nodes: only after
+    a round of fewer than the maximum of nodes (nobody else can be on the way otherwise)."""
+    return float(config.rdzv_configs.get(FINISHED_GRACE_KEY, DEFAULT_FINISHED_GRACE_S))
+
+
+def hosts_rendezvous(config: AgentConfig) -> bool:
+    """Whether this node may host the rendezvous store (as torch's c10d backend decides:
+    ``is_host``, else the endpoint names this machine)."""
+    flag = rendezvous_parameters(config).get_as_bool("is_host")
+    if flag is not None:
+        return bool(flag)
+    return compat.is_this_machine(config.rdzv_endpoint.host)
 
 
 def create_handler(config: AgentConfig, signer: StoreSigner) -> RendezvousHandler:

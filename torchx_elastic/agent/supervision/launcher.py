@@ -6,6 +6,7 @@ import logging
 import os
 import sys
 import tempfile
+import time
 from importlib import metadata
 from typing import Any
 
@@ -16,9 +17,13 @@ from torch.distributed.elastic.rendezvous import RendezvousClosedError, Rendezvo
 from torchx_elastic.agent.config.launch import AgentConfig, UsageError, apply_process_environment
 from torchx_elastic.agent.console.session import ConsoleSession
 from torchx_elastic.agent.rendezvous.handler import (
+    JobAlreadyFinished,
     RendezvousFailure,
     create_handler,
     describe_error,
+    finished_grace_s,
+    hosts_rendezvous,
+    late_for_the_job,
     lost_nodes,
 )
 from torchx_elastic.agent.rendezvous.job_secret import job_secret
@@ -118,7 +123,7 @@ def launch(
         ),
     )
     result: RunResult | None = None
-    failure: RendezvousFailure | None = None
+    failure: RendezvousFailure | JobAlreadyFinished | None = None
     shutdown_rendezvous = True
     code = 1
     try:
@@ -129,21 +134,30 @@ def launch(
         # other nodes can go on with a replacement (shutdown() would close it for all)
         shutdown_rendezvous = False
         code = 128 + int(err.sigval)
-    except RendezvousClosedError as err:
-        # the last node whose ranks failed closes the rendezvous: the job's first failure
-        if session.failed_elsewhere(supervisor.attempt) is None:
-            failure = rendezvous_failure(err, supervisor, config)
     except RendezvousError as err:
-        failure = rendezvous_failure(err, supervisor, config)
+        if supervisor.last_round is None and late_for_the_job(err, config):
+            # arrived after the job's end: nothing to do, and nothing of the job to close
+            shutdown_rendezvous = False
+            failure = JobAlreadyFinished(config.rdzv_endpoint, handler.get_run_id(), err)
+        elif not (
+            # the last node whose ranks failed closes the rendezvous: the job's first failure
+            isinstance(err, RendezvousClosedError)
+            and session.failed_elsewhere(supervisor.attempt) is not None
+        ):
+            failure = rendezvous_failure(err, supervisor, config)
     finally:
         absorb_stop_signals()  # a signal now (the job ended or is stopping) ends nothing early
         janitor.close()
         if shutdown_rendezvous:
             handler.shutdown()
         session.close()
+    if isinstance(failure, JobAlreadyFinished):
+        raise failure
     session.finish(result, code, attempt=supervisor.attempt)
     if failure is not None:
         raise failure
+    if code == 0:
+        keep_closed_rendezvous_up(config, supervisor)
     return code
 
 
@@ -158,6 +172,21 @@ def warn_on_node0(warning: str, on_round: RoundListener) -> RoundListener:
         on_round(store, rank, num_nodes)
 
     return listener
+
+
+def keep_closed_rendezvous_up(config: AgentConfig, supervisor: Supervisor) -> None:
+    """After an elastic job that ran with fewer than its maximum of nodes, the host of the
+    closed rendezvous stays up a little: a node still on its way (a pod that found no room
+    until now) learns that the job has finished instead of waiting for a host that is gone."""
+    last_round = supervisor.last_round
+    if last_round is None or last_round.world_size >= config.max_nodes:
+        return
+    if not hosts_rendezvous(config):
+        return
+    try:
+        time.sleep(finished_grace_s(config))
+    except SignalException:
+        pass  # stopped while waiting: the job has succeeded all the same
 
 
 def rendezvous_failure(
@@ -182,6 +211,9 @@ def run(config: AgentConfig, fork_server: ForkServer | None = None) -> None:
     except RendezvousFailure as err:
         print(f"torchx-elastic: error: {err}", file=sys.stderr)
         code = 1
+    except JobAlreadyFinished as err:
+        print(f"torchx-elastic: {err}", file=sys.stderr)
+        code = 0
     finally:
         if fork_server is not None:
             fork_server.close()

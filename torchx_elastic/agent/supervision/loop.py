@@ -200,6 +200,11 @@ class Supervisor:
             self._extra_env = {**listen.loopback_worker_env(), **worker_extra_env}
 
     @property
+    def last_round(self) -> compat.Round | None:
+        """The last rendezvous round this node took part in (None before the first)."""
+        return self._group.round if self._group is not None else None
+
+    @property
     def attempt(self) -> int:
         """0 for the first start of the workers, +1 for each restart after a failure."""
         return self.config.max_restarts - self.remaining_restarts

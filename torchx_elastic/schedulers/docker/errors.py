@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from torchx_elastic.schedulers.errors import UserError
+
 ENGINE_HELP = (
     "start one: as root, ci/docker-engine.sh installs Debian's docker.io and starts dockerd;"
     " or point DOCKER_HOST at a running engine"
@@ -14,7 +16,7 @@ IMAGE_HELP = (
 )
 
 
-class DockerSchedulerError(RuntimeError):
+class DockerSchedulerError(UserError, RuntimeError):
     """Base of the docker scheduler's errors."""
 
 

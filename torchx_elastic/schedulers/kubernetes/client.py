@@ -13,6 +13,8 @@ import re
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional
 
+from torchx_elastic.schedulers.errors import UserError
+
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient
 
@@ -25,7 +27,7 @@ VOLCANO_PLURAL = "jobs"
 CONNECT_RETRIES = 1
 
 
-class KubernetesError(RuntimeError):
+class KubernetesError(UserError, RuntimeError):
     """A Kubernetes API call that failed, worded for the person at the terminal."""
 
     def __init__(self, message: str, status: int = 0) -> None:
@@ -52,7 +54,7 @@ def load_api_client() -> ApiClient:
     except config.ConfigException as e:
         where = "in-cluster" if in_cluster else _kubeconfig() or "~/.kube/config"
         raise KubernetesError(
-            f"no usable Kubernetes configuration ({where}): {e}."
+            f"no usable Kubernetes configuration ({where}): {str(e).rstrip('. ')}."
             " Point KUBECONFIG at a kubeconfig file (e.g. one written by your cloud's"
             " get-credentials command) or run inside the cluster with a service account"
         ) from e
@@ -98,6 +100,13 @@ def api_errors(action: str, host: str) -> Iterator[None]:
             hint = (
                 f"cannot {action}: forbidden ({message}). Ask a cluster admin for a Role"
                 " that grants it, or choose a namespace you may use with -cfg namespace=NAME"
+            )
+        elif status == 404 and re.fullmatch(r'namespaces "[^"]+" not found', message):
+            namespace = message.split('"')[1]
+            hint = (
+                f"cannot {action}: the namespace {namespace} does not exist; create it"
+                f" (kubectl create namespace {namespace}) or choose another with"
+                " -cfg namespace=NAME"
             )
         else:
             hint = f"cannot {action}: HTTP {status} {e.reason}: {message}"

@@ -121,6 +121,7 @@ def indexed_job(app: AppDef, options: KubernetesOptions, names: JobNames) -> Lis
             "completions": role.num_replicas,
             "parallelism": role.num_replicas,
             **retry_policy(role.max_retries),
+            **success_policy(min_replicas, role.num_replicas),
             "ttlSecondsAfterFinished": options.ttl_seconds_after_finished,
             "template": template,
         },
@@ -172,8 +173,26 @@ def retry_policy(max_retries: int) -> Manifest:
     }
 
 
+def success_policy(min_nodes: int, max_nodes: int) -> Manifest:
+    """An elastic job succeeds when its worker group has, whatever number of nodes took part.
+
+    Index 0 hosts the rendezvous, so it takes part in every round, and its agent exits 0
+    only once the group succeeded and every node of the last round passed the exit barrier.
+    The Job then succeeds at once and the Job controller removes the pods still pending or
+    joining (they never train: a late agent finds the rendezvous closed and exits 0). Without
+    it an Indexed Job waits for every index, and a pod that found no room until the others
+    ended would wait for a rendezvous host that is gone. A job of a fixed size needs none:
+    every index takes part. Servers before 1.31: :func:`for_server`.
+    """
+    if min_nodes >= max_nodes:
+        return {}
+    return {"successPolicy": {"rules": [{"succeededIndexes": "0"}]}}
+
+
 # the first Kubernetes minor version whose Jobs count failures per index by default (beta)
 PER_INDEX_BACKOFF_SINCE = (1, 29)
+# the first whose Jobs take a successPolicy by default (beta; GA in 1.33)
+SUCCESS_POLICY_SINCE = (1, 31)
 
 
 def for_server(manifest: Manifest, server_version: tuple[int, int]) -> Manifest:
@@ -182,19 +201,22 @@ def for_server(manifest: Manifest, server_version: tuple[int, int]) -> Manifest:
     Before 1.29 a Job counts failed pods only (an unknown field is dropped silently, which
     would leave the default of 6 retries): the limit becomes ``max_retries + 1`` failures of
     every node, less one, so that a job whose nodes all fail together gets ``max_retries``
-    attempts more (a node lost alone costs one pod of that budget).
+    attempts more (a node lost alone costs one pod of that budget). Before 1.31 a Job has no
+    ``successPolicy``: an elastic Job completes only when every index has succeeded.
     """
     spec = manifest.get("spec") or {}
-    if (
-        manifest.get("apiVersion") != "batch/v1"
-        or "backoffLimitPerIndex" not in spec
-        or server_version >= PER_INDEX_BACKOFF_SINCE
-    ):
+    if manifest.get("apiVersion") != "batch/v1":
         return manifest
-    spec = {k: v for k, v in spec.items() if k != "backoffLimitPerIndex"}
-    nodes = int(spec.get("completions") or 1)
-    spec["backoffLimit"] = nodes * (manifest["spec"]["backoffLimitPerIndex"] + 1) - 1
-    return {**manifest, "spec": spec}
+    new_spec = dict(spec)
+    if "successPolicy" in spec and server_version < SUCCESS_POLICY_SINCE:
+        del new_spec["successPolicy"]
+    if "backoffLimitPerIndex" in spec and server_version < PER_INDEX_BACKOFF_SINCE:
+        del new_spec["backoffLimitPerIndex"]
+        nodes = int(spec.get("completions") or 1)
+        new_spec["backoffLimit"] = nodes * (spec["backoffLimitPerIndex"] + 1) - 1
+    if new_spec == spec:
+        return manifest
+    return {**manifest, "spec": new_spec}
 
 
 def volcano_task_name(role: Role, replica_id: int) -> str:

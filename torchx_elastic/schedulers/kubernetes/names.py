@@ -5,6 +5,7 @@ from __future__ import annotations
 import secrets
 from dataclasses import dataclass
 
+from torchx_elastic.schedulers.errors import UserError
 from torchx_elastic.schedulers.names import DNS_LABEL_MAX, dns_label
 
 SUFFIX_LENGTH = 8
@@ -54,11 +55,15 @@ class JobNames:
         return f"{hostname}.{self.service}.{self.namespace}.svc"
 
 
+class AppIdError(UserError, ValueError):
+    """An app id that is not ``NAMESPACE:JOB``."""
+
+
 def parse_app_id(app_id: str) -> tuple[str, str]:
     """``namespace:job`` as (namespace, job)."""
     namespace, sep, job = app_id.partition(":")
     if not sep or not namespace or not job:
-        raise ValueError(
+        raise AppIdError(
             f"invalid kubernetes app id {app_id!r}: expected NAMESPACE:JOB"
             " (e.g. default:train-bcdfghjk), as printed by torchx run"
         )

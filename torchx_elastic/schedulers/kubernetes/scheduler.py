@@ -239,10 +239,7 @@ class KubernetesScheduler(WorkspaceImages, Scheduler[Cfg]):
                 if found is None:
                     why = "the job does not exist (any more)"
                 elif self._finished(found):
-                    why = (
-                        "it was deleted, with its log (the Job controller deletes the pods"
-                        " still running when a Job fails)"
-                    )
+                    why = status.POD_DELETED
                 else:
                     why = "not created yet"
                 return None, f"{replica} has no pod: {why} (replicas with a pod: {others})"

@@ -205,10 +205,7 @@ def _roles_and_problems(
                 problems += [f"{role.name}[{index}] pod {pod_name}: {p}" for p in pod_problems(pod)]
             elif finished:
                 state = ReplicaState.UNKNOWN
-                problems.append(
-                    f"{role.name}[{index}]: no pod: it was deleted, with its log (the Job"
-                    " controller deletes the pods still running when a Job fails)"
-                )
+                problems.append(f"{role.name}[{index}]: no pod: {POD_DELETED}")
             any_running = any_running or state == ReplicaState.RUNNING
             replicas.append(ReplicaStatus(id=index, state=state, role=role.name, hostname=node))
         statuses.append(RoleStatus(role=role.name, replicas=replicas))
@@ -225,9 +222,23 @@ def _role_of(obj: Obj, template: Obj, num_replicas: int) -> Role:
     )
 
 
+# why a replica of a finished Job has no pod
+POD_DELETED = (
+    "it was deleted, with its log (the Job controller deletes the pods still running when a"
+    " Job fails, and those that never joined when an elastic Job succeeds)"
+)
+
+
 def job_state(job: Obj, any_running: bool) -> Tuple[AppState, str]:
     """The app state of a batch/v1 Job, and what its conditions say."""
-    for kind, state in (("Complete", AppState.SUCCEEDED), ("Failed", AppState.FAILED)):
+    # SuccessCriteriaMet: an elastic Job's successPolicy is met; Complete follows once the
+    # Job controller has removed the pods that never joined
+    ending = (
+        ("Complete", AppState.SUCCEEDED),
+        ("SuccessCriteriaMet", AppState.SUCCEEDED),
+        ("Failed", AppState.FAILED),
+    )
+    for kind, state in ending:
         condition = _condition(job, kind)
         if condition is not None:
             detail = ": ".join(x for x in (condition.get("reason"), condition.get("message")) if x)

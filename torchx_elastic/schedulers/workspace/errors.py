@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from torchx_elastic.schedulers.errors import UserError
 
-class WorkspaceError(RuntimeError):
+
+class WorkspaceError(UserError, RuntimeError):
     """A workspace could not be built into an image or pushed."""
 
 
-class ImageRepoMissingError(ValueError):
+class ImageRepoMissingError(UserError, ValueError):
     """A remote scheduler got a workspace but no ``image_repo`` to push it to."""
 
     def __init__(self, scheduler: str, what: str) -> None:

@@ -1,0 +1,123 @@
+"""torchx's ``run``, ``status``, ``describe``, ``log``, ``cancel`` and ``list``, with the errors
+a user causes through this package's schedulers printed as torchx prints its own.
+
+torchx's CLI prints a traceback for any exception a scheduler raises; it catches only its own
+(an unknown component, a missing run option), logs one ERROR line and exits 1. These commands
+are torchx's, registered under the same names (torchx's ``torchx.cli.cmds`` entry points
+replace a built-in command of that name), and do the same for :class:`UserError`: no cluster
+or kubeconfig, a namespace that does not exist, a workspace without ``image_repo``, an image
+that cannot be pulled, a run option value of the wrong type or out of range.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from torchx.cli.cmd_cancel import CmdCancel
+from torchx.cli.cmd_describe import CmdDescribe
+from torchx.cli.cmd_list import CmdList
+from torchx.cli.cmd_log import CmdLog
+from torchx.cli.cmd_run import CmdRun
+from torchx.cli.cmd_status import CmdStatus
+from torchx.runner import get_runner
+from torchx.specs.builders import make_app_handle
+
+from torchx_elastic.schedulers.errors import UserError
+
+logger = logging.getLogger(__name__)
+
+# torchx's exit code for a command that failed (cmd_run, cmd_status, cmd_log: sys.exit(1))
+EXIT_FAILURE = 1
+# whose `log` of a job that does not exist says so instead of waiting for it to start
+SCHEDULERS = ("kubernetes", "docker")
+
+
+class RunOptionValueError(UserError):
+    def __init__(self, scheduler: str, cfg: str, detail: str) -> None:
+        super().__init__(
+            f"-cfg {cfg}: a {scheduler} run option has a value of the wrong type ({detail});"
+            f" `torchx runopts {scheduler}` lists the options with their types and defaults"
+        )
+
+
+@contextmanager
+def user_errors() -> Iterator[None]:
+    try:
+        yield
+    except UserError as err:
+        logger.error("%s", err)
+        sys.exit(EXIT_FAILURE)
+
+
+class Run(CmdRun):
+    def run(self, args: argparse.Namespace) -> None:
+        with user_errors():
+            check_option_types(args.scheduler, getattr(args, "scheduler_args", ""))
+            super().run(args)
+
+
+def check_option_types(scheduler: str, cfg: str) -> None:
+    """torchx parses ``-cfg`` values with the options' types and raises a bare ValueError
+    (``invalid literal for int()``) for one it cannot convert."""
+    if not cfg:
+        return
+    with get_runner() as runner:
+        try:
+            options = runner.scheduler_run_opts(scheduler)
+        except (KeyError, ValueError):
+            return  # an unknown scheduler: torchx says so itself
+        try:
+            options.cfg_from_str(cfg)
+        except ValueError as err:
+            raise RunOptionValueError(scheduler, cfg, str(err)) from None
+
+
+class Status(CmdStatus):
+    def run(self, args: argparse.Namespace) -> None:
+        with user_errors():
+            super().run(args)
+
+
+class Describe(CmdDescribe):
+    def run(self, args: argparse.Namespace) -> None:
+        with user_errors():
+            super().run(args)
+
+
+class Log(CmdLog):
+    def run(self, args: argparse.Namespace) -> None:
+        with user_errors():
+            exit_if_missing(args.identifier)
+            super().run(args)
+
+
+def exit_if_missing(identifier: str) -> None:
+    """torchx's ``log`` of a whole app waits for it to start, forever for one that does not
+    exist (any more): say so as ``torchx status`` does."""
+    scheduler, _, path = identifier.partition("://")
+    parts = path.split("/")
+    if scheduler not in SCHEDULERS or len(parts) < 2:
+        return  # torchx checks the form of the identifier itself
+    with get_runner() as runner:
+        if runner.status(make_app_handle(scheduler, parts[0], parts[1])) is None:
+            logger.error(
+                f"AppDef: {parts[1]}, does not exist or has been removed from"
+                f" {scheduler}'s data plane"
+            )
+            sys.exit(EXIT_FAILURE)
+
+
+class Cancel(CmdCancel):
+    def run(self, args: argparse.Namespace) -> None:
+        with user_errors():
+            super().run(args)
+
+
+class List(CmdList):
+    def run(self, args: argparse.Namespace) -> None:
+        with user_errors():
+            super().run(args)
