@@ -4,4 +4,6 @@ collected."""
 
 import importlib.util
 
+from tests.kubernetes.conftest import fake  # noqa: F401  (the fake API server: a fixture)
+
 collect_ignore = [] if importlib.util.find_spec("kfp") else ["test_kfp_compile.py", "kfp_steps.py"]

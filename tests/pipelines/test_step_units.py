@@ -24,7 +24,6 @@ JOB = f"train-{SUFFIX}"
 APP = "kubernetes://torchx/default:" + JOB
 DDP = ["dist.ddp", "-j", "2x1", "--script", "train.py"]
 
-pytest_plugins = ["tests.kubernetes.conftest"]
 
 
 @pytest.fixture
@@ -102,7 +101,7 @@ def test_stopping_the_step_cancels_the_job(runner: Runner, fake: FakeCluster) ->
     join = _in_background(lambda: step.run(step_main.parse_app(args, step_main.parser()), {}))
     _wait_for_pods(fake, 2)
     step.stop()
-    assert join() == EXIT_STOPPED
+    assert join() == EXIT_STOPPED, out.getvalue()
     assert ("default", JOB) not in fake.objects["jobs"]
     assert out.getvalue().endswith(
         f"torchx-elastic: {APP} CANCELLED: the step was stopped: the job was cancelled\n"
@@ -173,15 +172,26 @@ KINDS = {
     "services": ("", "services"),
     "pods": ("", "pods"),
     "vcjobs": ("batch.volcano.sh", "jobs"),
+    "secrets": ("", "secrets"),
+    "networkpolicies": ("networking.k8s.io", "networkpolicies"),
 }
 
 
 def _remove(fake: FakeCluster) -> None:
-    """What a finished job leaves: its Job (with its pods) and its Service."""
-    for kind, path in [("jobs", "/apis/batch/v1"), ("services", "/api/v1")]:
+    """What a finished job leaves: its Job (with its pods), its Service, Secret and
+    NetworkPolicy (the garbage collector removes them with the Job; the fake does not when
+    someone else deleted the Job alone)."""
+    recorded = len(fake.requests)
+    for kind, path in [
+        ("jobs", "/apis/batch/v1"),
+        ("services", "/api/v1"),
+        ("secrets", "/api/v1"),
+        ("networkpolicies", "/apis/networking.k8s.io/v1"),
+    ]:
         if ("default", JOB) in fake.objects[kind]:
             url = f"{path}/namespaces/default/{kind}/{JOB}"
             fake.handle("DELETE", url, {"propagationPolicy": ["Background"]}, None)
+    del fake.requests[recorded:]  # the test's own requests, not the step's
     assert not fake.pods(JOB)
 
 
@@ -259,7 +269,7 @@ def test_a_stopped_step_that_may_not_cancel_says_so(runner: Runner, fake: FakeCl
     join = _in_background(lambda: step.run(step_main.parse_app(args, step_main.parser()), {}))
     _wait_for_pods(fake, 2)
     step.stop()
-    assert join() == EXIT_STOPPED
+    assert join() == EXIT_STOPPED, out.getvalue()
     end = out.getvalue().rpartition(f"torchx-elastic: {APP} UNKNOWN: ")[2]
     assert end.startswith("the step was stopped; cancelling the job: cannot delete Job")
     assert "(the step's service account needs the Role in docs/pipelines-role.yaml" in end
