@@ -5,7 +5,7 @@ from __future__ import annotations
 FORBIDDEN = 403
 ROLE_HINT = (
     " (the step's service account needs the Role in docs/pipelines-role.yaml:"
-    " jobs, services, pods and pods/log in the job's namespace)"
+    " jobs, services, secrets, networkpolicies, pods and pods/log in the job's namespace)"
 )
 
 
