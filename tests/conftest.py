@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -63,3 +64,15 @@ def workdir(tmp_path: Path) -> Path:
     for script in (REPO / "examples").glob("*.py"):
         (tmp_path / script.name).write_text(script.read_text())
     return tmp_path
+
+
+@pytest.fixture(autouse=True)
+def _process_environment_restored() -> Iterator[None]:
+    """What a test sets in this process's environment (the agent's in-process setup does:
+    ``OMP_NUM_THREADS``, ``TORCHELASTIC_*``) is gone before the next test, whose agents and
+    torchx subprocesses would otherwise inherit it."""
+    saved = dict(os.environ)
+    yield
+    if os.environ != saved:
+        os.environ.clear()
+        os.environ.update(saved)
