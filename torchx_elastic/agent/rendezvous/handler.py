@@ -159,7 +159,10 @@ def rendezvous_store(params: RendezvousParameters, endpoint: Endpoint) -> Any:
     if read_timeout is None or read_timeout <= 0:
         raise ValueError("The read timeout must be a positive integer.")
     given = params.get_as_bool("is_host")
-    if given if given is not None else listen.is_local_host(endpoint.host):
+    # as torch's c10d backend decides: an endpoint that names this machine (not merely an
+    # address this host could bind: nodes sharing a network, as two Slurm nodes on one
+    # machine, would race for the port)
+    if given if given is not None else compat.is_this_machine(endpoint.host):
         try:
             return listen.hosted_store(endpoint.host, endpoint.port, read_timeout, True)
         except OSError:

@@ -76,11 +76,6 @@ def local_address(host: str) -> str | None:
     return None
 
 
-def is_local_host(host: str) -> bool:
-    """``host`` names an address of this host."""
-    return any(_bindable(addr) for addr in _addresses(host))
-
-
 def listening_socket(host: str, port: int) -> socket.socket:
     """A socket listening on ``port`` at ``host``'s local address (``OSError`` when taken)."""
     addr = local_address(host)
