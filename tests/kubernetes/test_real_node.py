@@ -474,38 +474,6 @@ SHORT_LAST_CALL = ("--rdzv_conf", "last_call_timeout=5")
 POD_MILLICPU = 900
 
 
-def test_an_elastic_job_ends_when_its_training_ends(
-    cluster: Cluster, scheduler: KubernetesScheduler
-) -> None:
-    """-j 1:3x1 --cpu 1 on a node with room for two such pods: pod 0 and one more train;
-    the Job succeeds when they are done, and the third pod never trains."""
-    assert _idle_millicpu(cluster) < 3 * POD_MILLICPU, "the node fits three pods: no late pod"
-    handle = cluster.run(
-        "-j", "1:3x1", "--cpu", "1", *SHORT_LAST_CALL, "--script", "examples/timed.py",
-        "--", "--seconds", "10",
-    )  # fmt: skip
-    job = _app_id(handle).partition(":")[2]
-    _wait("the training to end", lambda: _log_has(cluster, _pod_of(cluster, job, 0), "rank 0 done"))
-    trained = time.monotonic()
-    state = _wait_done(scheduler, handle)
-    pods = [(p["metadata"]["name"], p["status"].get("phase")) for p in cluster.pods(job)]
-    assert state == AppState.SUCCEEDED, (cluster.torchx("status", handle).stdout, pods)
-    ended_s = time.monotonic() - trained
-    assert ended_s <= 30, f"the Job succeeded {ended_s:.0f} s after the training ended"
-    status = cluster.torchx("status", handle)
-    assert "State: SUCCEEDED" in status.stdout, status.stdout
-    logs = {
-        p["metadata"]["name"]: cluster.pod_log(p["metadata"]["name"]) for p in cluster.pods(job)
-    }
-    trained_pods = [name for name, log in logs.items() if "of world size 2" in log]
-    assert len(trained_pods) == 2 and trained_pods[0].startswith(f"{job}-0-"), logs
-    # the third pod was removed before it could train (pending, starting, or at the closed
-    # rendezvous, which it leaves saying the job has finished)
-    for name, log in logs.items():
-        assert name in trained_pods or "world size" not in log, (name, log)
-    _wait("the third pod to go", lambda: True if len(cluster.pods(job)) == 2 else None, 90)
-
-
 def _idle_millicpu(cluster: Cluster) -> int:
     """The node's CPU, once the pods of the tests before (terminating ones too) are gone."""
     allocatable = cluster.allocatable_millicpu()
