@@ -22,6 +22,7 @@ DEV_VENV ?= .venv-torchx-nightly
 KFP_VENV ?= .venv-kfp
 
 .PHONY: setup setup-torchx-dev test-torchx-dev example image test test-fast test-torch-versions lint bench
+.PHONY: test-known-failing
 .PHONY: setup-torch-versions setup-other-lines test-other-lines clean setup-kfp test-kfp
 
 setup: $(VENV)/.installed
@@ -78,7 +79,11 @@ lint: setup
 
 # Everything, slow end-to-end runs included (Docker tests need an engine: ci/docker-engine.sh).
 test: lint
-	$(BIN)/pytest -q -rs --durations=15
+	$(BIN)/pytest -q -rs --durations=15 -m "not known_failing"
+
+# The tests of open defects (marked known_failing; each names its issue)
+test-known-failing: setup
+	$(BIN)/pytest -q -rs -m known_failing
 
 setup-torch-versions: $(foreach v,$(TORCH_VERSIONS),.venv-torch$(v)/.installed)
 

@@ -240,6 +240,9 @@ def test_cancel_stops_every_process_and_each_agent_reports(workdir: Path) -> Non
         if all(p.exists() and "rank" in p.read_text() for p in outs):
             break
         time.sleep(0.5)
+    # sacct may still say PENDING for a moment after the tasks printed
+    while "State: RUNNING" not in job.status() and time.monotonic() < deadline:
+        time.sleep(1)
     assert "State: RUNNING" in job.status()
     cancelled = run_torchx("cancel", handle, cwd=workdir)
     assert cancelled.returncode == 0, cancelled.stderr
