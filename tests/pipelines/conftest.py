@@ -4,6 +4,7 @@ collected."""
 
 import importlib.util
 
-from tests.kubernetes.conftest import fake  # noqa: F401  (the fake API server: a fixture)
+if importlib.util.find_spec("kubernetes_validate"):  # the main venv (not KFP's)
+    from tests.kubernetes.conftest import fake  # noqa: F401  (the fake API server: a fixture)
 
 collect_ignore = [] if importlib.util.find_spec("kfp") else ["test_kfp_compile.py", "kfp_steps.py"]
