@@ -22,7 +22,6 @@ DEV_VENV ?= .venv-torchx-nightly
 KFP_VENV ?= .venv-kfp
 
 .PHONY: setup setup-torchx-dev test-torchx-dev example image test test-fast test-torch-versions lint bench
-.PHONY: test-known-failing
 .PHONY: setup-torch-versions setup-other-lines test-other-lines clean setup-kfp test-kfp
 
 setup: $(VENV)/.installed
@@ -82,6 +81,7 @@ test: lint
 	$(BIN)/pytest -q -rs --durations=15 -m "not known_failing"
 
 # The tests of open defects (marked known_failing; each names its issue)
+.PHONY: test-known-failing
 test-known-failing: setup
 	$(BIN)/pytest -q -rs -m known_failing
 

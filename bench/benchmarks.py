@@ -18,6 +18,7 @@ REPO = BENCH_DIR.parent
 DDP_SCRIPT = "bench/ddp_script.py"
 CRASH_SCRIPT = "bench/crash_once.py"
 LOG_SCRIPT = "bench/log_heavy.py"
+SHORT_SCRIPT = "bench/short_job.py"
 # torch's opt-out of the rendezvous store it shares with the workers across restarts
 FRESH_STORE_ENV = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"
 
@@ -54,6 +55,19 @@ class Benchmark:
     unit: str
     variants: dict[str, tuple[str, RunVariant]]  # key -> (label, run)
     ratios: tuple[Ratio, ...] = ()
+    derived: tuple[Derived, ...] = ()  # more tables from the same runs' facts
+
+
+@dataclass(frozen=True)
+class Derived:
+    """A second figure of the same runs, shown as a benchmark of its own: each variant's
+    ``fact`` of every run that worked."""
+
+    name: str
+    title: str
+    unit: str
+    fact: str
+    ratios: tuple[Ratio, ...] = ()
 
 
 def _failure(outcome: procs.Outcome) -> str:
@@ -86,8 +100,8 @@ def _run(
     )
 
 
-def _steps(s: Settings) -> list[str]:
-    return ["--steps", str(s.steps)]
+def _steps(s: Settings, world_size: int | None = None) -> list[str]:
+    return ["--steps", str(s.steps), *(_world(world_size) if world_size else [])]
 
 
 # 1. launch -------------------------------------------------------------------------------
@@ -111,24 +125,30 @@ def _launch(
         found = phases.read_phases(
             record_file, world_size, outcome.started_unix_s, outcome.ended_unix_s
         )
-        if found is not None:
-            sample.facts.update(to_training_s=found.to_training_s, exit_tail_s=found.exit_tail_s)
-            if found.to_first_worker_s is not None:
-                sample.facts["to_first_worker_s"] = found.to_first_worker_s
-            if found.to_scripts_s is not None:
-                sample.facts["to_scripts_s"] = found.to_scripts_s
+        if found is None:  # the launcher said 0, but not every rank got to its end
+            return Sample(None, f"not every rank recorded its start and end; {_failure(outcome)}")
+        sample.facts.update(to_training_s=found.to_training_s, exit_tail_s=found.exit_tail_s)
+        if found.to_first_worker_s is not None:
+            sample.facts["to_first_worker_s"] = found.to_first_worker_s
+        if found.to_scripts_s is not None:
+            sample.facts["to_scripts_s"] = found.to_scripts_s
     return sample
+
+
+def _world(world_size: int) -> list[str]:
+    """The jobs' own check: a launcher that starts a world of another size fails the run."""
+    return ["--world-size", str(world_size)]
 
 
 def launch_ours(s: Settings, run_dir: Path) -> Sample:
     command = commands.ours_torchx(
-        f"1x{s.nproc}", DDP_SCRIPT, _steps(s), log_dir=run_dir / "torchx_logs"
+        f"1x{s.nproc}", DDP_SCRIPT, _steps(s, s.nproc), log_dir=run_dir / "torchx_logs"
     )
     return _launch([command], s, run_dir, s.nproc)
 
 
 def launch_torchrun(s: Settings, run_dir: Path) -> Sample:
-    command = commands.torchrun_standalone(s.nproc, DDP_SCRIPT, _steps(s))
+    command = commands.torchrun_standalone(s.nproc, DDP_SCRIPT, _steps(s, s.nproc))
     return _launch([command], s, run_dir, s.nproc)
 
 
@@ -137,7 +157,7 @@ def launch_ours_spawn(s: Settings, run_dir: Path) -> Sample:
     command = commands.ours_torchx(
         f"1x{s.nproc}",
         DDP_SCRIPT,
-        _steps(s),
+        _steps(s, s.nproc),
         log_dir=run_dir / "torchx_logs",
         component_args=["--start_method", "spawn"],
     )
@@ -146,7 +166,34 @@ def launch_ours_spawn(s: Settings, run_dir: Path) -> Sample:
 
 def launch_floor(s: Settings, run_dir: Path) -> Sample:
     envs = commands.floor_envs(s.env, s.nproc, procs.free_port())
-    return _launch(commands.floor(s.nproc, DDP_SCRIPT, _steps(s)), s, run_dir, s.nproc, envs)
+    floor = commands.floor(s.nproc, DDP_SCRIPT, _steps(s, s.nproc))
+    return _launch(floor, s, run_dir, s.nproc, envs)
+
+
+# 7. a short job ---------------------------------------------------------------------------
+
+
+def short_ours(s: Settings, run_dir: Path) -> Sample:
+    command = commands.ours_torchx(
+        f"1x{s.nproc}", SHORT_SCRIPT, _world(s.nproc), log_dir=run_dir / "torchx_logs"
+    )
+    return _launch([command], s, run_dir, s.nproc)
+
+
+def short_ours_agent(s: Settings, run_dir: Path) -> Sample:
+    command = commands.ours_agent(s.nproc, SHORT_SCRIPT, _world(s.nproc), log_dir=run_dir / "logs")
+    return _launch([command], s, run_dir, s.nproc)
+
+
+def short_torchrun(s: Settings, run_dir: Path) -> Sample:
+    command = commands.torchrun_standalone(s.nproc, SHORT_SCRIPT, _world(s.nproc))
+    return _launch([command], s, run_dir, s.nproc)
+
+
+def short_floor(s: Settings, run_dir: Path) -> Sample:
+    envs = commands.floor_envs(s.env, s.nproc, procs.free_port())
+    floor = commands.floor(s.nproc, SHORT_SCRIPT, _world(s.nproc))
+    return _launch(floor, s, run_dir, s.nproc, envs)
 
 
 # 2. two nodes on one machine ---------------------------------------------------------------
@@ -160,7 +207,7 @@ def two_nodes_ours(s: Settings, run_dir: Path) -> Sample:
     command = commands.ours_torchx(
         f"2x{_per_node(s)}",
         DDP_SCRIPT,
-        _steps(s),
+        _steps(s, 2 * _per_node(s)),
         log_dir=run_dir / "torchx_logs",
         component_args=["--rdzv_port", str(procs.free_port())],
     )
@@ -169,7 +216,7 @@ def two_nodes_ours(s: Settings, run_dir: Path) -> Sample:
 
 def two_nodes_torchrun(s: Settings, run_dir: Path) -> Sample:
     agents = commands.torchrun_nodes(
-        2, _per_node(s), DDP_SCRIPT, _steps(s), rdzv_port=procs.free_port()
+        2, _per_node(s), DDP_SCRIPT, _steps(s, 2 * _per_node(s)), rdzv_port=procs.free_port()
     )
     return _launch(agents, s, run_dir, 2 * _per_node(s))
 
@@ -289,6 +336,62 @@ def rss_ours(s: Settings, run_dir: Path) -> Sample:
 
 def rss_torchrun(s: Settings, run_dir: Path) -> Sample:
     return _rss_sample(commands.torchrun_standalone(s.nproc, DDP_SCRIPT, _steps(s)), s, run_dir)
+
+
+# 8. the whole job's memory ------------------------------------------------------------------
+
+
+def _memory_sample(command: list[str], s: Settings, run_dir: Path, world_size: int) -> Sample:
+    """Peak PSS of the whole job while all its workers run; the launcher side's as a fact."""
+    record_file = run_dir / "records.txt"
+    env = {**s.env, RECORD_ENV: str(record_file)}
+    outcome = _run([command], s, run_dir, envs=[env], sample_rss=True)
+    if not outcome.ok:
+        return Sample(None, _failure(outcome))
+    workers = phases.worker_pids(record_file.read_text()) if record_file.exists() else set()
+    if len(workers) != world_size:
+        return Sample(None, f"{len(workers)} of {world_size} workers recorded their pid")
+    found = outcome.memory[0].pss_while_running(workers)
+    if found is None:
+        return Sample(None, "no memory sample saw every worker running")
+    whole_kb, launcher_kb = found
+    facts: dict[str, object] = {"wall_s": outcome.wall_s, "launcher_pss_mib": launcher_kb / 1024}
+    return Sample(whole_kb / 1024, facts=facts)
+
+
+MEMORY_HOLD_S = 1.0  # how long every rank of the memory job stays after its all_reduce
+
+
+def _memory_args(nproc: int) -> list[str]:
+    """The short job, holding: every worker is sampled there (20 a second) several times."""
+    return [*_world(nproc), "--hold-s", str(MEMORY_HOLD_S)]
+
+
+def _memory_ours(s: Settings, run_dir: Path, nproc: int) -> Sample:
+    args = _memory_args(nproc)
+    command = commands.ours_agent(nproc, SHORT_SCRIPT, args, log_dir=run_dir / "logs")
+    return _memory_sample(command, s, run_dir, nproc)
+
+
+def _memory_torchrun(s: Settings, run_dir: Path, nproc: int) -> Sample:
+    command = commands.torchrun_standalone(nproc, SHORT_SCRIPT, _memory_args(nproc))
+    return _memory_sample(command, s, run_dir, nproc)
+
+
+def memory_ours(s: Settings, run_dir: Path) -> Sample:
+    return _memory_ours(s, run_dir, s.nproc)
+
+
+def memory_torchrun(s: Settings, run_dir: Path) -> Sample:
+    return _memory_torchrun(s, run_dir, s.nproc)
+
+
+def memory_ours_2n(s: Settings, run_dir: Path) -> Sample:
+    return _memory_ours(s, run_dir, 2 * s.nproc)
+
+
+def memory_torchrun_2n(s: Settings, run_dir: Path) -> Sample:
+    return _memory_torchrun(s, run_dir, 2 * s.nproc)
 
 
 # 5. a log-heavy job ------------------------------------------------------------------------
@@ -421,6 +524,49 @@ BENCHMARKS: dict[str, Benchmark] = {
                     hangs_ours,
                 ),
             },
+        ),
+        Benchmark(
+            "short_job",
+            "7. short job",
+            "s",
+            {
+                "ours": ("ours: torchx run -s local_cwd dist.ddp -j 1xN", short_ours),
+                "ours_agent": ("ours: the agent alone, --standalone", short_ours_agent),
+                "torchrun": ("torchrun --standalone --nproc_per_node N", short_torchrun),
+                "floor": ("floor: N x python short_job.py", short_floor),
+            },
+            (
+                Ratio("ours", "torchrun", goal_max=0.5),
+                Ratio("ours_agent", "torchrun", goal_max=0.45),
+                Ratio("ours", "floor"),
+            ),
+        ),
+        Benchmark(
+            "memory",
+            "8. memory, whole job",
+            "MiB",
+            {
+                "ours": ("ours: agent, 1xN short job held 1 s (PSS of all processes)", memory_ours),
+                "torchrun": ("torchrun, 1xN", memory_torchrun),
+                "ours_2n": ("ours: agent, 1x2N", memory_ours_2n),
+                "torchrun_2n": ("torchrun, 1x2N", memory_torchrun_2n),
+            },
+            (
+                Ratio("ours", "torchrun", goal_max=0.4),
+                Ratio("ours_2n", "torchrun_2n", goal_max=0.25),
+            ),
+            (
+                Derived(
+                    "memory_launcher",
+                    "9. memory, launcher side",
+                    "MiB",
+                    "launcher_pss_mib",
+                    (
+                        Ratio("ours", "torchrun", goal_max=1.0),
+                        Ratio("ours_2n", "torchrun_2n", goal_max=1.0),
+                    ),
+                ),
+            ),
         ),
     )
 }

@@ -1,41 +1,18 @@
 """The launch benchmark's job: a tiny gloo DDP model trained for 20 steps on CPU.
 
-Standard library and torch only; reads the torch.distributed environment (RANK, WORLD_SIZE,
-MASTER_ADDR, MASTER_PORT) set by whichever launcher started it. With ``BENCH_RECORD_FILE``
-set, every rank appends ``proc <rank> <unix time> <pid>`` (when its process was created),
-``script`` (its first line ran), ``start`` when it enters its training loop and ``done``
-when it is about to exit (see ``bench/phases.py``).
+Standard library and torch only (and ``bench/records.py``); reads the torch.distributed
+environment (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT) set by whichever launcher started
+it. It exits 1 when the job went wrong: a world of another size than ``--world-size``, or
+ranks whose parameters differ after training (DDP keeps them equal). With ``BENCH_RECORD_FILE``
+set, every rank records when its process was created, its first line ran, it enters its
+training loop and it is about to exit (``bench/records.py``, read by ``bench/phases.py``).
 """
 
 import argparse
-import os
-import time
 
+from records import check_world_size, record, record_first_line
 
-def process_start_unix_s() -> float:
-    """When this process was created (a forked worker: its fork; a spawned one: its exec)."""
-    with open("/proc/self/stat") as stat:
-        ticks = int(stat.read().rsplit(")", 1)[1].split()[19])
-    with open("/proc/stat") as boot:
-        btime = next(int(line.split()[1]) for line in boot if line.startswith("btime"))
-    return btime + ticks / os.sysconf("SC_CLK_TCK")
-
-
-def record(event: str, rank: int, at: float | None = None) -> None:
-    path = os.environ.get("BENCH_RECORD_FILE")
-    if not path:
-        return
-    stamp = time.time() if at is None else at
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, f"{event} {rank} {stamp:.6f} {os.getpid()}\n".encode())
-    finally:
-        os.close(fd)
-
-
-if os.environ.get("BENCH_RECORD_FILE"):  # before importing torch: the script's first line
-    record("script", int(os.environ.get("RANK", "-1")))
-    record("proc", int(os.environ.get("RANK", "-1")), process_start_unix_s())
+record_first_line()  # before importing torch
 
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
@@ -45,6 +22,7 @@ from torch.nn.parallel import DistributedDataParallel  # noqa: E402
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--world-size", type=int, default=None, help="the expected one")
     args = parser.parse_args()
 
     dist.init_process_group("gloo")
@@ -60,8 +38,15 @@ def main() -> None:
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
+    world_size = dist.get_world_size()
+    check_world_size(world_size, args.world_size)
+    params = torch.cat([p.detach().flatten() for p in model.parameters()])
+    highest, lowest = params.clone(), params.clone()
+    dist.all_reduce(highest, op=dist.ReduceOp.MAX)
+    dist.all_reduce(lowest, op=dist.ReduceOp.MIN)
+    if not torch.equal(highest, lowest):
+        raise SystemExit(f"bench ddp: rank {rank}: the ranks' parameters differ after training")
     if rank == 0:
-        world_size = dist.get_world_size()
         print(f"bench ddp: {args.steps} steps, world size {world_size}, loss {loss.item():.4f}")
     dist.destroy_process_group()
     record("done", rank)

@@ -58,9 +58,7 @@ def parse_phases(
         to_training_s=max(starts.values()) - started_unix_s,
         exit_tail_s=ended_unix_s - max(dones.values()),
         to_first_worker_s=min(procs.values()) - started_unix_s if procs else None,
-        to_scripts_s=max(scripts.values()) - started_unix_s
-        if len(scripts) == world_size
-        else None,
+        to_scripts_s=max(scripts.values()) - started_unix_s if len(scripts) == world_size else None,
     )
 
 

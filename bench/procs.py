@@ -127,6 +127,18 @@ class TreeMemory:
             pid for pid in self.peak_rss_kb if pid != self.root and not self.below(pid, workers)
         )
 
+    def pss_while_running(self, workers: set[int]) -> tuple[int, int] | None:
+        """The largest PSS sums of the samples that saw every one of ``workers``: of the
+        whole tree, and of its launcher side (all but the workers and their children);
+        None if no sample saw them all."""
+        whole, launcher = [], []
+        for tick in self.pss_ticks:
+            if not workers <= tick.keys():
+                continue
+            whole.append(sum(tick.values()))
+            launcher.append(sum(v for p, v in tick.items() if not self.below(p, workers)))
+        return (max(whole), max(launcher)) if whole else None
+
     def peak_pss_kb(self, pids: set[int]) -> int:
         """Largest sum of the PSS of ``pids`` in one sample."""
         return max(

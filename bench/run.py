@@ -29,6 +29,7 @@ from bench.benchmarks import (  # noqa: E402
     FRESH_STORE_ENV,
     REPO,
     Benchmark,
+    Derived,
     Sample,
     Settings,
 )
@@ -41,6 +42,8 @@ DEFAULT_REPEATS = {
     "agent_rss": 3,
     "log_heavy": 3,
     "exit_hangs": 200,
+    "short_job": 7,
+    "memory": 3,
 }
 DEFAULT_OUTPUT = REPO / "bench" / "results" / "latest.json"
 # a launcher's own variables from an enclosing job must not leak into the benchmarked ones
@@ -199,6 +202,19 @@ def run_benchmark(
     return result, samples
 
 
+def derived_result(derived: Derived, source: BenchmarkResult) -> BenchmarkResult:
+    """A second figure of ``source``'s runs as a result of its own (a failed run stays one)."""
+    variants = {}
+    for key, variant in source.variants.items():
+        copy = VariantResult(variant.label)
+        for sample, facts in zip(variant.samples, variant.facts, strict=True):
+            value = facts.get(derived.fact) if sample is not None else None
+            copy.samples.append(float(value) if isinstance(value, (int, float)) else None)
+        copy.notes = list(variant.notes)
+        variants[key] = copy
+    return BenchmarkResult(derived.name, derived.title, derived.unit, variants, derived.ratios)
+
+
 def summary_notes(
     name: str, result: BenchmarkResult, samples: dict[str, list[Sample]]
 ) -> list[str]:
@@ -215,7 +231,7 @@ def summary_notes(
                 f" ({first} on the first restart; recovered: all ranks back in the loop and"
                 " the job done before the timeout)"
             )
-    if name in ("launch", "two_nodes"):
+    if name in ("launch", "two_nodes", "short_job"):
         for key, runs in samples.items():
             to_training = [s.facts["to_training_s"] for s in runs if "to_training_s" in s.facts]
             tails = [s.facts["exit_tail_s"] for s in runs if "exit_tail_s" in s.facts]
@@ -326,6 +342,7 @@ def main(argv: list[str] | None = None) -> int:
             count = args.hang_launches
         result, _ = run_benchmark(bench, count, settings, work_dir, args.keep)
         results.append(result)
+        results.extend(derived_result(derived, result) for derived in bench.derived)
     load_after = os.getloadavg()
 
     table = render_table(results)
@@ -359,7 +376,12 @@ def main(argv: list[str] | None = None) -> int:
         f" {load_after[0]:.2f} after; JSON: {args.output}"
     )
     # a restart run that does not recover is a measured result; any other failure is not
-    failed = sum(v.failed for r in results if r.name != "restart" for v in r.variants.values())
+    failed = sum(
+        v.failed
+        for r in results
+        if r.name != "restart" and r.name in BENCHMARKS
+        for v in r.variants.values()
+    )
     return 1 if failed else 0
 
 

@@ -8,8 +8,8 @@ Run it with:
 
 Written from torchft's documentation of its ``Manager``: the ``Manager`` joins this replica
 group to the quorum that torchft's Lighthouse forms every step (``TORCHFT_LIGHTHOUSE``, set
-by ``ft.ddp``), ``torchft.DistributedDataParallel`` averages the gradients across the
-groups of the quorum, and ``torchft.Optimizer`` commits a step only when every member
+by ``ft.ddp``), its fault-tolerant ``allreduce`` averages the gradients across the groups
+of the quorum, and ``torchft.Optimizer`` commits a step only when every member
 could do it. A group that comes back after a restart gets the weights and the step from a
 healthy group (``state_dict``/``load_state_dict``) and trains on at the next step.
 
@@ -27,7 +27,7 @@ from typing import Any, Dict
 
 import torch
 import torch.distributed as dist
-from torchft import DistributedDataParallel, Manager, Optimizer, ProcessGroupGloo
+from torchft import Manager, Optimizer, ProcessGroupGloo
 
 from torchx_elastic import progress
 
@@ -63,17 +63,22 @@ def main() -> None:
         replica_id=f"ft_ddp_{group}",
         timeout=timedelta(seconds=10),
     )
-    ddp_model = DistributedDataParallel(manager, model)
     optimizer = Optimizer(manager, inner)
 
     generator = torch.Generator().manual_seed(1000 * group + rank)
     while manager.current_step() < args.steps:
         inputs = torch.randn(16, 8, generator=generator)
         optimizer.zero_grad()  # starts this step's quorum
-        loss = (ddp_model(inputs) - inputs.sum(dim=1, keepdim=True)).pow(2).mean()
-        loss.backward()  # torchft averages the gradients across the groups of the quorum
-        for param in model.parameters():  # ... and the group's ranks average theirs
+        loss = (model(inputs) - inputs.sum(dim=1, keepdim=True)).pow(2).mean()
+        loss.backward()
+        for param in model.parameters():
             assert param.grad is not None
+            # torchft averages the gradients across the groups of the quorum; a failure of
+            # another group is reported to the Manager (this step is then not committed).
+            # Not torchft.DistributedDataParallel: its comm hook (torchft 0.2.0) fails an
+            # assertion when the allreduce fails inside wait(), which restarted this group
+            manager.allreduce(param.grad).wait()
+            # ... and the group's ranks average theirs
             dist.all_reduce(param.grad)
             param.grad /= world_size
         time.sleep(args.step_s)

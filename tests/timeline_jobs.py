@@ -6,8 +6,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from torchx_elastic import event_records as ev
-from torchx_elastic.agent.error_file import write_error_file
+from torchx_elastic.contract import events as ev
+from torchx_elastic.contract.error_file import write_error_file
 
 T0 = 1_800_000_000.0
 TRACEBACK = (

@@ -38,10 +38,12 @@ from torch.distributed.launcher.api import LaunchConfig
 from torchx_elastic.agent.function.call import CallPicklingError
 from torchx_elastic.agent.function.errors import FunctionFailedError
 from torchx_elastic.agent.function.launch import Entrypoint, launch_agent
-from torchx_elastic.agent.function.options import (
-    DEFAULT_START_METHOD,
-    AgentOptions,
+from torchx_elastic.agent.function.options import DEFAULT_START_METHOD, AgentOptions
+from torchx_elastic.contract.agent_args import (
+    NodeRangeError,
+    StartMethodError,
     check_start_method,
+    parse_node_range,
 )
 
 __all__ = [
@@ -77,21 +79,6 @@ class elastic_launch:  # noqa: N801 - torch's name, so that only the import chan
         return launch_agent(self._config, self._entrypoint, args, self._options)
 
 
-def node_range(nnodes: str | int) -> tuple[int, int]:
-    """``"2"`` -> (2, 2), ``"1:4"`` -> (1, 4); ``ValueError`` otherwise."""
-    low, _, high = str(nnodes).partition(":")
-    try:
-        min_nodes = int(low)
-        max_nodes = int(high) if high else min_nodes
-    except ValueError:
-        min_nodes = max_nodes = 0
-    if not 1 <= min_nodes <= max_nodes:
-        raise ValueError(
-            f"nnodes={nnodes!r} is not N or MIN:MAX with 1 <= MIN <= MAX (e.g. 2, 1:4)"
-        )
-    return min_nodes, max_nodes
-
-
 def launch(
     function: Callable[..., Any],
     *args: Any,
@@ -121,7 +108,13 @@ def launch(
         raise TypeError(f"nproc_per_node={nproc_per_node!r} is not a whole number >= 1")
     if nproc_per_node < 1:
         raise ValueError(f"nproc_per_node={nproc_per_node!r} is not a whole number >= 1")
-    min_nodes, max_nodes = node_range(nnodes)
+    try:
+        min_nodes, max_nodes = parse_node_range(nnodes)
+        check_start_method(start_method)
+    except NodeRangeError as err:
+        raise ValueError(f"nnodes={err}") from None
+    except StartMethodError as err:
+        raise ValueError(f"start_method={err}") from None
     config = LaunchConfig(
         min_nodes=min_nodes,
         max_nodes=max_nodes,
@@ -132,7 +125,7 @@ def launch(
         rdzv_backend=rdzv_backend,
         max_restarts=max_restarts,
         monitor_interval=monitor_interval_s,
-        start_method=check_start_method(start_method),
+        start_method=start_method,
         shutdown_timeout=shutdown_timeout_s,
     )
     options = AgentOptions(

@@ -20,6 +20,8 @@ from __future__ import annotations
 import os
 import time
 
+from torchx_elastic.contract import RESTART_COUNT_ENV
+
 TYPE_CHECKING = False  # not typing's: importing typing would cost more than this module
 if TYPE_CHECKING:
     import socket
@@ -36,7 +38,7 @@ class _Sender:
         self.path = os.environ.get(CHANNEL_ENV, "")
         self.active = bool(self.path)
         self.local_rank = os.environ.get("LOCAL_RANK", "0")
-        self.attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+        self.attempt = os.environ.get(RESTART_COUNT_ENV, "0")
         self.next_progress_s = 0.0
         self.next_heartbeat_s = 0.0
         self._socket: socket.socket | None = None

@@ -17,7 +17,7 @@ from torchx_elastic.agent.config.launch import (
     apply_process_environment,
     config_from_args,
 )
-from torchx_elastic.agent.console.output import format_prefix
+from torchx_elastic.agent.console.output.sinks import format_prefix
 from torchx_elastic.agent.workers import bootstrap
 
 
@@ -214,17 +214,36 @@ def test_unknown_start_method_is_an_argparse_error(capsys: pytest.CaptureFixture
 
 
 def test_parser_is_read_once_into_the_config(monkeypatch: pytest.MonkeyPatch) -> None:
-    args = build_parser().parse_args(["--nproc-per-node", "3", "train.py"])
+    argv = [
+        *("--nnodes", "1:3", "--nproc-per-node", "3", "--rdzv-backend", "c10d"),
+        *("--rdzv-endpoint", "n0:29501", "--rdzv-id", "job7", "--max-restarts", "2"),
+        *("--monitor-interval", "0.5", "--start-method", "spawn", "--role", "trainer"),
+        *("--log-dir", "/tmp/logs", "--redirects", "3", "--tee", "2"),
+        *("--exit-barrier-timeout", "12"),
+        *("--event-log-handler", "console", "--hang-timeout-s", "60", "--console", "plain"),
+        *("train.py", "--lr", "1"),
+    ]
+    args = build_parser().parse_args(argv)
 
     def parse_again(*_: object, **__: object) -> None:
         raise AssertionError("config_from_args parsed a command line again")
 
-    # below this line nothing sees argparse: the config comes from the namespace alone
+    # below this line nothing sees argparse: the config comes from the namespace alone, and
+    # every value given on the command line is in it
     monkeypatch.setattr(argparse.ArgumentParser, "parse_args", parse_again)
     monkeypatch.setattr(argparse.ArgumentParser, "parse_known_args", parse_again)
     c = config_from_args(args)
-    assert c.nproc_per_node == 3
     assert not any(isinstance(v, argparse.Namespace) for v in vars(c).values())
+    assert (c.min_nodes, c.max_nodes, c.nproc_per_node, c.role) == (1, 3, 3, "trainer")
+    assert (c.rdzv_backend, str(c.rdzv_endpoint), c.run_id) == ("c10d", "n0:29501", "job7")
+    assert (c.max_restarts, c.monitor_interval_s, c.start_method) == (2, 0.5, "spawn")
+    assert (c.log_dir, c.exit_barrier_timeout_s, c.hang_timeout_s) == ("/tmp/logs", 12, 60)
+    assert (c.console.mode, c.console.streams, c.event_log_handler) == (
+        "plain",
+        Std.ERR,
+        "console",
+    )
+    assert c.worker == bootstrap_command("train.py", "--lr", "1")
 
 
 def test_the_default_start_method_is_the_fork_server_and_torchrun_values_are_kept() -> None:
@@ -261,6 +280,7 @@ def test_rdzv_conf_values_torch_accepts_and_unknown_keys_pass_through() -> None:
         "is_host": "True",
         "store_type": "tcp",
         "x": "${app_id}",
+        "timeout": 900,  # torch's LaunchConfig default, which torchrun's rendezvous gets too
     }
 
 

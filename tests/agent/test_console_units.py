@@ -10,14 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from torchx_elastic.agent.console.channel import RankActivity
-from torchx_elastic.agent.console.display import (
+from torchx_elastic.agent.console.output.display import (
     ConsoleMode,
     PlainConsole,
     parse_rank_filter,
     wants_live,
 )
-from torchx_elastic.agent.console.output import (
+from torchx_elastic.agent.console.output.sinks import (
     MAX_LINE_BYTES,
     LineAssembler,
     RankOutput,
@@ -26,6 +25,7 @@ from torchx_elastic.agent.console.output import (
     format_prefix,
     visible,
 )
+from torchx_elastic.agent.console.progress.channel import RankActivity
 
 
 class RecordingConsole:
@@ -182,7 +182,7 @@ def test_plain_console_writes_lines_and_a_status_line_when_progress_moves() -> N
 
 
 def test_live_console_colours_prefixes_and_draws_the_bar_below(tmp_path: Path) -> None:
-    from torchx_elastic.agent.console.display import LiveConsole
+    from torchx_elastic.agent.console.output.display import LiveConsole
 
     activity = RankActivity()
     screen = io.StringIO()
@@ -203,7 +203,7 @@ def test_live_console_colours_prefixes_and_draws_the_bar_below(tmp_path: Path) -
 
 
 def test_live_console_draws_nothing_before_the_workers_start() -> None:
-    from torchx_elastic.agent.console.display import LiveConsole
+    from torchx_elastic.agent.console.output.display import LiveConsole
 
     screen = io.StringIO()
     console = LiveConsole(RankActivity(), file=screen)
@@ -247,3 +247,14 @@ def test_auto_console_on_a_terminal_is_plain_in_a_batch_job(
 def test_auto_console_without_a_terminal_is_plain(tmp_path: Path) -> None:
     with open(tmp_path / "out.log", "w") as file:
         assert not wants_live("auto", file, {})
+
+
+def test_plain_console_status_line_says_the_job_waits_for_nodes() -> None:
+    err = io.BytesIO()
+    console = PlainConsole(RankActivity(), io.BytesIO(), err, status_interval_s=0)
+    line = "[job progress] waiting for nodes: 1 of 2 joined; missing: 1 node"
+    console.waiting_for_nodes(line)
+    console.print_status()  # unchanged: not repeated
+    console.waiting_for_nodes(None)  # the round is complete: no progress yet, no line
+    console.close()
+    assert err.getvalue() == (line + "\n").encode()

@@ -10,17 +10,17 @@ from pathlib import Path
 import pytest
 from torch.distributed import HashStore
 
-from torchx_elastic.agent.console import report
-from torchx_elastic.agent.console.job_failure import (
+from torchx_elastic.agent.console.failure import report
+from torchx_elastic.agent.console.failure.first_failure import (
     FirstFailure,
     RestartNotice,
     agree,
     innermost_frame,
     leave_together,
 )
-from torchx_elastic.agent.console.output import RankOutput
-from torchx_elastic.agent.error_file import read_error_file, write_error_file
+from torchx_elastic.agent.console.output.sinks import RankOutput
 from torchx_elastic.agent.workers.processes import process_failure
+from torchx_elastic.contract.error_file import read_error_file, write_error_file
 
 TRACEBACK = (
     "Traceback (most recent call last):\n"

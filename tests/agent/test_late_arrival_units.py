@@ -2,6 +2,13 @@
 
 from __future__ import annotations
 
+import datetime
+import gc
+import socket
+import threading
+
+import pytest
+from torch.distributed import TCPStore  # type: ignore[attr-defined]
 from torch.distributed.elastic.rendezvous import (
     RendezvousClosedError,
     RendezvousConnectionError,
@@ -9,8 +16,16 @@ from torch.distributed.elastic.rendezvous import (
 )
 
 from torchx_elastic.agent.config.cli import build_parser
+from torchx_elastic.agent.config.endpoint import Endpoint
 from torchx_elastic.agent.config.launch import AgentConfig, config_from_args
-from torchx_elastic.agent.rendezvous.handler import JobAlreadyFinished, late_for_the_job
+from torchx_elastic.agent.rendezvous.diagnosis import RendezvousDiagnosis, store_client
+from torchx_elastic.agent.rendezvous.handler import (
+    JobAlreadyFinished,
+    handler_on_store,
+    late_for_the_job,
+    rendezvous_parameters,
+)
+from torchx_elastic.agent.rendezvous.signed_store import StoreSigner
 
 
 def config(nnodes: str) -> AgentConfig:
@@ -44,3 +59,80 @@ def test_the_two_messages() -> None:
         " n0:29500) went away before this node joined a round (an elastic job ends so; a lost"
         " host leaves the job to the nodes that joined), so this node exits without training"
     )
+
+
+def test_a_store_that_goes_away_as_a_late_node_reaches_it_ends_its_elastic_job() -> None:
+    """A real store whose host exited right after this node connected (pod 0 of an elastic
+    job that succeeded): torch's connection error reaches the caller, which tells a late
+    node from a failure; before, it was a rendezvous failure and the late pod failed."""
+    c = config("1:3")
+    host = TCPStore("127.0.0.1", 0, is_master=True, timeout=datetime.timedelta(seconds=5))
+    client = TCPStore(
+        "127.0.0.1", host.port, is_master=False, timeout=datetime.timedelta(seconds=5)
+    )
+    del host
+    gc.collect()
+    params = rendezvous_parameters(c)
+    with pytest.raises(RendezvousConnectionError) as gone:
+        handler_on_store(client, params, StoreSigner(None), c.rdzv_endpoint)
+    assert late_for_the_job(gone.value, c)
+    assert not late_for_the_job(gone.value, config("2"))
+
+
+def _never_answers() -> None:
+    threading.Event().wait()  # a store handshake that never completes
+
+
+def test_a_host_gone_during_the_store_handshake_is_the_end_of_an_elastic_job() -> None:
+    """Pod 0 of an elastic job exits as a late pod connects: its address vanishes without a
+    reset, the handshake never completes, and then nothing takes a connection there."""
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    endpoint = Endpoint("127.0.0.1", port)
+    gone = "went away while this node connected"
+    with pytest.raises(RendezvousConnectionError, match=gone) as err:
+        store_client(_never_answers, endpoint, answer_s=0.2)
+    assert late_for_the_job(err.value, config("1:3"))
+    assert not late_for_the_job(err.value, config("2"))
+
+
+def test_a_program_that_takes_connections_but_never_answers_is_not_a_store() -> None:
+    with socket.socket() as other:
+        other.bind(("127.0.0.1", 0))
+        other.listen()
+        endpoint = Endpoint("127.0.0.1", other.getsockname()[1])
+        said: list[str] = []
+        with pytest.raises(RendezvousDiagnosis, match="is not a rendezvous store"):
+            store_client(_never_answers, endpoint, answer_s=0.2, report=said.append)
+        assert said == [
+            f"rendezvous at {endpoint}: the program there took the connection but has not"
+            " answered as a rendezvous store for 0.1s (its host is starting or short of CPU,"
+            f" or another program took the port); waiting until {said[0][-8:]}"
+        ]
+
+
+def test_a_store_host_that_resets_the_handshake_and_goes_is_the_end_of_an_elastic_job() -> None:
+    """Pod 0 exits just as a late pod's handshake reaches it: the client's error (a reset)
+    is the host going away once nothing takes a connection there, not a failure."""
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+
+    def reset() -> None:
+        raise RuntimeError("recvValue failed: Connection reset by peer")
+
+    with pytest.raises(RendezvousConnectionError, match="went away while this node connected"):
+        store_client(reset, Endpoint("127.0.0.1", port), answer_s=0.2)
+
+
+def test_a_handshake_error_from_a_live_host_is_passed_on() -> None:
+    with socket.socket() as other:
+        other.bind(("127.0.0.1", 0))
+        other.listen()
+
+        def refused_by_the_store() -> None:
+            raise RuntimeError("the store refused this client")
+
+        with pytest.raises(RuntimeError, match="the store refused this client"):
+            store_client(refused_by_the_store, Endpoint("127.0.0.1", other.getsockname()[1]))

@@ -11,9 +11,13 @@ from collections.abc import Iterator
 import pytest
 
 from torchx_elastic import worker
-from torchx_elastic.agent.console.channel import ActivityChannel, RankActivity, RankProgress
-from torchx_elastic.agent.console.progress_bar import status_line, summarize
-from torchx_elastic.job_summary import format_duration
+from torchx_elastic.agent.console.progress.channel import (
+    ActivityChannel,
+    RankActivity,
+    RankProgress,
+)
+from torchx_elastic.agent.console.progress.node_summary import status_line, summarize
+from torchx_elastic.contract.job_progress import format_duration
 
 
 @pytest.fixture
@@ -106,7 +110,7 @@ def test_activity_ignores_old_attempts_and_malformed_datagrams() -> None:
     activity.handle(b"p 5 -1 0 1")
     now[0] = 4.0
     activity.handle(b"p 9 -1 0 1")
-    assert activity.snapshot() == {0: RankProgress(0, 9, None, 4.0, 2.0)}
+    assert activity.snapshot() == {0: RankProgress(0, 9, None, 4.0, 2.0, 4.0)}
     activity.handle(b"p 1 -1 0 1")  # went back (new epoch): the rate starts again
     assert activity.snapshot()[0].rate_per_s is None
 

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 from torch.distributed.elastic.multiprocessing.errors import ProcessFailure
 
-from torchx_elastic.agent.console import report
-from torchx_elastic.agent.console.events import EventLog
-from torchx_elastic.agent.console.output import RankOutput
-from torchx_elastic.agent.console.report import RankFailure, classify, victim_reason
+from torchx_elastic.agent.console.failure import report
+from torchx_elastic.agent.console.failure.report import RankFailure, classify, victim_reason
+from torchx_elastic.agent.console.output.sinks import RankOutput
+from torchx_elastic.contract.events import EventLog
 
 TRACEBACK = (
     "Traceback (most recent call last):\n"

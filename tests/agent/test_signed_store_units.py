@@ -14,6 +14,7 @@ from torch.distributed.elastic.rendezvous.c10d_rendezvous_backend import C10dRen
 from torchx_elastic.agent.rendezvous import job_secret
 from torchx_elastic.agent.rendezvous.signed_backend import SignedRendezvousBackend
 from torchx_elastic.agent.rendezvous.signed_store import RefusedEntry, SignedStore, StoreSigner
+from torchx_elastic.contract import FAILURE_KEY_PREFIX, SECRET_ENV, SECRET_FILE_ENV
 
 KEY = "torch.rendezvous.job"
 
@@ -109,18 +110,18 @@ def test_signed_store_entries_and_what_is_refused(caplog: pytest.LogCaptureFixtu
 def test_the_secret_from_the_environment_or_a_file(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    assert job_secret.read_secret({job_secret.SECRET_ENV: " abc\n"}) == b"abc"
+    assert job_secret.read_secret({SECRET_ENV: " abc\n"}) == b"abc"
     path = tmp_path / "secret"
     path.write_text("from file\n")
-    assert job_secret.read_secret({job_secret.SECRET_FILE_ENV: str(path)}) == b"from file"
+    assert job_secret.read_secret({SECRET_FILE_ENV: str(path)}) == b"from file"
     assert job_secret.read_secret({}) is None
     with pytest.raises(
         ValueError, match=r"TORCHX_ELASTIC_RDZV_SECRET_FILE=.*/missing: cannot read"
     ):
-        job_secret.read_secret({job_secret.SECRET_FILE_ENV: str(tmp_path / "missing")})
+        job_secret.read_secret({SECRET_FILE_ENV: str(tmp_path / "missing")})
     path.write_text("\n")
     with pytest.raises(ValueError, match="the file is empty; write the secret in it"):
-        job_secret.read_secret({job_secret.SECRET_FILE_ENV: str(path)})
+        job_secret.read_secret({SECRET_FILE_ENV: str(path)})
     with caplog.at_level(logging.WARNING):
         assert job_secret.job_secret(b"given", 2) == b"given"
         assert len(job_secret.job_secret(None, 1) or b"") == 32  # a single node makes its own
@@ -161,16 +162,17 @@ def test_a_node_without_the_secret_is_told_why_it_cannot_read_the_state() -> Non
 def test_the_jobs_first_failure_is_agreed_on_signed_entries_only(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    from torchx_elastic.agent.console.job_failure import KEY_PREFIX, FirstFailure, agree
+    from torchx_elastic.agent.console.failure.first_failure import FirstFailure, agree
 
     store = HashStore()
     node0, node1 = (SignedStore(store, StoreSigner(b"s")) for _ in range(2))
     first, second = FirstFailure(3, 1, "exit code 1"), FirstFailure(0, 0, "exit code 2")
     assert agree(node0, 0, first) == first
     assert agree(node1, 0, second) == first  # the first offer wins, read back verified
-    store.set(f"{KEY_PREFIX}1", FirstFailure(9, 9, "forged").to_json())  # an outsider, first
+    forged = FirstFailure(9, 9, "forged").to_json()
+    store.set(f"{FAILURE_KEY_PREFIX}1", forged)  # an outsider, first
     with caplog.at_level(logging.WARNING):
         assert agree(node0, 1, second) == second  # what this node knows
     assert [r.getMessage() for r in caplog.records] == [
-        f"skipped the job's first failure from the store: '{KEY_PREFIX}1' is not signed"
+        f"skipped the job's first failure from the store: '{FAILURE_KEY_PREFIX}1' is not signed"
     ]

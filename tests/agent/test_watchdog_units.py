@@ -1,4 +1,4 @@
-from torchx_elastic.agent.console.channel import RankActivity
+from torchx_elastic.agent.console.progress.channel import RankActivity
 from torchx_elastic.agent.supervision.watchdog import HangWatchdog
 
 

@@ -17,6 +17,9 @@ VARIANTS = {
     "agent_rss": {"ours", "torchrun"},
     "log_heavy": {"ours_console", "ours_quiet", "torchrun"},
     "exit_hangs": {"ours"},
+    "short_job": {"ours", "ours_agent", "torchrun", "floor"},
+    "memory": {"ours", "torchrun", "ours_2n", "torchrun_2n"},
+    "memory_launcher": {"ours", "torchrun", "ours_2n", "torchrun_2n"},
 }
 
 
@@ -62,7 +65,9 @@ def test_quick_run_prints_the_table_and_writes_the_json(tmp_path: Path) -> None:
         for key, variant in bench["variants"].items():
             assert variant["n"] == 1, (name, key)
             # every variant's job ran and gave the right result, ours above all: a failing run
-            # of ours is a regression, whatever the table would say about it
+            # of ours is a regression, whatever the table would say about it (the launch jobs
+            # check their world and their result and exit 1 when wrong; a launcher that
+            # exits 0 before every rank recorded its end fails the run too)
             assert variant["failed"] == 0, (name, key, variant["notes"])
             assert variant["median"] > 0, (name, key)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -107,4 +112,23 @@ def test_quick_run_prints_the_table_and_writes_the_json(tmp_path: Path) -> None:
     }
     expected = ("PASS", "MISS") if ("launch", "ours") in ran else ("n/a",)
     assert launch_goals["ours / torchrun"] in expected
+    # the short job and the memory, beside torchrun; speed and size are not judged here
+    short_goals = {r["name"]: r["goal"] for r in benchmarks["short_job"]["ratios"]}
+    assert short_goals == {
+        "ours / torchrun": "<= 0.5",
+        "ours_agent / torchrun": "<= 0.45",
+        "ours / floor": None,
+    }
+    for key in VARIANTS["short_job"]:
+        (note,) = [n for n in benchmarks["short_job"]["notes"] if n.startswith(f"{key}: ")]
+        assert "start to first worker process " in note, note
+    assert "| 8. memory, whole job | ours |" in proc.stdout
+    assert "| 9. memory, launcher side | torchrun_2n |" in proc.stdout
+    for name in ("memory", "memory_launcher"):
+        goals = {r["name"]: r["goal"] for r in benchmarks[name]["ratios"]}
+        assert set(goals) == {"ours / torchrun", "ours_2n / torchrun_2n"}
+    # a whole job holds at least its launcher and its workers
+    for key in VARIANTS["memory"]:
+        whole = benchmarks["memory"]["variants"][key]["median"]
+        assert whole > benchmarks["memory_launcher"]["variants"][key]["median"] > 0
     assert launch_goals["torchrun / floor"] is None  # no goal

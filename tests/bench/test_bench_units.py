@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from bench import commands, logcheck, phases, procs, restart
-from bench.benchmarks import Sample
+from bench.benchmarks import Derived, Sample
 from bench.report import BenchmarkResult, Ratio, VariantResult, render_table
-from bench.run import benchmark_env, main, rotated, selected, summary_notes
+from bench.run import benchmark_env, derived_result, main, rotated, selected, summary_notes
 
 # records of a 2-rank run: rank 1 crashes at t=10, rank 0 is back at 12.5, rank 1 at 13
 RECORDS = """\
@@ -265,6 +265,35 @@ def test_helpers_are_the_launchers_processes_that_are_not_workers() -> None:
     assert memory.helpers(workers={12, 13}) == [11]
     assert memory.peak_pss_kb({10, 11}) == 120
     assert memory.helpers(workers={11}) == []
+
+
+def test_job_memory_counts_only_samples_that_saw_every_worker() -> None:
+    # 10 the launcher; 11 a fork server; 12 and 13 workers; 14 a worker's child
+    memory = procs.TreeMemory(
+        root=10,
+        parents={10: 1, 11: 10, 12: 11, 13: 11, 14: 12},
+        pss_ticks=[
+            {10: 60, 11: 40, 12: 900},  # 13 not there yet: not while the workers run
+            {10: 70, 11: 50, 12: 300, 13: 300, 14: 5},
+            {10: 80, 11: 30, 12: 200, 13: 250},
+            {10: 500},
+        ],
+    )
+    assert memory.pss_while_running({12, 13}) == (725, 120)  # whole job, launcher side
+    assert memory.pss_while_running({12, 15}) is None
+
+
+def test_a_derived_figure_is_a_table_of_the_same_runs() -> None:
+    source = BenchmarkResult(
+        "memory",
+        "8. memory",
+        "MiB",
+        {"ours": VariantResult("ours", [300.0, None, 310.0], [], [{"x": 100}, {}, {"x": 120}])},
+    )
+    derived = derived_result(Derived("memory_launcher", "9. launcher", "MiB", "x"), source)
+    assert (derived.name, derived.title) == ("memory_launcher", "9. launcher")
+    assert derived.variants["ours"].samples == [100.0, None, 120.0]
+    assert derived.variants["ours"].median == 110.0
 
 
 def test_peak_rss_is_sampled_from_the_process(tmp_path: Path) -> None:

@@ -182,6 +182,16 @@ class FakeContainer:
         chunks = (data[i : i + chunk_size] for i in range(0, len(data), chunk_size))
         return chunks, {"name": os.path.basename(top), "size": len(data)}
 
+    def put_archive(self, path: str, data: bytes) -> bool:
+        """Extract the tar ``data`` under ``path`` (``docker cp`` into the container)."""
+        self._check_exists()
+        with tarfile.open(fileobj=io.BytesIO(data)) as archive:
+            for info in archive.getmembers():
+                extracted = archive.extractfile(info)
+                if extracted is not None:
+                    self.files[f"{path.rstrip('/')}/{info.name}"] = extracted.read()
+        return True
+
     def _check_exists(self) -> None:
         if self.name not in self.engine.containers:
             raise api_error(404, f"No such container: {self.name}")

@@ -6,9 +6,12 @@ locally without them, failing in CI).
 
 from __future__ import annotations
 
+import io
+import json
 import re
 import subprocess
 import sys
+import tarfile
 import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -44,9 +47,10 @@ def torchx(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     )
 
 
-def run_job(*component_args: str) -> str:
-    """``torchx run -s docker dist.ddp ...``; the app handle."""
-    out = torchx("run", "-s", "docker", "dist.ddp", *component_args).stdout
+def run_job(*component_args: str, cfg: str = "") -> str:
+    """``torchx run -s docker [-cfg CFG] dist.ddp ...``; the app handle."""
+    cfg_args = ("-cfg", cfg) if cfg else ()
+    out = torchx("run", "-s", "docker", *cfg_args, "dist.ddp", *component_args).stdout
     match = re.search(r"^(docker://\S+/\S+)$", out, re.MULTILINE)
     assert match, f"no app handle in torchx run's output:\n{out}"
     return match.group(1)
@@ -99,9 +103,13 @@ def handles(docker_image: str) -> Iterator[List[str]]:
 
 
 def test_2x2_runs_in_two_containers_with_world_size_4(
-    handles: List[str], docker_client: Any
+    handles: List[str], docker_client: Any, tmp_path: Path
 ) -> None:
-    handle = run_job("-j", "2x2", "--script", "examples/main.py")
+    secret_env = tmp_path / "secret.env"
+    secret_env.write_text("WANDB_API_KEY=k-never-in-the-config\n")
+    handle = run_job(
+        "-j", "2x2", "--script", "examples/main.py", cfg=f"secret_env_file={secret_env}"
+    )  # fmt: skip
     handles.append(handle)
     app_id = handle.rsplit("/", 1)[1]
     text = wait_for(handle, ("SUCCEEDED", "FAILED"))
@@ -128,6 +136,13 @@ def test_2x2_runs_in_two_containers_with_world_size_4(
     assert names == [f"{app_id}-main-0", f"{app_id}-main-1"]
     container = docker_client.containers.get(names[1])
     assert container.attrs["Config"]["Env"].count(f"TORCHX_RANK0_HOST={names[0]}") == 1
+    # the secret env file is in the container, its values are not in its config
+    assert "k-never-in-the-config" not in json.dumps(container.attrs)
+    chunks, _ = container.get_archive("/tmp/torchx-elastic-secret.env")
+    with tarfile.open(fileobj=io.BytesIO(b"".join(chunks))) as archive:
+        (member,) = archive.getmembers()
+        assert member.mode & 0o777 == 0o444
+        assert archive.extractfile(member).read() == secret_env.read_bytes()  # type: ignore[union-attr]
     assert f"torchx-{app_id}" in container.attrs["NetworkSettings"]["Networks"]
     assert app_id in torchx("list", "-s", "docker").stdout
 

@@ -13,9 +13,10 @@ import torchx.specs as specs
 from docker.types import DeviceRequest, Mount
 
 from torchx_elastic.components.dist import ddp
+from torchx_elastic.contract import RANK0_ENV
 from torchx_elastic.schedulers.docker.options import DockerOptions
 from torchx_elastic.schedulers.docker.request import build_job, container_name, network_name
-from torchx_elastic.schedulers.names import RANK0_ENV, dns_label
+from torchx_elastic.schedulers.names import dns_label
 
 GOLDEN = Path(__file__).parent / "golden"
 

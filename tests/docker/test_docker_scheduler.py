@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
+from pathlib import Path
 
 import pytest
 from docker_fake_engine import FakeEngine, FakeImage
@@ -16,6 +17,7 @@ from torchx_elastic.schedulers.docker.errors import (
     ImageMissingError,
     NameClashError,
 )
+from torchx_elastic.schedulers.docker.secret_file import SecretEnvFileError
 
 
 def submit(scheduler: DockerScheduler, j: str = "2x2", **cfg: object) -> str:
@@ -353,3 +355,45 @@ def test_status_shows_the_jobs_progress_from_replica_0s_log(
         "progress 120/200 (60.0%) of 4/4 ranks, 4.1 steps/s, ETA 29s"
         f" (as of 0s ago, log of {app_id}-main-0)"
     )
+
+
+LONG_NAME = "a-training-run-whose-name-is-long-enough-to-fill-a-hostname-x"
+
+
+def test_two_jobs_with_the_same_long_name_get_networks_of_their_own(
+    scheduler: DockerScheduler, engine: FakeEngine
+) -> None:
+    app = ddp(script="examples/main.py", j="2x1", name=LONG_NAME)
+    first, second = scheduler.submit(app, {}), scheduler.submit(app, {})
+    assert len(LONG_NAME) == 61 and first != second
+    networks = list(engine.networks)
+    assert all(n.startswith("torchx-") and len(n) <= 63 for n in networks), networks
+    # each keeps its job's unique suffix, as the container names do
+    assert [n.rpartition("-")[2] for n in networks] == [
+        a.rpartition("-")[2] for a in (first, second)
+    ]
+
+
+def test_secret_env_file_reaches_the_containers_as_a_file_not_their_config(
+    scheduler: DockerScheduler, engine: FakeEngine, tmp_path: Path
+) -> None:
+    env_file = tmp_path / "secrets.env"
+    env_file.write_text("# for wandb\nWANDB_API_KEY=abc=123\n\n")
+    app_id = submit(scheduler, j="2x1", secret_env_file=str(env_file))
+    for container in engine.containers.values():
+        environment = container.kwargs["environment"]
+        assert "abc=123" not in str(container.kwargs)
+        assert environment["TORCHX_ELASTIC_ENV_FILE"] == "/tmp/torchx-elastic-secret.env"
+        assert container.files == {"/tmp/torchx-elastic-secret.env": b"WANDB_API_KEY=abc=123\n"}
+    assert app_id
+
+
+def test_a_missing_secret_env_file_fails_before_anything_is_created(
+    scheduler: DockerScheduler, engine: FakeEngine, tmp_path: Path
+) -> None:
+    missing = tmp_path / "nope.env"
+    with pytest.raises(
+        SecretEnvFileError, match=f"^secret_env_file {missing}: No such file or directory$"
+    ):
+        submit(scheduler, secret_env_file=str(missing))
+    assert engine.containers == {} and engine.networks == {}

@@ -35,6 +35,7 @@ def test_runopts_are_generated_from_the_one_declaration() -> None:
     assert names == [
         "copy_env",
         "env",
+        "secret_env_file",
         "image_pull",
         "shm_size_mb",
         "restart_containers",
@@ -205,7 +206,7 @@ def test_structured_error_message_is_torchx_reply_file_json() -> None:
     )
     data = json.loads(snapshot.structured_error_msg())
     assert data["message"]["errorCode"] == 1
-    assert data["message"]["extraInfo"]["timestamp"] == 1767225603
+    assert int(data["message"]["extraInfo"]["timestamp"]) == 1767225603  # torchx reads int()
     assert data["message"]["message"] == "exit code 1; last log lines: a | ValueError: bad"
 
 

@@ -9,8 +9,8 @@ import pytest
 from docker_fake_engine import FakeClient, FakeEngine
 
 from tests.timeline_jobs import TRACEBACK, generated_job
-from torchx_elastic.agent.error_file import error_data
 from torchx_elastic.components.dist import ddp
+from torchx_elastic.contract.error_file import error_data
 from torchx_elastic.schedulers.docker import DockerScheduler
 from torchx_elastic.timeline import cli
 from torchx_elastic.timeline.docker_source import timeline_of_docker_job

@@ -40,6 +40,9 @@ import torch
 import torch.distributed as dist
 
 dist.init_process_group("gloo")
+# the image's non-root user can write where the workspace was copied
+with open(f"written-by-rank-{dist.get_rank()}", "w") as f:
+    f.write(str(os.getuid()))
 total = torch.ones(1)
 dist.all_reduce(total)
 print(f"MARKER {VERSION} rank {dist.get_rank()}/{dist.get_world_size()} sum {int(total.item())}")
@@ -189,7 +192,10 @@ def test_dockerfile_torchx_layers_come_from_the_cache_and_dockerignore_is_honour
     workspace.mkdir()
     (workspace / "Dockerfile.torchx").write_text(
         "ARG IMAGE\nFROM $IMAGE\nCOPY requirements.txt .\n"
-        "RUN echo installing requirements > /requirements-installed\nCOPY . .\n"
+        # as the image's non-root user: its workdir and its Python environment are writable
+        "RUN echo installing requirements > requirements-installed && touch"
+        " $(python3 -c 'import sysconfig; print(sysconfig.get_path(\"purelib\"))')/checked"
+        "\nCOPY . .\n"
     )
     (workspace / "requirements.txt").write_text("numpy\n")
     (workspace / ".dockerignore").write_text("secrets/\n*.ckpt\n")
@@ -203,7 +209,7 @@ def test_dockerfile_torchx_layers_come_from_the_cache_and_dockerignore_is_honour
     first = _plan_and_build(scheduler, workspace, {})
     image = first.request.workspace_builds[0].image
     listing = docker_client.containers.run(
-        image, ["sh", "-c", "ls -A; cat /requirements-installed"], remove=True
+        image, ["sh", "-c", "ls -A; cat requirements-installed"], remove=True
     ).decode()
     assert "train.py" in listing and "installing requirements" in listing
     assert "secrets" not in listing and "model.ckpt" not in listing

@@ -15,8 +15,14 @@ pytestmark = pytest.mark.slow
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--nnodes", "two"], "--nnodes 'two' is not N or MIN:MAX (e.g. 2 or 1:4)"),
-        (["--nnodes", "3:1"], "--nnodes '3:1': need 1 <= MIN <= MAX (e.g. 2 or 1:4)"),
+        (
+            ["--nnodes", "two"],
+            "--nnodes 'two': not a number of nodes (N or MIN:MAX, e.g. 2 or 1:4)",
+        ),
+        (
+            ["--nnodes", "3:1"],
+            "--nnodes '3:1': MIN nodes (3) is above MAX nodes (1) (N or MIN:MAX, e.g. 2 or 1:4)",
+        ),
         (
             ["--nproc-per-node", "x"],
             "--nproc-per-node 'x' is not a whole number >= 1 (or auto, cpu, gpu)",
@@ -41,6 +47,11 @@ pytestmark = pytest.mark.slow
             " from 0 to 65535 (0 picks a free port, single node only)",
         ),
         (["--no-python", "-m"], "--no-python and -m cannot be used together"),
+        (
+            ["--event-log-handler", "kafka"],
+            "--event-log-handler 'kafka' is not a handler registered in"
+            " torch.distributed.elastic.events.handlers (e.g. null, console)",
+        ),
     ],
 )
 def test_bad_flags_exit_1_and_say_what_is_accepted(

@@ -66,6 +66,10 @@ def test_a_bare_process_count_is_one_node_per_group() -> None:
     group = _app(j="3").roles[1]
     assert group.num_replicas == 1
     assert group.args[group.args.index("--nproc-per-node") + 1] == "3"
+    # its store and gloo listen where the other groups reach them (torchft's Manager hands
+    # them MASTER_ADDR), on a free port: not on loopback as a one-node dist.ddp job's do
+    endpoint = group.args[group.args.index("--rdzv-endpoint") + 1]
+    assert endpoint == "$${TORCHX_ELASTIC_ROLE_RANK0_HOST:-localhost}:0"
 
 
 @pytest.mark.parametrize(

@@ -29,7 +29,6 @@ from torchx_elastic.launcher import (
     LaunchConfig,
     elastic_launch,
     launch,
-    node_range,
 )
 
 
@@ -133,11 +132,19 @@ def test_a_launch_while_a_worker_imports_the_main_script(
     ("kwargs", "message"),
     [
         ({"nproc_per_node": 0}, "nproc_per_node=0 is not a whole number >= 1"),
-        ({"nnodes": "3:2"}, "nnodes='3:2' is not N or MIN:MAX with 1 <= MIN <= MAX (e.g. 2, 1:4)"),
-        ({"nnodes": "x"}, "nnodes='x' is not N or MIN:MAX with 1 <= MIN <= MAX (e.g. 2, 1:4)"),
+        (
+            {"nnodes": "3:2"},
+            "nnodes='3:2': MIN nodes (3) is above MAX nodes (2) (N or MIN:MAX, e.g. 2 or 1:4)",
+        ),
+        ({"nnodes": "x"}, "nnodes='x': not a number of nodes (N or MIN:MAX, e.g. 2 or 1:4)"),
+        (
+            {"nnodes": "0:2"},
+            "nnodes='0:2': MIN nodes must be at least 1 (N or MIN:MAX, e.g. 2 or 1:4)",
+        ),
         (
             {"start_method": "thread"},
-            "start_method='thread' is not one of spawn, fork, forkserver, fork-server",
+            "start_method='thread' is not a start method: fork-server (ours: workers forked from"
+            " a process that imported torch once) or torchrun's spawn, fork, forkserver",
         ),
         ({"console": "fancy"}, "console='fancy' is not one of auto, plain, live"),
     ],
@@ -172,12 +179,6 @@ def test_empty_endpoint_is_localhost_as_torchs(tmp_path: Path) -> None:
         config(tmp_path, rdzv_endpoint=""), AgentOptions(), WorkerTarget(()), "/l", "r"
     )
     assert str(agent.rdzv_endpoint) == "localhost:29400"
-
-
-def test_node_range() -> None:
-    assert node_range("2") == (2, 2)
-    assert node_range("1:4") == (1, 4)
-    assert node_range(3) == (3, 3)
 
 
 def test_entrypoint_names_and_program_targets() -> None:
@@ -340,3 +341,37 @@ def test_a_stopped_run_raises_the_signal() -> None:
         raise_for_outcome(Outcome(143, {"state": "STOPPED"}), "f", "/l")
     with pytest.raises(KeyboardInterrupt):
         raise_for_outcome(Outcome(130, {"state": "STOPPED"}), "f", "/l")
+
+
+def test_the_command_line_and_launch_fn_build_the_same_config() -> None:
+    """One typed config from either front-end: the same options give the same AgentConfig
+    (but what the workers run: a script here, the call of a function there)."""
+    import dataclasses
+
+    from torch.distributed.launcher.api import LaunchConfig
+
+    from torchx_elastic.agent.config.cli import build_parser
+    from torchx_elastic.agent.config.launch import config_from_args
+
+    flags = [
+        *("--nnodes", "1:2", "--nproc-per-node", "2", "--rdzv-backend", "c10d"),
+        *("--rdzv-endpoint", "h:29500", "--rdzv-id", "j", "--max-restarts", "3"),
+        *("--start-method", "spawn", "--log-dir", "/l", "--role", "r"),
+        *("--monitor-interval", "0.5", "--shutdown-timeout", "7"),
+    ]
+    from_cli = config_from_args(build_parser().parse_args([*flags, "train.py"]))
+    launch_config = LaunchConfig(
+        min_nodes=1,
+        max_nodes=2,
+        nproc_per_node=2,
+        rdzv_backend="c10d",
+        rdzv_endpoint="h:29500",
+        run_id="j",
+        max_restarts=3,
+        start_method="spawn",
+        role="r",
+        monitor_interval=0.5,
+        shutdown_timeout=7,
+    )
+    from_function = agent_config(launch_config, AgentOptions(), WorkerTarget(("f",)), "/l", "j")
+    assert dataclasses.replace(from_function, worker=from_cli.worker) == from_cli

@@ -46,6 +46,7 @@ _ROUTES: List[Tuple[str, re.Pattern[str]]] = [
             r"/apis/batch\.volcano\.sh/v1alpha1/namespaces/(?P<ns>[^/]+)/jobs(?:/(?P<name>[^/]+))?",
         ),
         ("secrets", r"/api/v1/namespaces/(?P<ns>[^/]+)/secrets(?:/(?P<name>[^/]+))?"),
+        ("events", r"/api/v1/namespaces/(?P<ns>[^/]+)/events(?:/(?P<name>[^/]+))?"),
         (
             "networkpolicies",
             r"/apis/networking\.k8s\.io/v1/namespaces/(?P<ns>[^/]+)/networkpolicies"
@@ -59,6 +60,7 @@ _GROUP = {
     "secrets": "",
     "networkpolicies": "networking.k8s.io",
     "pods": "",
+    "events": "",
     "vcjobs": "batch.volcano.sh",
 }
 _RESOURCE = {kind: kind for kind in _GROUP} | {"vcjobs": "jobs"}
@@ -85,6 +87,18 @@ class ApiError(Exception):
             "details": self.details,
             "code": self.code,
         }
+
+
+def _fields_match(obj: Obj, selector: str) -> bool:
+    """A field selector of ``path.to.field=value`` terms (events: ``involvedObject.name``)."""
+    for term in filter(None, selector.split(",")):
+        path, _, value = term.partition("=")
+        found: Any = obj
+        for key in path.split("."):
+            found = found.get(key) if isinstance(found, dict) else None
+        if str(found) != value:
+            return False
+    return True
 
 
 def _matches(obj: Obj, selector: Optional[str]) -> bool:
@@ -117,6 +131,9 @@ class FakeCluster:
         self._server: Optional[ThreadingHTTPServer] = None
         # the namespaces that exist (None: every one); creating in another answers 404
         self.namespaces: Optional[set[str]] = None
+        # admission's answer to every pod a Job creates (None: admitted), e.g. 'pods "x" is
+        # forbidden: exceeded quota: ...': the Job gets no pod, a FailedCreate event instead
+        self.refuse_pods: Optional[str] = None
 
     # -- server ---------------------------------------------------------------------------
 
@@ -198,10 +215,11 @@ class FakeCluster:
                 return self._create(kind, ns, body or {})
             if verb == "list":
                 selector = (query.get("labelSelector") or [None])[0]
+                fields = (query.get("fieldSelector") or [""])[0]
                 items = [
                     o
                     for (n, _), o in self.objects[kind].items()
-                    if n == ns and _matches(o, selector)
+                    if n == ns and _matches(o, selector) and _fields_match(o, fields)
                 ]
                 return {"kind": "List", "apiVersion": "v1", "metadata": {}, "items": items}
             obj = self._get(kind, ns, name)
@@ -252,7 +270,9 @@ class FakeCluster:
         meta.update(namespace=ns, uid=f"uid-{self._uid}", creationTimestamp=_now())
         obj["status"] = {}
         self.objects[kind][(ns, name)] = obj
-        if kind == "jobs":
+        if kind == "jobs" and self.refuse_pods is not None:
+            self._failed_create(obj, self.refuse_pods)
+        elif kind == "jobs":
             for index in range(obj["spec"].get("parallelism", 1)):
                 self._job_pod(obj, index)
             self._sync(obj)
@@ -262,6 +282,19 @@ class FakeCluster:
                 self._volcano_pod(obj, task)
         self._cond.notify_all()
         return obj
+
+    def _failed_create(self, job: Obj, message: str) -> None:
+        """The Job controller's event when admission refuses a pod of ``job``."""
+        meta = job["metadata"]
+        name = f"{meta['name']}.{meta['uid']}"
+        self.objects["events"][(meta["namespace"], name)] = {
+            "metadata": {"name": name, "namespace": meta["namespace"]},
+            "involvedObject": {"kind": "Job", "name": meta["name"], "uid": meta["uid"]},
+            "reason": "FailedCreate",
+            "type": "Warning",
+            "message": f"Error creating: {message}",
+            "lastTimestamp": _now(),
+        }
 
     def _delete(self, kind: str, ns: str, name: str, policy: Optional[str]) -> None:
         obj = self.objects[kind].pop((ns, name))

@@ -126,7 +126,9 @@ def test_dryrun_2_4x8_names_pod_0_by_its_dns_name() -> None:
     ],
 )
 def test_every_manifest_validates_strictly(backend: str, app: specs.AppDef) -> None:
-    request = build_request(app, KubernetesOptions(backend=backend, **_full_options()), SUFFIX)
+    privileged = any(isinstance(m, specs.DeviceMount) for m in app.roles[0].mounts)
+    options = KubernetesOptions(backend=backend, privileged=privileged, **_full_options())
+    request = build_request(app, options, SUFFIX)
     validate_all(request.manifests)
 
 
@@ -179,24 +181,46 @@ def test_replica_id_macro_is_each_pods_completion_index() -> None:
     }
 
 
-def test_pods_are_not_privileged_and_get_no_token_by_default() -> None:
+RESTRICTED = {
+    "allowPrivilegeEscalation": False,
+    "seccompProfile": {"type": "RuntimeDefault"},
+    "runAsNonRoot": True,
+    "capabilities": {"drop": ["ALL"]},
+}
+
+
+def test_pods_pass_pod_security_restricted_and_get_no_token_by_default() -> None:
     job = build_request(_ddp(), KubernetesOptions(), SUFFIX).manifests[0]
     spec = job["spec"]["template"]["spec"]
-    assert _container(job)["securityContext"] == {"allowPrivilegeEscalation": False}
+    assert _container(job)["securityContext"] == RESTRICTED
     assert spec["automountServiceAccountToken"] is False
     assert spec["restartPolicy"] == "Never"
     assert {"name": "dshm", "emptyDir": {"medium": "Memory"}} in spec["volumes"]
 
 
-def test_a_device_mount_is_the_one_thing_that_makes_pods_privileged(
-    caplog: pytest.LogCaptureFixture,
-) -> None:
+def test_run_as_root_is_an_explicit_option() -> None:
+    job = build_request(_ddp(), KubernetesOptions(run_as_root=True), SUFFIX).manifests[0]
+    assert _container(job)["securityContext"] == {
+        "allowPrivilegeEscalation": False,
+        "seccompProfile": {"type": "RuntimeDefault"},
+        "runAsUser": 0,
+    }
+    validate_core(job)
+    help_text = KubernetesOptions.runopts().get("run_as_root")
+    assert help_text is not None and "fail Pod Security 'restricted'" in help_text.help
+
+
+def test_a_device_mount_needs_the_privileged_option() -> None:
     app = ddp(script="main.py", j="2x1", mounts=["type=device", "src=/dev/fuse"])
-    job = build_request(app, KubernetesOptions(), SUFFIX).manifests[0]
+    with pytest.raises(ValueError) as error:
+        build_request(app, KubernetesOptions(), SUFFIX)
+    assert str(error.value) == (
+        "device mount /dev/fuse needs a privileged container (Kubernetes has no --device):"
+        " run with -cfg privileged=True (the pods then pass only Pod Security 'privileged')"
+        " or use a device plugin"
+    )
+    job = build_request(app, KubernetesOptions(privileged=True), SUFFIX).manifests[0]
     assert _container(job)["securityContext"] == {"privileged": True}
-    assert caplog.messages == [
-        "device mount /dev/fuse makes the pods privileged; prefer a device plugin"
-    ]
 
 
 def test_an_unknown_mount_type_is_refused() -> None:
@@ -330,16 +354,6 @@ def test_volcano_replicas_reach_the_store_by_its_dns_name() -> None:
     assert job["spec"]["queue"] == "default"
 
 
-def test_the_job_backend_refuses_apps_of_several_roles() -> None:
-    roles = [specs.Role(name=n, image="i", entrypoint="e") for n in ("ps", "worker")]
-    with pytest.raises(ValueError) as error:
-        build_request(specs.AppDef("multi", roles), KubernetesOptions(), SUFFIX)
-    assert str(error.value) == (
-        "the kubernetes job backend runs apps of one role; 'multi' has 2 (ps, worker):"
-        " use -cfg backend=volcano"
-    )
-
-
 # -- names ----------------------------------------------------------------------------------
 
 
@@ -413,6 +427,8 @@ def test_runopts_come_from_the_options_dataclass() -> None:
         "image_pull_secrets",
         "node_selector",
         "tolerations",
+        "run_as_root",
+        "privileged",
         "secret_env",
         "secret_mounts",
         "configmap_mounts",
@@ -475,4 +491,5 @@ def test_toleration_forms() -> None:
 
 def test_golden_dir_has_only_checked_files() -> None:
     checked: List[str] = ["job_2-4x8.yaml", "job_all_options.yaml", "volcano_2-4x8.yaml"]
+    checked.append("job_ft_2_groups_2x1.yaml")  # test_role_jobs.py
     assert sorted(p.name for p in GOLDEN.iterdir()) == sorted(checked)

@@ -22,7 +22,7 @@ import re
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Optional, TypeVar
 
@@ -30,6 +30,7 @@ import pytest
 from torchx.specs import AppState, ReplicaState
 
 from tests.kubernetes.validation import REPO
+from torchx_elastic.components.dist import ddp
 from torchx_elastic.schedulers.kubernetes.client import load_api_client
 from torchx_elastic.schedulers.kubernetes.scheduler import KubernetesScheduler
 
@@ -65,6 +66,7 @@ def _skip_or_fail(reason: str) -> None:
 class Cluster:
     env: Dict[str, str]
     workdir: Path
+    launched: List[str] = field(default_factory=list)
 
     def core(self) -> Any:
         from kubernetes import client, config
@@ -82,7 +84,7 @@ class Cluster:
             timeout=180,
         )
 
-    def run(self, *component_args: str, cfg: str = "") -> str:
+    def run(self, *component_args: str, cfg: str = "", component: str = "dist.ddp") -> str:
         """``torchx run -s kubernetes dist.ddp ...``; returns the app handle."""
         cfg_args = ["-cfg", cfg] if cfg else []
         if os.environ.get("TORCHX_ELASTIC_K8S_MOUNT_SOURCES") == "1":
@@ -91,12 +93,47 @@ class Cluster:
             component_args = ("--mounts", f"{package},{examples}", *component_args)
         result = self.torchx(
             "run", "--workspace", "", "-s", "kubernetes", *cfg_args,
-            "dist.ddp", "--image", NODE_IMAGE, *component_args,
+            component, "--image", NODE_IMAGE, *component_args,
         )  # fmt: skip
         assert result.returncode == 0, result.stderr
         handle = result.stdout.strip().splitlines()[-1]
         assert handle.startswith("kubernetes://torchx/default:"), result.stdout
+        self.launched.append(handle)
         return handle
+
+    def logs_of(self, job: str) -> str:
+        """Phase and log tail of every pod of ``job``: what a failed assertion shows."""
+        return "\n".join(
+            f"--- {p['metadata']['name']} ({p['status'].get('phase')}):\n"
+            + "\n".join(self.pod_log(p["metadata"]["name"]).splitlines()[-40:])
+            for p in self.pods(job)
+        )
+
+    def kubectl(self, *args: str, stdin: str = "") -> str:
+        result = subprocess.run(
+            ["kubectl", *args], env=self.env, input=stdin, capture_output=True, text=True,
+            timeout=60,
+        )  # fmt: skip
+        assert result.returncode == 0, result.stderr
+        return result.stdout
+
+    def namespace(self, name: str, *objects: str, labels: str = "") -> None:
+        """A fresh namespace ``name`` (labelled with ``labels``, k=v,...) holding ``objects``
+        (YAML documents)."""
+        self.kubectl("delete", "namespace", name, "--ignore-not-found", "--wait=true")
+        self.kubectl("create", "namespace", name)
+        # pods are refused until the namespace's ServiceAccount controller made "default"
+        _wait(
+            f"the default ServiceAccount of {name}",
+            lambda: (
+                True if "default" in self.kubectl("get", "sa", "-n", name, "-o", "name") else None
+            ),
+            timeout_s=30,
+        )
+        if labels:
+            self.kubectl("label", "namespace", name, *labels.split(","))
+        for manifest in objects:
+            self.kubectl("apply", "-n", name, "-f", "-", stdin=manifest)
 
     def pods(self, job: str) -> List[Dict[str, Any]]:
         """The pods of a job, oldest first, as the API's JSON."""
@@ -206,6 +243,15 @@ def _start(workdir: Path) -> Cluster:
     if loaded.returncode != 0:
         _skip_or_fail(f"cluster.sh load-image {NODE_IMAGE} failed:\n{loaded.stderr[-3000:]}")
     return Cluster(env=env, workdir=workdir)
+
+
+@pytest.fixture(autouse=True)
+def cancel_what_the_test_left(cluster: Cluster) -> Iterator[None]:
+    """Cancel the jobs a test launched, whatever its outcome: a job left running by a
+    failed test would hold the node's CPUs and fail the tests after it."""
+    yield
+    while cluster.launched:
+        cluster.torchx("cancel", cluster.launched.pop())
 
 
 @pytest.fixture
@@ -358,9 +404,11 @@ def test_a_deleted_pod_is_replaced_and_the_job_goes_on(
     first_pods = _wait("both nodes to train", training)
     lost = next(n for n in first_pods if n.startswith(f"{job}-1-"))
     cluster.delete_pod(lost)
-    assert _wait_done(scheduler, handle) == AppState.SUCCEEDED, cluster.torchx(
-        "status", handle
-    ).stdout
+    try:
+        state = _wait_done(scheduler, handle)
+    except AssertionError as err:
+        raise AssertionError(f"{err}\n{cluster.logs_of(job)}") from None
+    assert state == AppState.SUCCEEDED, cluster.torchx("status", handle).stdout
     pods = cluster.pods(job)
     # node 0 restarted its workers in place: had the lost node closed the rendezvous, node 0
     # would have failed too and been replaced (the job may still succeed on the retries)
@@ -470,8 +518,67 @@ def test_status_shows_the_progress_of_the_whole_job(
 
 # a shorter last call for the nodes beyond MIN: seconds of CI time, same behaviour
 SHORT_LAST_CALL = ("--rdzv_conf", "last_call_timeout=5")
+# a worker with torch's default threads (the node's 2 CPUs) under a 1-CPU limit starves its
+# agent's rendezvous store (seen: its keep-alive timed out, a joining pod's handshake too)
+ONE_THREAD = ("--env", "OMP_NUM_THREADS=1")
 # `--cpu 1` requests 900m (torchx's reservation of 100m is taken off the limit)
 POD_MILLICPU = 900
+
+
+def _pod_outcomes(cluster: Cluster, job: str) -> List[str]:
+    """Each pod of a job: name, phase, exit code and the start of its termination message."""
+    outcomes = []
+    for pod in cluster.pods(job):
+        name = pod["metadata"]["name"]
+        state: Dict[str, Any] = {}
+        for container in pod["status"].get("containerStatuses") or []:
+            state = container.get("state", {}).get("terminated") or {}
+        outcomes.append(
+            f"{name} {pod['status'].get('phase')} rc={state.get('exitCode')}"
+            f" {str(state.get('message', ''))[:300]!r}"
+        )
+    return outcomes
+
+
+def test_an_elastic_job_ends_when_its_training_ends(
+    cluster: Cluster, scheduler: KubernetesScheduler
+) -> None:
+    """-j 1:3x1 --cpu 1 on a node with room for two such pods: pod 0 and one more train;
+    the Job succeeds when they are done, and the third pod never trains."""
+    assert _idle_millicpu(cluster) < 3 * POD_MILLICPU, "the node fits three pods: no late pod"
+    handle = cluster.run(
+        "-j", "1:3x1", "--cpu", "1", *SHORT_LAST_CALL, "--script", "examples/timed.py",
+        "--", "--seconds", "10",
+    )  # fmt: skip
+    job = _app_id(handle).partition(":")[2]
+    _wait("the training to end", lambda: _log_has(cluster, _pod_of(cluster, job, 0), "rank 0 done"))
+    trained = time.monotonic()
+    state = _wait_done(scheduler, handle)
+    ended_s = time.monotonic() - trained
+    status = cluster.torchx("status", handle)
+    assert state == AppState.SUCCEEDED, (status.stdout, _pod_outcomes(cluster, job))
+    assert ended_s <= 30, f"the Job succeeded {ended_s:.0f} s after the training ended"
+    assert "State: SUCCEEDED" in status.stdout, status.stdout
+    logs = {
+        p["metadata"]["name"]: cluster.pod_log(p["metadata"]["name"]) for p in cluster.pods(job)
+    }
+    trained_pods = [name for name, log in logs.items() if "of world size 2" in log]
+    assert len(trained_pods) == 2 and trained_pods[0].startswith(f"{job}-0-"), logs
+    # the third pod was removed before it could train (pending, starting, or at the closed
+    # rendezvous, which it leaves saying the job has finished)
+    for name, log in logs.items():
+        assert name in trained_pods or "world size" not in log, (name, log)
+
+    # the third pod is gone (removed by the Job controller) or ended by itself: the agent
+    # that met the closed rendezvous, or its host going away, exits 0 saying so
+    def settled() -> Optional[List[str]]:
+        phases = [p["status"].get("phase") for p in cluster.pods(job)]
+        return _pod_outcomes(cluster, job) if not {"Pending", "Running"} & set(phases) else None
+
+    outcomes = _wait("no pod of the job left pending or running", settled, 90)
+    print("elastic end:", f"SUCCEEDED {ended_s:.1f} s after the training;", outcomes)
+    for outcome in outcomes:
+        assert " Failed " not in outcome, outcomes
 
 
 def _idle_millicpu(cluster: Cluster) -> int:
@@ -488,6 +595,34 @@ def _idle_millicpu(cluster: Cluster) -> int:
 def _pod_of(cluster: Cluster, job: str, index: int) -> str:
     names = [str(p["metadata"]["name"]) for p in cluster.pods(job)]
     return next((n for n in names if n.startswith(f"{job}-{index}-")), "")
+
+
+def test_status_says_how_many_nodes_joined_while_a_pod_finds_no_room(
+    cluster: Cluster,
+) -> None:
+    """-j 3x1 --cpu 1 on a node with room for two such pods: the two that run wait for the
+    third, and torchx status says so (replica 0's waiting line); cancelled, its pods go."""
+    assert _idle_millicpu(cluster) < 3 * POD_MILLICPU, "the node fits three pods: none waits"
+    handle = cluster.run("-j", "3x1", "--cpu", "1", "--script", "examples/main.py")
+    job = _app_id(handle).partition(":")[2]
+    waiting = re.compile(
+        r"waiting for nodes: 2 of 3 joined; here: .+; missing: 1 node; hosting the rendezvous"
+        rf" at \S+:\d+, run id .+ \(as of \w+ ago, log of pod {re.escape(job)}-0-"
+    )
+    started = time.monotonic()
+    try:
+
+        def says_waiting() -> Optional[str]:
+            status = cluster.torchx("status", handle)
+            assert "State: FAILED" not in status.stdout, status.stdout
+            return status.stdout if waiting.search(status.stdout) else None
+
+        status = _wait("the waiting state in torchx status", says_waiting, timeout_s=120)
+        print(f"waiting state in torchx status after {time.monotonic() - started:.0f} s")
+        assert "Unschedulable" in status, status
+    finally:
+        assert cluster.torchx("cancel", handle).returncode == 0
+        _wait("the pods to go", lambda: True if not cluster.pods(job) else None, timeout_s=120)
 
 
 def test_a_failing_elastic_job_still_fails_with_its_root_cause(
@@ -531,8 +666,8 @@ def test_a_late_pod_joins_a_running_elastic_job_at_the_next_round(
     )
     try:
         handle = cluster.run(
-            "-j", "1:2x1", "--cpu", "1", *SHORT_LAST_CALL, "--script", "examples/timed.py",
-            "--", "--seconds", "10", "--seconds-alone", "240",
+            "-j", "1:2x1", "--cpu", "1", *SHORT_LAST_CALL, *ONE_THREAD,
+            "--script", "examples/timed.py", "--", "--seconds", "10", "--seconds-alone", "240",
         )  # fmt: skip
         job = _app_id(handle).partition(":")[2]
         _wait(
@@ -561,10 +696,12 @@ DOC_IMAGE = "torchx-elastic:latest"
 
 def doc_command_blocks() -> List[List[str]]:
     """The commands of the fenced blocks of docs/kubernetes.md, one per (continued) line,
-    without their comments."""
-    blocks = re.findall(r"^```\n(.*?)^```$", DOC.read_text(), re.S | re.M)
+    without their comments; a block marked with another language (```text) is no command."""
+    blocks = re.findall(r"^```(\w*)\n(.*?)^```$", DOC.read_text(), re.S | re.M)
     commands = []
-    for block in blocks:
+    for language, block in blocks:
+        if language not in ("", "sh", "bash", "console"):
+            continue
         joined = re.sub(r"\\\n\s*", "", block)
         lines = [re.sub(r"\s+#.*$", "", line).strip() for line in joined.splitlines()]
         commands.append([line for line in lines if line])
@@ -596,3 +733,160 @@ def test_the_docs_commands_run_as_written(cluster: Cluster) -> None:
                 assert "State: " in result.stdout, result.stdout
             if command.startswith("torchx log") and "--tail" in command:
                 assert "world size" in result.stdout, result.stdout
+
+
+def _run_2x1(cluster: Cluster, cfg: str, *run_args: str) -> subprocess.CompletedProcess[str]:
+    """``torchx run -cfg CFG RUN_ARGS dist.ddp -j 2x1`` of examples/main.py."""
+    return cluster.torchx(
+        "run", "--workspace", "", "-s", "kubernetes", "-cfg", cfg, *run_args,
+        "dist.ddp", "--image", NODE_IMAGE, "-j", "2x1", "--cpu", "0.5",
+        "--script", "examples/main.py",
+    )  # fmt: skip
+
+
+def _status_once(cluster: Cluster, handle: str, text: str, timeout_s: float) -> str:
+    """``torchx status`` once it says ``text``."""
+
+    def says() -> Optional[str]:
+        out = cluster.torchx("status", handle).stdout
+        return out if text in out else None
+
+    return _wait(f"{text!r} in torchx status", says, timeout_s=timeout_s)
+
+
+def _refused_status(cluster: Cluster, submitted: subprocess.CompletedProcess[str]) -> str:
+    """The FAILED status of a refused job: ``torchx run`` prints the app's status once after
+    submitting, which may already say it (the Job is then deleted), else ``torchx status``."""
+    assert submitted.returncode == 0, submitted.stderr
+    if "State: FAILED" in submitted.stderr:
+        status = submitted.stderr
+    else:
+        status = _status_once(
+            cluster, submitted.stdout.strip().splitlines()[-1], "State: FAILED", 30
+        )
+    gone = cluster.torchx("status", submitted.stdout.strip().splitlines()[-1])
+    assert "does not exist" in gone.stdout + gone.stderr  # not left behind
+    return status
+
+
+def test_a_job_succeeds_in_a_namespace_that_enforces_pod_security_restricted(
+    cluster: Cluster, scheduler: KubernetesScheduler
+) -> None:
+    cluster.namespace("restricted", labels="pod-security.kubernetes.io/enforce=restricted")
+    result = _run_2x1(cluster, "namespace=restricted")
+    assert result.returncode == 0, result.stderr
+    handle = result.stdout.strip().splitlines()[-1]
+    # the same job as root is refused there, says why, and is not left behind
+    status = _refused_status(cluster, _run_2x1(cluster, "namespace=restricted,run_as_root=True"))
+    assert 'violates PodSecurity "restricted:latest"' in status, status
+    assert "runAsNonRoot != true" in status and "The Job was deleted" in status, status
+    assert _wait_done(scheduler, handle) == AppState.SUCCEEDED
+
+
+QUOTA = """
+apiVersion: v1
+kind: ResourceQuota
+metadata: {name: small}
+spec: {hard: {limits.cpu: 200m}}
+"""
+
+
+def test_a_job_refused_by_a_resource_quota_says_so_and_ends_wait(cluster: Cluster) -> None:
+    cluster.namespace("quota", QUOTA)
+    _wait(
+        "the quota controller to count the namespace",
+        lambda: True if "limits.cpu" in cluster.kubectl("get", "quota", "small", "-n", "quota",
+                                                         "-o", "jsonpath={.status.hard}") else None,
+        timeout_s=30,
+    )  # fmt: skip
+    status = _refused_status(cluster, _run_2x1(cluster, "namespace=quota"))
+    assert "the cluster refused to create the job's pods: pods " in status, status
+    assert "is forbidden: exceeded quota: small" in status, status
+    start = time.monotonic()
+    waited = _run_2x1(cluster, "namespace=quota", "--wait")
+    assert time.monotonic() - start < 60
+    assert waited.returncode != 0, waited.stdout
+    assert "exceeded quota: small" in waited.stdout + waited.stderr, waited.stdout
+
+
+def test_a_suspended_job_waits_for_kueue_and_runs_once_admitted(
+    cluster: Cluster, scheduler: KubernetesScheduler
+) -> None:
+    """Created suspended with a queue label, as Kueue's webhook leaves it; Kueue admits it
+    by setting spec.suspend to false."""
+    app = ddp(script="examples/main.py", j="2x1", cpu=0.5, image=NODE_IMAGE)
+    info = scheduler.submit_dryrun(app, {"queue": "team-q"})
+    info.request.manifests[0]["spec"]["suspend"] = True
+    handle = f"kubernetes://torchx/{scheduler.schedule(info)}"
+    job = _app_id(handle).partition(":")[2]
+    status = _status_once(cluster, handle, "State: PENDING", timeout_s=30)
+    assert "suspended, waiting for admission by Kueue queue team-q" in status, status
+    assert cluster.pods(job) == []
+    cluster.kubectl("patch", "job", job, "--type=merge", "-p", '{"spec":{"suspend":false}}')
+    assert _wait_done(scheduler, handle) == AppState.SUCCEEDED
+
+
+FT_STEP = re.compile(r"group (\d) step (\d+) quorum (\d+) loss \S+ t ([0-9.]+)")
+FT_STEPS = 300  # about 45 s: group 0 still trains when group 1 is back
+
+
+def _ft_steps(log: str, group: int) -> List[tuple[int, int, float]]:
+    """(step, quorum size, time) of each step a group's rank 0 committed, from its log."""
+    found = [m for m in FT_STEP.finditer(log) if int(m[1]) == group]
+    return [(int(m[2]), int(m[3]), float(m[4])) for m in found]
+
+
+def test_ft_ddp_a_deleted_group_pod_is_replaced_while_the_other_group_trains(
+    cluster: Cluster, scheduler: KubernetesScheduler
+) -> None:
+    """ft.ddp, 2 groups x 1x1 with 1-CPU pods and a small Lighthouse pod: one Indexed Job
+    per role. Group 1's pod is deleted mid-run: its Job replaces it, group 0's pod trains
+    on (never replaced, its steps never go back), group 1 rejoins, SUCCEEDED."""
+    handle = cluster.run(
+        "--replica_groups", "2", "-j", "1x1", "--cpu", "1", "--max_retries", "2",
+        "--join_timeout_ms", "1000", "--heartbeat_timeout_ms", "1000",
+        "--script", "examples/ft_ddp.py", "--", "--steps", str(FT_STEPS), "--step-s", "0.1",
+        component="ft.ddp", cfg="reserved_millicpu=200",
+    )  # fmt: skip
+    job = _app_id(handle).partition(":")[2]
+
+    def group_pod(group: int) -> str:
+        """The newest pod of a group."""
+        names = [str(p["metadata"]["name"]) for p in cluster.pods(job)]
+        return ([n for n in names if n.startswith(f"{job}-group{group}-0-")] or [""])[-1]
+
+    def joint_steps() -> Optional[str]:
+        pod = group_pod(1)
+        steps = _ft_steps(cluster.pod_log(pod), 1) if pod else []
+        return pod if sum(q == 2 for _, q, _ in steps) >= 5 else None
+
+    lost = _wait("group 1 to train in a quorum of both groups", joint_steps)
+    group0_pod = group_pod(0)
+    status = cluster.torchx("status", handle)
+    assert "State: RUNNING" in status.stdout, status.stdout
+    assert "group0: RUNNING" in status.stdout and "group1: RUNNING" in status.stdout, status.stdout
+    assert "last quorum " in status.stdout, status.stdout  # from the Lighthouse pod's log
+    deleted_at = time.time()
+    cluster.delete_pod(lost)
+    state = _wait_done(scheduler, handle)
+    status = cluster.torchx("status", handle)
+    assert state == AppState.SUCCEEDED, (status.stdout, _pod_outcomes(cluster, job))
+    assert "State: SUCCEEDED" in status.stdout, status.stdout
+    # group 1's Job replaced its pod; group 0's pod is the same one, never restarted
+    assert "group1: SUCCEEDED, 1 restart(s)" in status.stdout, status.stdout
+    assert "group0: SUCCEEDED" in status.stdout, status.stdout
+    assert "group0: SUCCEEDED," not in status.stdout, status.stdout  # no restart
+    assert group_pod(0) == group0_pod and group_pod(1) != lost
+    group0 = _ft_steps(cluster.pod_log(group0_pod), 0)
+    steps = [step for step, _, _ in group0]
+    assert steps == list(range(steps[0], FT_STEPS + 1)), steps
+    group1 = _ft_steps(cluster.pod_log(group_pod(1)), 1)
+    assert group1 and group1[-1][0] == FT_STEPS and group1[-1][1] == 2, group1
+    # group 0 trained on while group 1 was being replaced
+    back_at = group1[0][2]
+    while_down = [step for step, _, t in group0 if deleted_at < t < back_at]
+    print(
+        f"group 1's pod replaced and back in {back_at - deleted_at:.1f} s (deletion to its"
+        f" first committed step); group 0 committed {len(while_down)} steps meanwhile"
+    )
+    assert while_down, (group0, group1)

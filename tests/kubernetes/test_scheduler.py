@@ -20,7 +20,11 @@ from torchx_elastic.schedulers.kubernetes import create_scheduler, job_access
 from torchx_elastic.schedulers.kubernetes.client import KubernetesError
 from torchx_elastic.schedulers.kubernetes.logs import since_seconds
 from torchx_elastic.schedulers.kubernetes.scheduler import KubernetesScheduler
-from torchx_elastic.schedulers.kubernetes.status import attempts_restarted, termination_summary
+from torchx_elastic.schedulers.kubernetes.status import (
+    attempts_restarted,
+    pod_problems,
+    termination_summary,
+)
 from torchx_elastic.schedulers.log_lines import whole_lines
 
 JOB = f"main-{SUFFIX}"
@@ -259,8 +263,8 @@ def test_every_pod_names_the_jobs_first_failure(
 ) -> None:
     """Each node's agent writes its reply file (the pod's termination message) with the
     job's first failure agreed over the store, the node that only lost peers too."""
-    from torchx_elastic.agent.console.job_failure import FirstFailure
-    from torchx_elastic.agent.console.report import RankFailure, classify
+    from torchx_elastic.agent.console.failure.first_failure import FirstFailure
+    from torchx_elastic.agent.console.failure.report import RankFailure, classify
     from torchx_elastic.agent.console.session import ConsoleSession
 
     first = FirstFailure(2, 1, "exit code 1", "ValueError: rank 2 gives up", 'File "/t.py", line 9')
@@ -362,8 +366,46 @@ def test_a_suspended_job_waits_for_its_queue(
     assert desc is not None
     assert (desc.state, desc.msg) == (
         AppState.PENDING,
-        "suspended, waiting for admission by queue team-q",
+        "suspended, waiting for admission by Kueue queue team-q",
     )
+
+
+QUOTA_REFUSAL = (
+    f'pods "{JOB}-0-abcde" is forbidden: exceeded quota: team, requested: cpu=500m,'
+    " used: cpu=0, limited: cpu=100m"
+)
+
+
+def test_pods_refused_by_admission_fail_the_job_with_the_reason_and_delete_it(
+    scheduler: KubernetesScheduler, fake: FakeCluster
+) -> None:
+    fake.refuse_pods = QUOTA_REFUSAL
+    _submit(scheduler, j="2x1")
+    desc = scheduler.describe(APP_ID)
+    assert desc is not None
+    assert (desc.state, desc.msg) == (
+        AppState.FAILED,
+        f"the cluster refused to create the job's pods: {QUOTA_REFUSAL}\nThe Job was deleted"
+        " (Kubernetes would retry in vain); change the request or the namespace's policy and"
+        " run it again",
+    )
+    assert ("default", JOB) not in fake.objects["jobs"]
+    assert not fake.objects["services"] and not fake.objects["secrets"]
+
+
+def test_a_transient_failed_create_or_one_of_another_job_is_no_refusal(
+    scheduler: KubernetesScheduler, fake: FakeCluster
+) -> None:
+    fake.refuse_pods = 'Operation cannot be fulfilled on resourcequotas "team": conflict'
+    _submit(scheduler, j="2x1")
+    desc = scheduler.describe(APP_ID)
+    assert desc is not None and (desc.state, desc.msg) == (AppState.PENDING, "")
+    event = next(iter(fake.objects["events"].values()))
+    event["message"] = f"Error creating: {QUOTA_REFUSAL}"
+    event["involvedObject"]["uid"] = "uid-of-an-earlier-job"
+    desc = scheduler.describe(APP_ID)
+    assert desc is not None and desc.state == AppState.PENDING
+    assert ("default", JOB) in fake.objects["jobs"]
 
 
 def test_log_is_whole_lines_even_when_chunks_split_them(
@@ -660,3 +702,54 @@ def test_status_shows_the_jobs_progress_from_replica_0s_pod_log(
     # a log the scheduler may not read: the status says the rest, without progress
     fake.forbidden.add(("get", "pods"))
     assert scheduler.describe(APP_ID) is not None
+
+
+def test_status_says_how_many_nodes_joined_while_replica_0_waits(
+    scheduler: KubernetesScheduler, fake: FakeCluster
+) -> None:
+    """Only two pods of a 3-node job fit: replica 0's agent prints its waiting line
+    (agent/rendezvous/waiting.py), and torchx status shows it with the unschedulable pod."""
+    _submit(scheduler, j="3x1")
+    pod0, pod1, pod2 = (fake.pod(JOB, k) for k in range(3))
+    for pod in (pod0, pod1):
+        fake.set_phase(pod, "Running")
+    fake.unschedulable(pod2, "0/1 nodes are available: 1 Insufficient cpu.")
+    waiting = (
+        "torchx-elastic: waiting for nodes: 2 of 3 joined; here: p0 (pid 7), p1 (pid 7);"
+        f" missing: 1 node; hosting the rendezvous at {JOB}-0:29500, run id '{JOB}';"
+        " gives up at 10:10:00 (join timeout 600s)\n"
+    )
+    fake.write_log(pod0, b"[torchx-elastic INFO] starting\n", age_s=9)
+    fake.write_log(pod0, waiting.encode(), age_s=4)
+    desc = scheduler.describe(APP_ID)
+    assert desc is not None and desc.state == AppState.RUNNING
+    unschedulable, progress = desc.msg.splitlines()
+    assert unschedulable.startswith(f"main[2] pod {pod2['metadata']['name']}: Unschedulable")
+    assert progress == (
+        f"{waiting.strip()[len('torchx-elastic: ') :]}"
+        f" (as of 4s ago, log of pod {pod0['metadata']['name']})"
+    )
+    # the round completes: the workers' lines come after the waiting line
+    fake.write_log(pod0, b"[n0 r0] step 1\n")
+    desc = scheduler.describe(APP_ID)
+    assert desc is not None and "waiting for nodes" not in desc.msg
+
+
+def test_an_image_that_runs_as_root_says_which_option_runs_it() -> None:
+    message = "container has runAsNonRoot and image will run as root (pod: x, container: main)"
+    pod = {
+        "status": {
+            "containerStatuses": [
+                {
+                    "name": "main",
+                    "state": {
+                        "waiting": {"reason": "CreateContainerConfigError", "message": message}
+                    },
+                }
+            ]
+        }
+    }
+    assert pod_problems(pod) == [
+        f"CreateContainerConfigError: {message} (the image runs as root or a named user:"
+        " -cfg run_as_root=True runs it as root)"
+    ]

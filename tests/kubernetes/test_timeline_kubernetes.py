@@ -25,17 +25,27 @@ def test_pods_exit_codes_root_cause_restarts_and_progress(
     first, other = fake.pod(JOB, 0), fake.pod(JOB, 1)
     for pod in (first, other):
         fake.set_phase(pod, "Running")
-    fake.write_log(first, b"[job progress] 10/40 (25.0%) of 2/2 ranks on 2/2 nodes, slowest r1"
-                   b" (n1) 10, fastest r0 (n0) 12, 2 steps/s\n", age_s=3)
-    reply = {"message": {"message": "rank 0 (node 0) failed first: ValueError: bad batch",
-                         "extraInfo": {"py_callstack": "Traceback ...\nValueError: bad batch",
-                                       "timestamp": "1"}}}
+    fake.write_log(
+        first,
+        b"[job progress] 10/40 (25.0%) of 2/2 ranks on 2/2 nodes, slowest r1"
+        b" (n1) 10, fastest r0 (n0) 12, 2 steps/s\n",
+        age_s=3,
+    )
+    reply = {
+        "message": {
+            "message": "rank 0 (node 0) failed first: ValueError: bad batch",
+            "extraInfo": {"py_callstack": "Traceback ...\nValueError: bad batch", "timestamp": "1"},
+        }
+    }
     fake.set_phase(first, "Failed", exit_code=1, message=json.dumps(reply))
     replaced = fake.pod(JOB, 0)
     assert replaced["metadata"]["name"] != first["metadata"]["name"]
     fake.set_phase(replaced, "Running")
-    fake.write_log(replaced, b"[job progress] 40/40 (100.0%) of 2/2 ranks on 2/2 nodes,"
-                   b" slowest r1 (n1) 40, fastest r0 (n0) 40, 5 steps/s, ETA 0s\n")
+    fake.write_log(
+        replaced,
+        b"[job progress] 40/40 (100.0%) of 2/2 ranks on 2/2 nodes,"
+        b" slowest r1 (n1) 40, fastest r0 (n0) 40, 5 steps/s, ETA 0s\n",
+    )
 
     timeline = load(f"kubernetes://test/{APP_ID}")
     assert timeline.notes == [MISSING]

@@ -25,7 +25,6 @@ APP = "kubernetes://torchx/default:" + JOB
 DDP = ["dist.ddp", "-j", "2x1", "--script", "train.py"]
 
 
-
 @pytest.fixture
 def runner(fake: FakeCluster) -> Iterator[Runner]:
     def scheduler(session_name: str, **kwargs: object) -> KubernetesScheduler:

@@ -127,8 +127,11 @@ def test_hang_timeout_and_start_method_reach_the_agent() -> None:
 
 def test_bad_start_method_and_hang_timeout_say_what_is_accepted() -> None:
     with pytest.raises(ValueError) as err:
-        ddp(script="main.py", start_method="forkserver")
-    assert str(err.value) == "invalid start_method 'forkserver'; accepted: spawn, fork-server"
+        ddp(script="main.py", start_method="fork_server")
+    assert str(err.value) == (
+        "start_method 'fork_server' is not a start method: fork-server (ours: workers forked"
+        " from a process that imported torch once) or torchrun's spawn, fork, forkserver"
+    )
     with pytest.raises(ValueError) as err:
         ddp(script="main.py", hang_timeout_s=-1)
     assert str(err.value) == "invalid hang_timeout_s -1; accepted: 0 (off) or seconds > 0"

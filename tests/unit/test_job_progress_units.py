@@ -3,6 +3,7 @@ a real torch TCPStore, the rendezvous hook, and what ``torchx status`` makes of 
 
 from __future__ import annotations
 
+import json
 import socket
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -16,17 +17,18 @@ from torch.distributed.elastic.rendezvous import (
     RendezvousStoreInfo,
 )
 
-from torchx_elastic.agent.console.channel import RankActivity
-from torchx_elastic.agent.console.job_progress import (
-    KEY_PREFIX,
-    PUBLISHERS_KEY,
+from torchx_elastic.agent.console.progress.channel import RankActivity
+from torchx_elastic.agent.console.progress.exchange import (
     JobProgressExchange,
     NodeReport,
     RankReport,
+    SeenReport,
     aggregate,
+    node_report,
 )
 from torchx_elastic.agent.rendezvous.observed import ObservedRendezvous
-from torchx_elastic.job_summary import JobSummary, QuietRank, parse_line, read_file
+from torchx_elastic.contract import JOB_PROGRESS_FILE, PROGRESS_KEY_PREFIX, PROGRESS_PUBLISHERS_KEY
+from torchx_elastic.contract.job_progress import JobSummary, QuietRank, parse_line, read_file
 from torchx_elastic.schedulers.progress_status import (
     join_message,
     log_timestamp,
@@ -73,7 +75,7 @@ def test_the_line_reads_back_after_any_prefix() -> None:
 
 
 def test_the_file_round_trips(tmp_path: Path) -> None:
-    from torchx_elastic.job_summary import write_file
+    from torchx_elastic.contract.job_progress import write_file
 
     summary = _summary(quiet=(QuietRank(2, 0, 31.0),))
     path = write_file(str(tmp_path), summary)
@@ -88,10 +90,14 @@ def _rank(rank: int, step: int | None, rate: float | None = 2.0, silent_s: float
     return RankReport(rank, step, None if step is None else 100, rate, silent_s, finished)
 
 
+def _seen(report: NodeReport, unchanged_s: float = 0.0, age_s: float | None = None) -> SeenReport:
+    return SeenReport(report, unchanged_s, unchanged_s if age_s is None else age_s)
+
+
 def test_aggregate_finds_the_slowest_and_fastest_rank_of_any_node() -> None:
     node0 = NodeReport(0, 7, False, (_rank(0, 50, 5.0), _rank(1, 48, 4.0)))
     node1 = NodeReport(1, 3, False, (_rank(2, 40, 2.5), _rank(3, 60, 6.0)))
-    summary = aggregate([(node0, 0.0), (node1, 0.0)], num_nodes=2, time_s=5.0)
+    summary = aggregate([_seen(node0), _seen(node1)], num_nodes=2, time_s=5.0)
     assert summary is not None
     assert (summary.slowest_rank, summary.slowest_node, summary.step) == (2, 1, 40)
     assert (summary.fastest_rank, summary.fastest_node, summary.fastest_step) == (3, 1, 60)
@@ -102,17 +108,123 @@ def test_aggregate_finds_the_slowest_and_fastest_rank_of_any_node() -> None:
 
 def test_aggregate_names_quiet_ranks_and_nodes_that_stopped_publishing() -> None:
     node0 = NodeReport(0, 9, False, (_rank(0, 50, silent_s=40.0), _rank(1, None, silent_s=None)))
-    # node 1's report has not changed for 28 s: its ranks were last heard 28 s + 3 s ago
+    # node 1's report has not changed for 28 s: its ranks were last heard 28 s + 3 s ago, and
+    # the node is not live any more: its ranks count in neither the figures nor the nodes
     node1 = NodeReport(1, 2, False, (_rank(2, 40, silent_s=3.0), _rank(3, 45, finished=True)))
-    summary = aggregate([(node0, 0.0), (node1, 28.0)], num_nodes=3, quiet_after_s=30.0)
+    summary = aggregate([_seen(node0), _seen(node1, 28.0)], num_nodes=3, quiet_after_s=30.0)
     assert summary is not None
     assert summary.quiet == (QuietRank(0, 0, 40.0), QuietRank(2, 1, 31.0))
-    assert (summary.ranks_reporting, summary.ranks, summary.nodes) == (3, 4, 3)
-    # a rank that never spoke, a finished rank, a final report: not quiet
+    assert (summary.ranks_reporting, summary.ranks, summary.nodes_reporting) == (1, 4, 1)
+    assert (summary.step, summary.slowest_node, summary.nodes) == (50, 0, 3)
+    # a rank that never spoke, a finished rank, a final report: not quiet (and a final
+    # report stays live however long it has not changed: that node is done, not lost)
     final = NodeReport(1, 3, True, (_rank(2, 40, silent_s=300.0),))
-    assert aggregate([(final, 100.0)], num_nodes=1) is not None
-    assert aggregate([(final, 100.0)], num_nodes=1).quiet == ()  # type: ignore[union-attr]
-    assert aggregate([(NodeReport(0, 1, False, (_rank(0, None),)), 0.0)], 1) is None
+    assert aggregate([_seen(final, 100.0)], num_nodes=1) is not None
+    assert aggregate([_seen(final, 100.0)], num_nodes=1).quiet == ()  # type: ignore[union-attr]
+    assert aggregate([_seen(NodeReport(0, 1, False, (_rank(0, None),)))], 1) is None
+
+
+def test_aggregate_compares_the_ranks_at_one_moment() -> None:
+    # lockstep at 10 steps/s: node 1's figures are 0.9 s older than node 0's (the exchange's lag)
+    fresh = NodeReport(0, 5, False, (_rank(0, 109, 10.0, silent_s=0.0),))
+    lagging = NodeReport(1, 5, False, (_rank(1, 100, 10.0, silent_s=0.0),))
+    summary = aggregate([_seen(fresh), _seen(lagging, age_s=0.9)], num_nodes=2)
+    assert summary is not None
+    assert (summary.step, summary.fastest_step) == (100, 100)  # no spread: it is the lag
+    assert (summary.slowest_rank, summary.fastest_rank) == (0, 1)
+    # a rank that really lags stays behind; one silent for long does not move the moment and
+    # keeps its step; a done rank keeps its last step; nothing is projected forward
+    behind = NodeReport(2, 5, False, (_rank(2, 95, 10.0, silent_s=0.0),))
+    stuck = NodeReport(3, 5, False, (_rank(3, 50, 10.0, silent_s=3.0),))
+    done = NodeReport(4, 5, False, (_rank(4, 120, 10.0, silent_s=0.0, finished=True),))
+    seen = [_seen(fresh), _seen(lagging, age_s=0.9), _seen(behind, age_s=0.5), _seen(stuck)]
+    summary = aggregate([*seen, _seen(done)], num_nodes=5)
+    assert summary is not None
+    assert (summary.step, summary.slowest_rank, summary.fastest_step) == (50, 3, 120)
+    summary = aggregate(seen[:3], num_nodes=3)
+    assert summary is not None and (summary.step, summary.slowest_rank) == (91, 2)
+
+
+def test_a_ranks_step_is_as_old_as_the_message_that_said_it() -> None:
+    now = [0.0]
+    activity = RankActivity(clock=lambda: now[0])
+    activity.progress(0, 0, 10, 100)
+    now[0] = 2.0
+    activity.heartbeat(0, 0)  # alive, but the step is still the one said at 0 s
+    now[0] = 2.5
+    report = node_report(activity, {0: 3}, 1, 1, now[0], sent_s=7.0)
+    assert report.ranks == (RankReport(3, 10, 100, None, 0.5, False, 2.5),)
+    assert report.sent_s == 7.0 and NodeReport.from_json(report.to_json()) == report
+    # an older agent's report (no step age, no time): read, its silence taken as the step's age
+    older = NodeReport.from_json('{"node":1,"seq":1,"final":false,"ranks":[[3,10,100,2.0,0.5,0]]}')
+    assert older == NodeReport(1, 1, False, (RankReport(3, 10, 100, 2.0, 0.5, False),))
+    fresh = NodeReport(0, 1, False, (_rank(0, 12, 2.0, silent_s=0.0),))
+    summary = aggregate([_seen(older), _seen(fresh)], num_nodes=2)
+    assert summary is not None and (summary.step, summary.fastest_step) == (10, 11)
+
+
+def _publish(store: Any, node: int, seq: int, step: int, sent_s: float) -> None:
+    """A node's report as its agent writes it: one rank stepping at 10 steps/s."""
+    report = {
+        "node": node,
+        "seq": seq,
+        "final": False,
+        "ranks": [[node, step, 300, 10.0, 0.0, 0, 0.0]],
+        "sent": sent_s,
+    }
+    store.set(f"{PROGRESS_KEY_PREFIX}{node}", json.dumps(report))
+
+
+def test_the_line_counts_live_nodes_and_shows_no_spread_in_lockstep(
+    stores: tuple[Any, Any],
+) -> None:
+    """Three nodes in lockstep; node 2 goes silent (a cut link: its last report stays)."""
+    store0, store1 = stores
+    now, wall = [100.0], [5000.0]
+    activity = RankActivity(clock=lambda: now[0])
+    node0 = JobProgressExchange(
+        activity,
+        None,
+        interval_s=60,  # exchanges are driven by hand
+        stale_after_s=5.0,
+        same_moment_s=2.0,
+        clock=lambda: now[0],
+        wall_clock=lambda: wall[0],
+    )
+    lines = []
+    try:
+        node0.start_round(store0, 0, 3)
+        node0.set_ranks({0: 0})
+        for second in range(1, 13):
+            for tenth in range(10):  # node 0's rank: 10 steps/s, every step reported
+                now[0] += 0.1
+                wall[0] += 0.1
+                activity.progress(0, 0, 10 * second + tenth - 9, 300)
+            step = 10 * second  # node 0's rank now; the others published 0.9 s ago
+            for node in (1, 2) if second <= 4 else (1,):
+                _publish(store1, node, second, step - 9, wall[0] - 0.9)
+            node0.exchange()
+            summary = node0.latest()
+            assert summary is not None
+            lines.append(summary.line())
+            if 5 < second < 10:  # node 2 is late (last heard 2 to 5 s ago) and still live
+                assert (summary.step, summary.slowest_rank) == (31, 2)
+                assert summary.fastest_step == step - 9  # the others: as of 0.9 s ago
+            else:
+                assert summary.fastest_step == summary.step  # the same moment: no spread
+    finally:
+        node0.close()
+    assert lines[3] == (
+        "[job progress] 31/300 (10.3%) of 3/3 ranks on 3/3 nodes, slowest r0 (n0) 31,"
+        " fastest r2 (n2) 31, 10 steps/s, ETA 27s"
+    )
+    # node 2's report stopped changing after the 4th exchange: live for 5 s, then not counted
+    assert "of 3/3 ranks on 3/3 nodes" in lines[8]
+    assert lines[9] == (
+        "[job progress] 91/300 (30.3%) of 2/3 ranks on 2/3 nodes, slowest r0 (n0) 91,"
+        " fastest r1 (n1) 91, 10 steps/s, ETA 21s"
+    )
+    assert all("of 2/3 ranks on 2/3 nodes" in line for line in lines[9:])
 
 
 def test_node_reports_round_trip_and_bad_ones_are_refused() -> None:
@@ -158,7 +270,7 @@ def test_two_nodes_exchange_over_the_rendezvous_store(
         node1.exchange()
         node0.exchange()
         assert node0.latest() is None  # no rank reported a step yet
-        assert not store0.check([f"{KEY_PREFIX}1"])  # nothing to say: nothing published
+        assert not store0.check([f"{PROGRESS_KEY_PREFIX}1"])  # nothing to say: nothing published
         _feed(activity0, 0, 30), _feed(activity0, 1, 25)
         _feed(activity1, 0, 10), _feed(activity1, 1, 40)
         node1.exchange()
@@ -169,8 +281,8 @@ def test_two_nodes_exchange_over_the_rendezvous_store(
         assert (summary.fastest_step, summary.fastest_rank, summary.fastest_node) == (40, 3, 1)
         assert (summary.ranks_reporting, summary.nodes_reporting, summary.nodes) == (4, 2, 2)
         assert node1.latest() is None  # only node rank 0 sums up
-        assert read_file(str(tmp_path / "job_progress.json")) == summary
-        assert int(store0.add(PUBLISHERS_KEY, 0)) == 2
+        assert read_file(str(tmp_path / JOB_PROGRESS_FILE)) == summary
+        assert int(store0.add(PROGRESS_PUBLISHERS_KEY, 0)) == 2
 
         # the end: node 1's final report comes in while node 0 waits for it
         for local_rank, step in ((0, 100), (1, 100)):
@@ -180,8 +292,8 @@ def test_two_nodes_exchange_over_the_rendezvous_store(
         node0.workers_ended()
         final = node0.latest()
         assert final is not None and (final.step, final.fastest_step) == (100, 100)
-        assert read_file(str(tmp_path / "job_progress.json")) == final
-        store0.set(f"{KEY_PREFIX}1", "garbage")  # after the end nothing is read any more
+        assert read_file(str(tmp_path / JOB_PROGRESS_FILE)) == final
+        store0.set(f"{PROGRESS_KEY_PREFIX}1", "garbage")  # after the end nothing is read any more
         node0.exchange()
         assert node0.latest() == final
     finally:
@@ -281,7 +393,7 @@ def test_status_message_keeps_what_was_there() -> None:
 def test_only_the_rank_0_node_prints_the_job_line(stores: tuple[Any, Any]) -> None:
     import io
 
-    from torchx_elastic.agent.console.display import PlainConsole
+    from torchx_elastic.agent.console.output.display import PlainConsole
 
     store0, store1 = stores
     printed: dict[int, bytes] = {}
@@ -307,8 +419,8 @@ def test_only_the_rank_0_node_prints_the_job_line(stores: tuple[Any, Any]) -> No
 def test_node_rank_0_samples_progress_into_the_event_log_at_a_bounded_rate(
     stores: tuple[Any, Any], tmp_path: Path
 ) -> None:
-    from torchx_elastic import event_records
-    from torchx_elastic.agent.console.events import EventLog
+    from torchx_elastic.contract import events as event_records
+    from torchx_elastic.contract.events import EventLog
     from torchx_elastic.timeline.source import read_events
 
     store0, _ = stores
@@ -316,7 +428,11 @@ def test_node_rank_0_samples_progress_into_the_event_log_at_a_bounded_rate(
     events = EventLog.in_dir(str(tmp_path))
     activity = RankActivity(clock=lambda: now[0])
     node0 = JobProgressExchange(
-        activity, None, interval_s=60, final_wait_s=0.5, clock=lambda: now[0],
+        activity,
+        None,
+        interval_s=60,
+        final_wait_s=0.5,
+        clock=lambda: now[0],
         record_event=events.emit,
     )
     try:
@@ -337,3 +453,33 @@ def test_node_rank_0_samples_progress_into_the_event_log_at_a_bounded_rate(
     assert 10 / interval <= len(samples) <= 10 / interval + 2
     assert set(event_records.PROGRESS_FIELDS) <= set(samples[-1])
     assert (samples[-1]["slowest_rank"], samples[-1]["total"]) == (0, 100)
+
+
+def test_status_shows_the_waiting_line_while_it_is_the_newest() -> None:
+    waiting = (
+        "2026-11-22T10:00:20Z torchx-elastic: waiting for nodes: 2 of 3 joined; here: p0 (pid"
+        " 7), p1 (pid 7); missing: 1 node; hosting the rendezvous at p0:29500, run id 'j';"
+        " gives up at 10:10:00 (join timeout 600s)"
+    )
+    lines = ["2026-11-22T10:00:01Z [torchx-elastic WARNING] something", waiting]
+    assert progress_message(lines, now=NOW, where="log of pod p0") == (
+        "waiting for nodes: 2 of 3 joined; here: p0 (pid 7), p1 (pid 7); missing: 1 node;"
+        " hosting the rendezvous at p0:29500, run id 'j'; gives up at 10:10:00 (join timeout"
+        " 600s) (as of 10s ago, log of pod p0)"
+    )
+    # once the round is complete, the workers' lines come after it: no longer waiting
+    assert progress_message([*lines, "2026-11-22T10:00:25Z [n0 r0] step 1"], now=NOW) is None
+
+
+def test_status_shows_the_waiting_line_behind_the_job_progress_line_of_the_wait() -> None:
+    waiting = (
+        "2026-11-22T10:00:20Z torchx-elastic: waiting for nodes: 2 of 3 joined; here: p0 (pid"
+        " 7), p1 (pid 7); missing: 1 node; hosting the rendezvous at p0:29500, run id 'j';"
+        " gives up at 10:10:00 (join timeout 600s)"
+    )
+    job_line = (
+        "2026-11-22T10:00:25Z [job progress] waiting for nodes: 2 of 3 joined; missing: 1 node"
+    )
+    message = progress_message([waiting, job_line], now=NOW, where="log of pod p0")
+    assert message is not None and message.startswith("waiting for nodes: 2 of 3 joined; here: ")
+    assert message.endswith("(join timeout 600s) (as of 5s ago, log of pod p0)")

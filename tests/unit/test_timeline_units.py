@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.timeline_jobs import T0, generated_job, record, write_crash_files, write_events
-from torchx_elastic import event_records as ev
+from torchx_elastic.contract import events as ev
 from torchx_elastic.timeline import cli, html, trace
 from torchx_elastic.timeline.model import Timeline
 from torchx_elastic.timeline.source import (

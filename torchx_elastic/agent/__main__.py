@@ -15,8 +15,14 @@ import sys
 
 
 def main(argv: list[str] | None = None) -> None:
+    from torchx_elastic.agent.supervision.stop_signals import exit_on_stop_signals
+
+    # a pod removed while the agent starts (importing torch takes seconds) exits in one line
+    exit_on_stop_signals()
     from torchx_elastic.agent.config.cli import build_parser
-    from torchx_elastic.agent.workers.bootstrap import LAUNCHER_PID_ENV, die_with_parent
+    from torchx_elastic.agent.env_file import load_env_file
+    from torchx_elastic.agent.workers.bootstrap import die_with_parent
+    from torchx_elastic.contract import LAUNCHER_PID_ENV
 
     # set by local_cwd: when the torchx process that started this agent dies (even by
     # SIGKILL), the agent gets SIGTERM and stops its workers instead of running on
@@ -25,6 +31,7 @@ def main(argv: list[str] | None = None) -> None:
         level=os.environ.get("LOGLEVEL", "WARNING").upper(),
         format="[torchx-elastic %(levelname)s] %(message)s",
     )
+    load_env_file()  # before the flags: their PET_* defaults may come from it
     try:
         args = build_parser().parse_args(argv)
     except ValueError as err:  # a PET_* switch that is not 0 or 1 (torchrun: exit 1)
@@ -33,7 +40,8 @@ def main(argv: list[str] | None = None) -> None:
 
     from torchx_elastic.agent.config.launch import UsageError, config_from_args
     from torchx_elastic.agent.supervision.launcher import run
-    from torchx_elastic.agent.workers.forkserver import ForkServer
+    from torchx_elastic.agent.workers.forkserver import ForkServer, share_with_forks
+    from torchx_elastic.agent.workers.preload import needs_compiler
 
     try:
         config = config_from_args(args)
@@ -46,7 +54,8 @@ def main(argv: list[str] | None = None) -> None:
             pass  # another interpreter (PYTHON_EXEC) or --no-python: nothing to fork from
         else:
             try:
-                fork_server = ForkServer()
+                share_with_forks()  # the agent's torch is the fork server's and workers'
+                fork_server = ForkServer(compiler=needs_compiler(config.worker.args[2:]))
             except RuntimeError as err:  # a thread exists already: forking is not safe
                 print(f"torchx-elastic: starting workers by spawn: {err}", file=sys.stderr)
     run(config, fork_server)

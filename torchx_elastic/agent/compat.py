@@ -9,9 +9,13 @@ The rest of the agent uses torch.distributed.elastic's public API only (rendezvo
   (with the workers' master address in ``bootstrap_store_info``); older releases returned
   ``(store, rank, world_size)``; from 2.5 on it hosts a store shared by every round unless
   told not to.
-- :func:`round_members` / :func:`present_members`: who took part in the c10d rendezvous,
-  for the "lost since the last round" message. No public API tells: this reads the c10d
+- :func:`round_members` / :func:`present_members` / :func:`heartbeats` /
+  :func:`peer_hosts`: who took part in the c10d rendezvous and when each was last heard,
+  for the "lost since the last round" message, the peers that stopped answering and those
+  a cut-off node probes. No public API tells: this reads the c10d
   handler's private state, and degrades to nothing when that state changes.
+- :func:`set_last_call_timeout`: the c10d handler's last call after the first round
+  (rendezvous/liveness.py); private, degrades to torch's own.
 - :func:`job_ended` / :func:`is_this_machine`: the "rendezvous closed" errors of each
   release; torch's private test of whether an endpoint names this machine.
 - :func:`accelerator_count`: ``torch.accelerator`` exists from 2.6 on; ``torch.xpu`` and a
@@ -25,26 +29,40 @@ The rest of the agent uses torch.distributed.elastic's public API only (rendezvo
 - :func:`torchrun_defaults`: the defaults of the installed torchrun's flags (2.4's
   ``--master-port`` defaults to 29500, later ones to a free port for one node; 2.4 has no
   ``--signals-to-handle``), read from torch's public ``get_args_parser()``.
+- :func:`quick_rendezvous_events` / :func:`no_first_round_skew`: the dynamic rendezvous
+  names each event it records after its caller through ``inspect.stack()`` (tens of ms
+  per round with torch loaded) and sleeps 0 to 0.3 s before a first round to skew the
+  nodes apart; the same name from the frame itself, and no skew when there is one node.
 """
 
 from __future__ import annotations
 
+import contextlib
+import datetime
 import functools
+import importlib
 import inspect
 import logging
 import os
 import socket
+import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Callable
 
 from torch.distributed.distributed_c10d import Store
 from torch.distributed.elastic.rendezvous import RendezvousHandler
 
+from torchx_elastic.contract import MASTER_KEY
+
 log = logging.getLogger(__name__)
 
+# torch's store keys of the worker ranks' assignment (api.py, _assign_worker_ranks): the
+# supervision loop assigns them as torch's agent does
+ROLE_INFO_PREFIX = "torchelastic/role_info/"
+ASSIGNED_RANKS_PREFIX = "torchelastic/assigned_ranks/"
 # torch's key prefix of the agents' exit barrier (api.py, _TERMINAL_STATE_SYNC_ID)
 EXIT_BARRIER_PREFIX = "torchelastic/agent/terminal_state"
-_MASTER_KEY = "torchx_elastic/master_addr_port"
 
 
 @dataclass(frozen=True)
@@ -58,10 +76,25 @@ class Round:
     master_port: int
 
 
+def preload_compiler() -> None:
+    """Import torch's compiler (``torch._dynamo``, private), which DistributedDataParallel
+    imports when it is built: over a second per process, once in the fork server."""
+    importlib.import_module("torch._dynamo")
+
+
+def round_placement(result: Any) -> tuple[Store, int, int]:
+    """(store, this node's rank, nodes) of what ``next_rendezvous()`` returned: a tuple in
+    releases before ``RendezvousInfo``."""
+    if isinstance(result, tuple):
+        store, rank, world_size = result
+        return store, int(rank), int(world_size)
+    return result.store, int(result.rank), int(result.world_size)
+
+
 def round_of(result: Any, local_addr: str | None = None) -> Round:
     """The round from what ``RendezvousHandler.next_rendezvous()`` returned."""
     if isinstance(result, tuple):  # (store, rank, world_size): releases before RendezvousInfo
-        store, rank, world_size = result
+        store, rank, world_size = round_placement(result)
         addr, port = _master_through_store(store, rank, local_addr)
         return Round(store, int(rank), int(world_size), addr, port)
     info = result.bootstrap_store_info
@@ -77,9 +110,9 @@ def _master_through_store(store: Store, rank: int, local_addr: str | None) -> tu
             sock.bind(("", 0))
             port = sock.getsockname()[1]
         addr = local_addr or socket.getfqdn()
-        store.set(_MASTER_KEY, f"{addr} {port}")
+        store.set(MASTER_KEY, f"{addr} {port}")
         return addr, int(port)
-    addr, port_text = store.get(_MASTER_KEY).decode().split(" ")
+    addr, port_text = store.get(MASTER_KEY).decode().split(" ")
     return addr, int(port_text)
 
 
@@ -102,11 +135,52 @@ def round_members(handler: RendezvousHandler) -> dict[int, str]:
     return {rank: _node_name(node) for node, rank in participants.items()}
 
 
+def heartbeats(handler: RendezvousHandler) -> dict[str, datetime.datetime]:
+    """Node name -> its last keep-alive heartbeat (UTC, timezone-aware) in the handler's
+    rendezvous state (torch before 2.5 keeps naive ``utcnow()`` times, later ones aware)."""
+    state = getattr(getattr(handler, "_state_holder", None), "state", None)
+    beats = dict(getattr(state, "last_heartbeats", None) or {})
+    return {
+        _node_name(node): when if when.tzinfo else when.replace(tzinfo=datetime.timezone.utc)
+        for node, when in beats.items()
+    }
+
+
+def freshest_peer_heartbeat_age_s(handler: RendezvousHandler) -> float | None:
+    """Seconds since the newest keep-alive heartbeat of another node in the handler's state
+    (synced from the store at each keep-alive): proof that peers reached the store."""
+    this_node, _, _ = _participants(handler)
+    own = _node_name(this_node) if this_node is not None else None
+    now = datetime.datetime.now(datetime.timezone.utc)
+    beats = heartbeats(handler)
+    ages = [(now - when).total_seconds() for name, when in beats.items() if name != own]
+    return min(ages) if ages else None
+
+
+def peer_hosts(handler: RendezvousHandler) -> list[str]:
+    """The hosts of the other members of the handler's last known round."""
+    this_node, participants, _ = _participants(handler)
+    this_addr = getattr(this_node, "addr", None)
+    return sorted({str(n.addr) for n in participants if getattr(n, "addr", this_addr) != this_addr})
+
+
 def present_members(handler: RendezvousHandler) -> set[str]:
     """Nodes the handler knows to be in the rendezvous now (this node included)."""
     this_node, participants, wait_list = _participants(handler)
     nodes = [this_node, *participants, *wait_list]
     return {_node_name(node) for node in nodes if node is not None}
+
+
+def set_last_call_timeout(handler: RendezvousHandler, seconds: float) -> bool:
+    """Make the c10d handler's later rounds complete ``seconds`` after the minimum of
+    nodes joined (its ``last_call_timeout``, private once the handler exists); False,
+    changing nothing, where this torch keeps it otherwise."""
+    settings = getattr(handler, "_settings", None)
+    timeout = getattr(settings, "timeout", None)
+    if not isinstance(getattr(timeout, "_last_call", None), datetime.timedelta):
+        return False
+    setattr(timeout, "_last_call", datetime.timedelta(seconds=seconds))  # noqa: B010
+    return True
 
 
 def job_ended(err: BaseException) -> bool:
@@ -181,18 +255,23 @@ def start_file_timer(path: str, run_id: str) -> Any:
 SHARE_STORE_OPT_OUT_ENV = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"
 
 
-def next_round(handler: RendezvousHandler, local_addr: str | None = None) -> Round:
+def next_round(
+    handler: RendezvousHandler, local_addr: str | None = None, single_node: bool = False
+) -> Round:
     """The next rendezvous round, without torch's store shared by every attempt.
 
     torch's c10d handler (2.5 on) hosts one store on the rank-0 agent for the workers of
     every round unless ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1``; the agent hosts a fresh one
     per attempt instead (rendezvous/worker_store.py), so it sets torch's opt-out for the
-    call only: the workers' environment does not get it.
+    call only: the workers' environment does not get it. ``single_node``: the rendezvous
+    admits one node at most (no skew before its first round, see :func:`no_first_round_skew`).
     """
+    quick_rendezvous_events()
     saved = os.environ.get(SHARE_STORE_OPT_OUT_ENV)
     os.environ[SHARE_STORE_OPT_OUT_ENV] = "1"
     try:
-        result = handler.next_rendezvous()
+        with no_first_round_skew(single_node):
+            result = handler.next_rendezvous()
     finally:
         if saved is None:
             del os.environ[SHARE_STORE_OPT_OUT_ENV]
@@ -250,3 +329,54 @@ def tcp_store_on_socket(sock: socket.socket, host: str, port: int, **kwargs: Any
         except OSError:
             pass
         raise
+
+
+def _dynamic_rendezvous() -> Any:
+    from torch.distributed.elastic.rendezvous import dynamic_rendezvous
+
+    return dynamic_rendezvous
+
+
+def quick_rendezvous_events() -> None:
+    """Give the dynamic rendezvous the name of its event's caller from the frame itself.
+
+    ``get_method_name(depth)`` is ``inspect.stack()[depth].function``: the name of the
+    function ``depth`` frames up from it, found by building every frame's source context.
+    """
+    module = _dynamic_rendezvous()
+    original = getattr(module, "get_method_name", None)
+    if original is None or getattr(original, "_quick", False):
+        return
+
+    def get_method_name(depth: int = 2) -> str:
+        frame = sys._getframe(1)  # the caller, inspect.stack()[1]
+        for _ in range(depth - 1):
+            if frame.f_back is None:
+                return "no_method_name"
+            frame = frame.f_back
+        return frame.f_code.co_name
+
+    get_method_name._quick = True  # type: ignore[attr-defined]
+    module.get_method_name = get_method_name
+
+
+@contextlib.contextmanager
+def no_first_round_skew(single_node: bool) -> Iterator[None]:
+    """Without the random sleep (0 to 0.3 s) that skews the nodes' first rendezvous apart,
+    when there is only one node to skew; torch's other sleeps (a fixed time between polls)
+    stay."""
+    module = _dynamic_rendezvous()
+    original = getattr(module, "_delay", None)
+    if not single_node or original is None:
+        yield
+        return
+
+    def delay(seconds: float | tuple[float, float]) -> None:
+        if not isinstance(seconds, tuple):
+            original(seconds)
+
+    module._delay = delay
+    try:
+        yield
+    finally:
+        module._delay = original

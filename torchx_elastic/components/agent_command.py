@@ -7,11 +7,11 @@ from dataclasses import dataclass
 from torchx.specs import macros
 
 from torchx_elastic.components.job_size import JobSize
+from torchx_elastic.contract.agent_args import FORK_SERVER, StartMethodError, check_start_method
 
 AGENT_MODULE = "torchx_elastic.agent"
 PYTHON = "python3"
-START_METHODS = ("spawn", "fork-server")
-DEFAULT_START_METHOD = "fork-server"  # the agent's own default
+DEFAULT_START_METHOD = FORK_SERVER  # the agent's own default
 CONSOLES = ("auto", "plain", "live")  # the agent's --console
 DEFAULT_CONSOLE = "auto"
 
@@ -39,14 +39,17 @@ class AgentCommand:
     # the variable that holds the rank-0 host of the rendezvous (torchx's rank0_env by default)
     rank0_variable: str = macros.rank0_env
     console: str = DEFAULT_CONSOLE
+    # other jobs reach this one's workers (ft.ddp's replica groups): a one-node job hosts its
+    # stores and gloo's listeners on its rank-0 host too, not on loopback only
+    reached_from_outside: bool = False
 
     def __post_init__(self) -> None:
         if self.console not in CONSOLES:
             raise ValueError(f"invalid console {self.console!r}; accepted: {', '.join(CONSOLES)}")
-        if self.start_method not in START_METHODS:
-            raise ValueError(
-                f"invalid start_method {self.start_method!r}; accepted: {', '.join(START_METHODS)}"
-            )
+        try:
+            check_start_method(self.start_method)
+        except StartMethodError as err:
+            raise ValueError(f"start_method {err}") from None
         if self.hang_timeout_s < 0:
             raise ValueError(
                 f"invalid hang_timeout_s {self.hang_timeout_s:g}; accepted: 0 (off) or seconds > 0"
@@ -62,7 +65,10 @@ class AgentCommand:
         if self.size.max_nodes == 1 and self.rdzv_backend != "static":
             # one agent: port 0 lets it pick a free port, so jobs never collide (static
             # rendezvous hands its port to the workers: it needs a fixed one)
-            return "localhost:0"
+            host = "localhost"
+            if self.reached_from_outside:
+                host = f"$${{{self.rank0_variable}:-localhost}}"
+            return f"{host}:0"
         # "$$" survives torchx's macro substitution as "$": the agent expands
         # ${<rank0 env var>:-localhost} itself, no shell involved
         return f"$${{{self.rank0_variable}:-localhost}}:{self.rdzv_port}"

@@ -86,7 +86,8 @@ def torchrun(
             many seconds, after dumping every rank's stack to its log (0: off)
         start_method: fork-server (the default: workers forked from a process that imported
             torch once, much faster starts and restarts) or spawn (a fresh interpreter per
-            worker, as torchrun starts a script)
+            worker, as torchrun starts a script; fork and forkserver, torchrun's other
+            spellings, start a script the same way)
         console: the agent's console: auto (a live progress bar on a person's terminal,
             plain lines in files, pipes and batch jobs such as Slurm's), plain or live
     """
@@ -178,7 +179,8 @@ def ddp(
             many seconds, after dumping every rank's stack to its log (0: off)
         start_method: fork-server (the default: workers forked from a process that imported
             torch once, much faster starts and restarts) or spawn (a fresh interpreter per
-            worker, as torchrun starts a script)
+            worker, as torchrun starts a script; fork and forkserver, torchrun's other
+            spellings, start a script the same way)
         console: the agent's console: auto (a live progress bar on a person's terminal,
             plain lines in files, pipes and batch jobs such as Slurm's), plain or live
     """

@@ -60,6 +60,7 @@ class DistApp:
     start_method: str = DEFAULT_START_METHOD
     rank0_variable: str = macros.rank0_env
     console: str = DEFAULT_CONSOLE
+    reached_from_outside: bool = False  # AgentCommand's
 
     def build(self) -> specs.AppDef:
         command = AgentCommand(
@@ -76,6 +77,7 @@ class DistApp:
             start_method=self.start_method,
             rank0_variable=self.rank0_variable,
             console=self.console,
+            reached_from_outside=self.reached_from_outside,
         )
         run_name = StructuredNameArgument.parse_from(name=self.name, m=self.m, script=self.script)
         env = dict(self.env)

@@ -91,7 +91,7 @@ def ddp(
         tee: which worker streams the console shows: 0 none, 1 stdout, 2 stderr, 3 both
         hang_timeout_s: restart (or fail) a group whose rank sends no progress()/heartbeat()
             for this many seconds (0: off)
-        start_method: fork-server (the default) or spawn
+        start_method: fork-server (the default) or torchrun's spawn, fork, forkserver
     """
     if importlib.util.find_spec("torchft") is None:
         print(INSTALL_HINT, file=sys.stderr)

@@ -105,6 +105,9 @@ class FtApp:
             env=env,
             rdzv_port=self.group.rdzv_port + group,
             rank0_variable=ROLE_RANK0_ENV,
+            # torchft's Manager hands its group's store (MASTER_ADDR) and gloo listeners to
+            # the other groups: on a one-node group too, they must not be on loopback only
+            reached_from_outside=True,
         )
         role: specs.Role = one_group.build().roles[0]
         role.name = group_role_name(group)

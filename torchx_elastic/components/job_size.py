@@ -17,6 +17,8 @@ import re
 from dataclasses import dataclass
 from typing import Tuple
 
+from torchx_elastic.contract.agent_args import NodeRangeError, parse_node_range
+
 _FORMS = re.compile(r"(?:(?:(?P<min>[0-9]+):)?(?P<max>[0-9]+)x)?(?P<nproc>[0-9]+)")
 _NODES_ONLY = re.compile(r"(?:(?P<min>[0-9]+):)?(?P<max>[0-9]+)")
 
@@ -76,16 +78,14 @@ class JobSize:
 
     @classmethod
     def _checked(cls, text: str, low: str | None, high: str | None, nproc: str) -> JobSize:
-        max_nodes = int(high) if high is not None else 1
-        min_nodes = int(low) if low is not None else max_nodes
-        size = cls(min_nodes, max_nodes, int(nproc))
-        if size.nproc_per_node < 1:
+        if int(nproc) < 1:
             raise JobSizeError(text, "processes per node must be at least 1")
-        if size.max_nodes < 1:
-            raise JobSizeError(text, "the node count (MAX) must be at least 1")
-        if size.min_nodes > size.max_nodes:
-            raise JobSizeError(text, f"MIN nodes ({min_nodes}) is above MAX nodes ({max_nodes})")
-        return size
+        nodes = high if high is not None else "1"
+        try:
+            min_nodes, max_nodes = parse_node_range(nodes if low is None else f"{low}:{nodes}", 0)
+        except NodeRangeError as err:
+            raise JobSizeError(text, err.reason) from None
+        return cls(min_nodes, max_nodes, int(nproc))
 
     @property
     def is_elastic(self) -> bool:

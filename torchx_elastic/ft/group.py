@@ -23,7 +23,8 @@ import time
 from types import FrameType
 from typing import Dict, List, Optional
 
-from torchx_elastic.agent.workers.bootstrap import LAUNCHER_PID_ENV, die_with_parent
+from torchx_elastic.agent.workers.bootstrap import die_with_parent
+from torchx_elastic.contract import LAUNCHER_PID_ENV, RANK0_ENV
 from torchx_elastic.ft.protocol import (
     DEFAULT_LIGHTHOUSE_PORT,
     GROUP_ID_ENV,
@@ -31,7 +32,6 @@ from torchx_elastic.ft.protocol import (
     lighthouse_url,
     post_event,
 )
-from torchx_elastic.schedulers.names import RANK0_ENV
 
 # the Lighthouse role imports torch before it serves: wait that long for it at the start
 STARTED_REPORT_S = 120.0

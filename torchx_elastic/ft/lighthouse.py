@@ -66,6 +66,19 @@ class Quorum:
         )
 
 
+_QUORUM_LINE = re.compile(r"quorum \d+ at step \d+: \d+ of \d+ replica groups \([^)]*\)")
+
+
+def last_quorum_line(lines: List[str]) -> Optional[str]:
+    """The last quorum the Lighthouse role logged (:meth:`Quorum.line`), e.g. for
+    ``torchx status``; None when it logged none yet."""
+    for line in reversed(lines):
+        found = _QUORUM_LINE.search(line)
+        if found:
+            return f"last {found[0]}"
+    return None
+
+
 def watch_quorums(port: int, registry: GroupRegistry, stop: threading.Event) -> List[Quorum]:
     """Log every change of the quorum's members (torchft bumps the quorum id then) and keep
     the latest quorum in ``registry``, until ``stop``; returns the quorums seen."""

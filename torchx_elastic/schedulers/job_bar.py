@@ -6,7 +6,8 @@ job's logs are followed and stderr is a terminal, :class:`TerminalBar` takes the
 terminal's place: stdout and stderr (file descriptors 1 and 2, so every writer of this
 process is caught: torchx's log threads, its logger, warnings) become pipes whose lines a
 thread prints through ``rich`` above one live bar, redrawn 4 times a second from the
-``job_progress.json`` that the job's rank-0 agent rewrites (``torchx_elastic.job_summary``).
+``job_progress.json`` that the job's rank-0 agent rewrites
+(``torchx_elastic.contract.job_progress``).
 :meth:`TerminalBar.stop` gives the terminal back, the bar's last state left on screen.
 """
 
@@ -22,7 +23,9 @@ import sys
 import threading
 from typing import IO, TYPE_CHECKING, Callable, Dict, Iterable, Iterator, List, Optional
 
-from torchx_elastic.job_summary import LINE_PREFIX, JobSummary, read_file, rich_bar
+from torchx_elastic.contract import JOB_PROGRESS_FILE, agents_log_dir
+from torchx_elastic.contract.job_progress import LINE_PREFIX, JobSummary, read_file
+from torchx_elastic.rich_job_bar import rich_bar
 
 if TYPE_CHECKING:
     from rich.console import Console, RenderableType
@@ -36,7 +39,7 @@ _READ_BYTES = 65536
 
 def progress_files(app_log_dir: str) -> List[str]:
     """Where a local_cwd job's rank-0 agents write the job's progress, one per role."""
-    return sorted(glob.glob(os.path.join(app_log_dir, "torchelastic", "*", "job_progress.json")))
+    return sorted(glob.glob(os.path.join(agents_log_dir(app_log_dir, "*"), JOB_PROGRESS_FILE)))
 
 
 def terminal_wanted(stream: IO[str]) -> bool:

@@ -13,8 +13,10 @@ On top of torchx's own ``local_cwd``:
 - ``--max_retries`` of ``dist.ddp`` is honoured: it is the agent's ``--max-restarts`` (in-place
   restarts of the worker group); torchx 0.7's local scheduler ignores role retries;
 - the agents stop their workers when the process that runs torchx dies, even by SIGKILL;
-- ``torchx run`` returns as soon as the job ends: its status poll (once a second) waits up to
-  ``STATUS_WAIT_S`` for the replicas to exit instead of answering "running" at once;
+- ``torchx run`` returns as soon as the job ends: asked by torchx's ``Runner.wait`` (the
+  CLI's wait for the job), the status waits for the replicas to exit instead of answering
+  "running" and being asked again after a second's sleep; any other status call from the
+  main thread waits up to ``STATUS_WAIT_S``;
 - ``torchx log`` and the log tail of ``torchx run`` hand out whole lines only: a line that is
   half written when the log is read waits for its end (torchx's own tail splits it);
 - on a terminal, the followed logs scroll above one live progress bar of the whole job
@@ -22,6 +24,8 @@ On top of torchx's own ``local_cwd``:
 - every job gets a secret of its own (``TORCHX_ELASTIC_RDZV_SECRET`` in its replicas'
   environment, not in the dry run) that authenticates its rendezvous (docs/security.md), and
   its log directory is private to its user (0700), as torchrun's;
+- while a node waits for the others, its status message is the rendezvous' waiting state
+  (``waiting for nodes: 1 of 2 joined; ...``, agent/rendezvous/waiting_file.py);
 - when a job that restarted or failed ends, one line names the command that draws its
   timeline (``torchx-elastic timeline <dir>``).
 
@@ -31,17 +35,19 @@ with the same meaning, declared once in :class:`LocalCwdOptions`.
 
 from __future__ import annotations
 
+import glob
+import inspect
 import os
-import re
+import subprocess
 import sys
 import threading
 import time
 import warnings
 from dataclasses import asdict, dataclass
-from datetime import datetime
 from typing import Any, Callable, ClassVar, Dict, Iterable, List, Mapping, Optional
 
-from torchx.schedulers.api import AppDryRunInfo, DescribeAppResponse, Stream
+from torchx.runner.api import Runner
+from torchx.schedulers.api import AppDryRunInfo, DescribeAppResponse, Stream, filter_regex
 from torchx.schedulers.local_scheduler import (
     CWDImageProvider,
     ImageProvider,
@@ -50,8 +56,16 @@ from torchx.schedulers.local_scheduler import (
 )
 from torchx.specs import AppDef, CfgVal, is_terminal, runopts
 
-from torchx_elastic.agent.rendezvous.job_secret import SECRET_ENV, new_secret
+from torchx_elastic.agent.rendezvous import waiting_file
+from torchx_elastic.contract import (
+    LAUNCHER_PID_ENV,
+    RANK0_ENV,
+    SECRET_ENV,
+    agents_log_dir,
+    new_secret,
+)
 from torchx_elastic.ft.protocol import ROLE_RANK0_ENV
+from torchx_elastic.schedulers.compat import as_torchx_cfg, local_app, local_replicas
 from torchx_elastic.schedulers.file_lines import follow_lines
 from torchx_elastic.schedulers.job_bar import (
     SharedBar,
@@ -59,17 +73,15 @@ from torchx_elastic.schedulers.job_bar import (
     progress_files,
     terminal_wanted,
 )
-from torchx_elastic.schedulers.names import RANK0_ENV
 from torchx_elastic.schedulers.options import RunOptions, option
+from torchx_elastic.schedulers.replica_logs import LogQuery, ReplicaLogs
 from torchx_elastic.timeline.cli import command_for
 from torchx_elastic.timeline.source import restarted_or_failed
 
-LAUNCHER_PID_ENV = "TORCHX_ELASTIC_LAUNCHER_PID"  # the agent's bootstrap.LAUNCHER_PID_ENV
 RANK0_HOST = "127.0.0.1"
 DEFAULT_LOG_DIR = "torchx_logs"
 _PYTHON_ENTRYPOINTS = frozenset({"python", "python3"})
 STATUS_WAIT_S = 0.9
-_EXIT_POLL_S = 0.01
 # the files torchx's local scheduler writes per replica (``<log_dir>/<role>/<replica>/``)
 _STREAM_FILES = {
     Stream.STDOUT: ("stdout.log",),
@@ -108,7 +120,7 @@ class LocalCwdOptions(RunOptions):
     )
 
 
-class LocalCwdScheduler(LocalScheduler):
+class LocalCwdScheduler(ReplicaLogs, LocalScheduler):
     def __init__(
         self,
         session_name: str,
@@ -132,28 +144,23 @@ class LocalCwdScheduler(LocalScheduler):
     def _submit_dryrun(self, app: AppDef, cfg: Mapping[str, CfgVal]) -> AppDryRunInfo[PopenRequest]:
         options = LocalCwdOptions.from_cfg(cfg)
         resolved = {**asdict(options), "log_dir": os.path.abspath(options.log_dir)}
-        # torchx 0.7 hands the cfg over as a dict, its development line as its own
-        # options dataclass (``from_cfg``), and reads it back the same way
-        as_torchx = getattr(type(cfg), "from_cfg", None)
-        info = super()._submit_dryrun(app, as_torchx(resolved) if as_torchx else resolved)
+        info = super()._submit_dryrun(app, as_torchx_cfg(cfg, resolved))
         self._bar_wanted[info.request.app_id] = options.progress_bar
-        for replicas in info.request.role_params.values():
-            for replica in replicas:
-                replica.env[RANK0_ENV] = RANK0_HOST
-                if len(app.roles) > 1:  # each role's own replica 0 (ft.ddp's groups)
-                    replica.env[ROLE_RANK0_ENV] = RANK0_HOST
-                # the agent stops its workers when this process dies, even by SIGKILL
-                replica.env[LAUNCHER_PID_ENV] = str(os.getpid())
-                if os.path.basename(replica.args[0]) in _PYTHON_ENTRYPOINTS:
-                    replica.args[0] = sys.executable
+        for replica in local_replicas(info.request):
+            replica.env[RANK0_ENV] = RANK0_HOST
+            if len(app.roles) > 1:  # each role's own replica 0 (ft.ddp's groups)
+                replica.env[ROLE_RANK0_ENV] = RANK0_HOST
+            # the agent stops its workers when this process dies, even by SIGKILL
+            replica.env[LAUNCHER_PID_ENV] = str(os.getpid())
+            if os.path.basename(replica.args[0]) in _PYTHON_ENTRYPOINTS:
+                replica.args[0] = sys.executable
         return info
 
     def schedule(self, dryrun_info: AppDryRunInfo[PopenRequest]) -> str:
         request = dryrun_info.request
         secret = new_secret()
-        for replicas in request.role_params.values():
-            for replica in replicas:
-                replica.env[SECRET_ENV] = secret
+        for replica in local_replicas(request):
+            replica.env[SECRET_ENV] = secret
         # the job's logs are its user's only: torchx makes the job's directory (it must not
         # exist yet) in the session's, which is private before anything is written
         session_dir = os.path.dirname(request.log_dir)
@@ -167,41 +174,30 @@ class LocalCwdScheduler(LocalScheduler):
         )
         return app_id
 
-    def log_iter(
-        self,
-        app_id: str,
-        role_name: str,
-        k: int = 0,
-        regex: Optional[str] = None,
-        since: Optional[datetime] = None,
-        until: Optional[datetime] = None,
-        should_tail: bool = False,
-        streams: Optional[Stream] = None,
-    ) -> Iterable[str]:
+    def replica_log(self, app_id: str, role_name: str, k: int, query: LogQuery) -> Iterable[str]:
         """Whole lines of a replica's log, followed until the job ends (as torchx does).
 
         Local log lines carry no times: ``since``/``until`` are ignored with a warning, as
         torchx does.
         """
-        if since or until:
+        if query.since or query.until:
             warnings.warn(
                 "since/until are ignored by local_cwd's logs (its lines carry no times);"
                 " all lines are returned",
-                stacklevel=2,
+                stacklevel=3,
             )
-        app = self._apps.get(app_id)
+        app = local_app(self, app_id)
         if app is None:
             raise ValueError(f"unknown app {app_id!r} in this torchx session")
         replica_dir = os.path.join(app.log_dir, role_name, str(k))
-        names = _STREAM_FILES[streams or Stream.COMBINED]
+        names = _STREAM_FILES[query.streams or Stream.COMBINED]
         lines = follow_lines(
             [os.path.join(replica_dir, name) for name in names],
             finished=lambda: self._finished(app_id),
         )
-        if regex:
-            pattern = re.compile(regex)
-            lines = (line for line in lines if pattern.search(line))
-        if should_tail and self._bar_wanted.get(app_id, True) and terminal_wanted(sys.stderr):
+        if query.regex:
+            lines = filter_regex(query.regex, lines)
+        if query.follow and self._bar_wanted.get(app_id, True) and terminal_wanted(sys.stderr):
             app_log_dir = app.log_dir
             bar = self._bars.setdefault(
                 app_id, SharedBar(TerminalBar(lambda: progress_files(app_log_dir)))
@@ -214,24 +210,36 @@ class LocalCwdScheduler(LocalScheduler):
         return desc is None or is_terminal(desc.state)
 
     def describe(self, app_id: str) -> Optional[DescribeAppResponse]:
-        app = self._apps.get(app_id)
+        app = local_app(self, app_id)
         # only the CLI's status poll (main thread) waits; its log thread must not be held up
         if app is not None and threading.current_thread() is threading.main_thread():
-            self._wait_for_exit(app_id, STATUS_WAIT_S)
+            self._wait_for_exit(app_id, None if _asked_by_runner_wait() else STATUS_WAIT_S)
             desc = super().describe(app_id)
             if desc is not None and is_terminal(desc.state):
                 self._tell_timeline(app_id)
+            return self._with_waiting(desc)
+        return self._with_waiting(super().describe(app_id))
+
+    def _with_waiting(self, desc: Optional[DescribeAppResponse]) -> Optional[DescribeAppResponse]:
+        """``desc`` with the rendezvous' waiting state (``waiting for nodes: 1 of 2 joined;
+        ...``) as its message while an agent of the job waits for the others."""
+        app = local_app(self, desc.app_id) if desc is not None else None
+        if desc is None or app is None or is_terminal(desc.state):
             return desc
-        return super().describe(app_id)
+        dirs = glob.glob(agents_log_dir(app.log_dir, "*"))
+        waiting = waiting_file.newest_message(dirs)
+        if waiting is not None:
+            desc.msg = waiting
+        return desc
 
     def _tell_timeline(self, app_id: str) -> None:
         """Once, when the job restarted or failed: the command that draws its timeline."""
         if app_id in self._timeline_told:
             return
         self._timeline_told.add(app_id)
-        app = self._apps[app_id]
+        app = local_app(self, app_id)
         for role in app.role_replicas:
-            agents_dir = os.path.join(app.log_dir, "torchelastic", role)
+            agents_dir = agents_log_dir(app.log_dir, role)
             if restarted_or_failed(agents_dir):
                 print(
                     f"torchx-elastic: {role} restarted or failed; its timeline:"
@@ -239,14 +247,31 @@ class LocalCwdScheduler(LocalScheduler):
                     file=sys.stderr,
                 )
 
-    def _wait_for_exit(self, app_id: str, timeout_s: float) -> None:
-        app = self._apps[app_id]
+    def _wait_for_exit(self, app_id: str, timeout_s: float | None) -> None:
+        """Until every replica exited, or ``timeout_s`` (None: no limit)."""
+        app = local_app(self, app_id)
         if is_terminal(app.state):
             return
         procs = [r.proc for replicas in app.role_replicas.values() for r in replicas]
-        deadline = time.monotonic() + timeout_s
-        while any(p.poll() is None for p in procs) and time.monotonic() < deadline:
-            time.sleep(_EXIT_POLL_S)
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        for proc in procs:  # no limit: blocked in waitpid, no polling beside the job
+            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+            try:
+                proc.wait(remaining)
+            except subprocess.TimeoutExpired:
+                return
+
+
+def _asked_by_runner_wait() -> bool:
+    """Whether torchx's ``Runner.wait`` is on the calling stack: it asks again only after a
+    sleep (a second for ``torchx run``), so an answer before the end costs up to that."""
+    wait_code = getattr(Runner.wait, "__code__", None)
+    frame = inspect.currentframe()
+    while frame is not None:
+        if frame.f_code is wait_code:
+            return True
+        frame = frame.f_back
+    return False
 
 
 def create_scheduler(

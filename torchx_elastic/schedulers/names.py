@@ -6,7 +6,6 @@ import re
 
 # the variable that torchx's ``rank0_env`` macro names: every replica of a job gets the host
 # of replica 0 in it (the agent's rendezvous endpoint is ``${TORCHX_RANK0_HOST:-localhost}``)
-RANK0_ENV = "TORCHX_RANK0_HOST"
 
 DNS_LABEL_MAX = 63
 _DNS_LABEL = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")

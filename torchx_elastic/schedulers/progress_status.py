@@ -1,18 +1,25 @@
 """The job's latest progress for ``torchx status`` (docker, kubernetes), from replica 0's log.
 
 Every status interval the rank-0 agent prints one ``[job progress]`` line for the whole job
-(``torchx_elastic.job_summary``). The schedulers read the tail of replica 0's log through
+(``torchx_elastic.contract.job_progress``). The schedulers read the tail of replica 0's log through
 the engine's or the API server's log call, with timestamps (no exec into a container, no
 extra permission beyond reading logs), and this module turns the newest such line into
-``progress 120/200 (60.0%) of 4/4 ranks, 4.1 steps/s, ETA 29s (as of 3s ago)``.
+``progress 120/200 (60.0%) of 4/4 ranks, 4.1 steps/s, ETA 29s (as of 3s ago)``; while
+replica 0's agent waits for the other nodes, its ``waiting for nodes: 1 of 2 joined; ...``.
 """
 
 from __future__ import annotations
 
 from datetime import datetime, timezone
-from typing import Iterable, Optional, Tuple
+from typing import Iterable, List, Optional, Tuple
 
-from torchx_elastic.job_summary import LINE_PREFIX, LineFigures, format_duration, parse_line
+from torchx_elastic.contract.job_progress import (
+    LINE_PREFIX,
+    WAITING_LINE_PREFIX,
+    LineFigures,
+    format_duration,
+    parse_line,
+)
 
 # lines of replica 0's log read per status call; the agent prints its line every 5 s, so a
 # job printing more lines than this in 5 s shows no progress in its status
@@ -47,12 +54,47 @@ def timestamped_figures(line: str) -> Optional[Tuple[Optional[datetime], LineFig
     return log_timestamp(stamp), figures
 
 
+# what a waiting agent prints (agent/rendezvous/waiting.py) until its first round is complete
+WAITING_MARK = "torchx-elastic: waiting for nodes: "
+
+
+def waiting_message(
+    lines: List[str], now: Optional[datetime] = None, where: str = "replica 0's log"
+) -> Optional[str]:
+    """``waiting for nodes: 1 of 2 joined; ...`` when the newest line of ``lines`` is the
+    agent's waiting line (nothing came after it: its first round is not complete), or the
+    ``[job progress]`` line of the same wait, after the waiting line it sums up."""
+    newest_stamp: Optional[str] = None
+    for line in reversed(lines):
+        stamp, _, text = line.partition(" ")
+        if not line.strip():
+            continue
+        newest_stamp = stamp if newest_stamp is None else newest_stamp
+        if not text.startswith(WAITING_LINE_PREFIX):
+            break
+    else:
+        return None
+    if not text.startswith(WAITING_MARK):
+        return None
+    message = text[len("torchx-elastic: ") :].strip()
+    at = log_timestamp(newest_stamp or stamp)
+    if at is not None:
+        age_s = ((now or datetime.now(timezone.utc)) - at).total_seconds()
+        message += f" (as of {format_duration(max(0.0, age_s))} ago, {where})"
+    return message
+
+
 def progress_message(
     lines: Iterable[str], now: Optional[datetime] = None, where: str = "replica 0's log"
 ) -> Optional[str]:
     """The newest ``[job progress]`` line of ``lines`` (each ``TIMESTAMP TEXT``, as the
-    log calls return them with timestamps on), in words; None when there is none."""
-    for line in reversed(list(lines)):
+    log calls return them with timestamps on), in words; while the agent waits for the
+    other nodes, its waiting line; None when there is neither."""
+    lines = list(lines)
+    waiting = waiting_message(lines, now, where)
+    if waiting is not None:
+        return waiting
+    for line in reversed(lines):
         found = timestamped_figures(line)
         if found is None:
             continue

@@ -18,7 +18,7 @@ import tempfile
 from collections.abc import Iterable, Iterator
 from typing import IO, TYPE_CHECKING, Any, cast
 
-from torchx_elastic.event_records import EVENTS_FILE, SUMMARY_PREFIX
+from torchx_elastic.contract import EVENTS_FILE, SUMMARY_PREFIX
 from torchx_elastic.timeline.model import Timeline
 from torchx_elastic.timeline.source import SourceError, timeline_of_dir
 

@@ -1,6 +1,6 @@
 """The failures of one attempt, job-wide: which rank failed first, which were only victims.
 
-The agent's own report policy (``agent/console/report.py``: :func:`collect` reads each
+The agent's own report policy (``agent/console/failure/report.py``: :func:`collect` reads each
 failed rank's error file and stderr, :func:`classify` names the root cause and the victims)
 applied to the failed ranks of every node of an attempt, from the files the agents left in
 their log directory (``attempt_<k>/rank_<r>/``).
@@ -31,8 +31,8 @@ def classify_attempt(
 ) -> list[RankFailureView]:
     """``failed``: one dict per failed rank (rank, node, local_rank, pid, exitcode, time_s)."""
     # torch is imported only when a job failed (the report takes torch's ProcessFailure)
-    from torchx_elastic.agent.console import report
-    from torchx_elastic.agent.console.output import RankOutput
+    from torchx_elastic.agent.console.failure import report
+    from torchx_elastic.agent.console.output.sinks import RankOutput
     from torchx_elastic.agent.workers import logs
     from torchx_elastic.agent.workers.processes import process_failure
 

@@ -17,7 +17,7 @@ import time
 from datetime import datetime
 from typing import Any
 
-from torchx_elastic.agent.error_file import parse_error_json
+from torchx_elastic.contract.error_file import parse_error_json
 from torchx_elastic.timeline.model import (
     MAX_PROGRESS_SAMPLES,
     Mark,

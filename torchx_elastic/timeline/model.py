@@ -1,6 +1,6 @@
 """What a timeline shows, as plain data: lanes per node (agent) and rank, marks, progress.
 
-:func:`build` turns the agents' event records (:mod:`torchx_elastic.event_records`) into a
+:func:`build` turns the agents' event records (:mod:`torchx_elastic.contract.events`) into a
 :class:`Timeline`; it reads records defensively (unknown events and fields are skipped, a
 record without a time is dropped) because fields are added over time. The failures of each
 attempt are classified by the agent's own policy (root cause, victims) in ``failures.py``.
@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from torchx_elastic import event_records as ev
+from torchx_elastic.contract import events as ev
 
 MAX_PROGRESS_SAMPLES = 1000  # a day-long job's samples, thinned out for the picture
 

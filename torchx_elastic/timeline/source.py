@@ -13,14 +13,13 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 from collections.abc import Iterator
-from typing import Any
 
-from torchx_elastic import event_records as ev
-from torchx_elastic.event_records import EVENTS_FILE
+from torchx_elastic.contract import AGENTS_LOG_SUBDIR, EVENTS_FILE
+from torchx_elastic.contract import events as ev
+from torchx_elastic.contract.events import read_events
 from torchx_elastic.timeline.failures import classifier
 from torchx_elastic.timeline.model import Timeline, build
 
@@ -32,21 +31,6 @@ _SEARCH_DEPTH = 5
 
 class SourceError(Exception):
     """The records cannot be found; the message says where it looked and what to do."""
-
-
-def read_events(path: str) -> list[dict[str, Any]]:
-    """The records of an ``events.jsonl``; a line that is not a JSON object is skipped (a
-    line being written while this reads, or a record of a newer agent)."""
-    records = []
-    with open(path, encoding="utf-8", errors="replace") as file:
-        for line in file:
-            try:
-                record = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(record, dict):
-                records.append(record)
-    return records
 
 
 def _event_dirs(top: str) -> Iterator[str]:
@@ -95,7 +79,7 @@ def timeline_of_dir(log_dir: str, title: str | None = None) -> Timeline:
 def _title(log_dir: str) -> str:
     """``<app_id>/<role>`` for torchx's layout (``.../<app_id>/torchelastic/<role>``)."""
     parts = os.path.abspath(log_dir).split(os.sep)
-    if len(parts) >= 3 and parts[-2] == "torchelastic":
+    if len(parts) >= 3 and parts[-2] == AGENTS_LOG_SUBDIR:
         return f"{parts[-3]} ({parts[-1]})"
     return parts[-1] or log_dir
 

@@ -14,12 +14,10 @@ import os
 from typing import Any, Protocol
 
 from torchx_elastic.agent import compat
-from torchx_elastic.agent.console.display import CONSOLE_MODES, DEFAULT_STATUS_INTERVAL_S
+from torchx_elastic.agent.console.output.display import CONSOLE_MODES, DEFAULT_STATUS_INTERVAL_S
+from torchx_elastic.contract.agent_args import FORK_SERVER, START_METHODS, START_METHODS_TEXT
 
-# torchrun's --start-method values change nothing for a script (torch starts a script as a
-# subprocess whatever the method); fork-server is ours, and the default (torchrun's: spawn)
-START_METHODS = ("spawn", "fork", "forkserver", "fork-server")
-DEFAULT_START_METHOD = "fork-server"
+DEFAULT_START_METHOD = FORK_SERVER  # torchrun's: spawn
 TORCHRUN_GROUP = "torchrun's flags"
 NUMA_BINDING_MODES = ("node", "socket", "exclusive", "core-complex")
 COMPLETION_SHELLS = ("bash", "zsh", "tcsh")  # torchrun's choices without shtab installed
@@ -36,45 +34,21 @@ def env_name(dest: str) -> str:
     return "PET_" + dest.upper()
 
 
-class _EnvDefault(argparse.Action):
-    """A flag whose default comes from ``PET_<DEST>`` (torchrun's ``env`` action)."""
-
-    def __init__(self, dest: str, default: Any = None, **kwargs: Any) -> None:
-        default = os.environ.get(env_name(dest), default)
-        super().__init__(dest=dest, default=default, **kwargs)
-
-    def __call__(
-        self,
-        parser: argparse.ArgumentParser,
-        namespace: argparse.Namespace,
-        values: Any,
-        option_string: str | None = None,
-    ) -> None:
-        setattr(namespace, self.dest, values)
+def _env_default(dest: str, default: Any) -> Any:
+    """``PET_<DEST>`` where it is set, else ``default`` (torchrun's ``env`` action)."""
+    return os.environ.get(env_name(dest), default)
 
 
-class _EnvSwitch(argparse.Action):
-    """A switch that ``PET_<DEST>=1`` turns on (torchrun's ``check_env`` action)."""
-
-    def __init__(self, dest: str, default: bool = False, **kwargs: Any) -> None:
-        text = os.environ.get(env_name(dest), "1" if default else "0")
-        try:
-            value = bool(int(text))
-        except ValueError:
-            raise ValueError(
-                f"{env_name(dest)}={text!r} is not 0 or 1 (it stands for the --"
-                f"{dest.replace('_', '-')} switch)"
-            ) from None
-        super().__init__(dest=dest, const=True, default=value, nargs=0, **kwargs)
-
-    def __call__(
-        self,
-        parser: argparse.ArgumentParser,
-        namespace: argparse.Namespace,
-        values: Any,
-        option_string: str | None = None,
-    ) -> None:
-        setattr(namespace, self.dest, True)
+def _env_switch(dest: str) -> bool:
+    """Whether ``PET_<DEST>=1`` turns the switch on (torchrun's ``check_env`` action)."""
+    text = os.environ.get(env_name(dest), "0")
+    try:
+        return bool(int(text))
+    except ValueError:
+        raise ValueError(
+            f"{env_name(dest)}={text!r} is not 0 or 1 (it stands for the --"
+            f"{dest.replace('_', '-')} switch)"
+        ) from None
 
 
 def _spellings(name: str, short: str | None = None) -> list[str]:
@@ -98,13 +72,13 @@ def _flag(
     if getattr(parser, "title", None) == TORCHRUN_GROUP and not own_default:
         # torchrun's flags: the installed torch's torchrun's default, ours where it lacks one
         default = compat.torchrun_defaults().get(name.replace("-", "_"), default)
-    parser.add_argument(
-        *_spellings(name, short), action=_EnvDefault, default=default, help=help, **kw
-    )
+    default = _env_default(kw.get("dest", name.replace("-", "_")), default)
+    parser.add_argument(*_spellings(name, short), default=default, help=help, **kw)
 
 
 def _switch(parser: _Adder, name: str, help: str, short: str | None = None) -> None:
-    parser.add_argument(*_spellings(name, short), action=_EnvSwitch, help=help)
+    default = _env_switch(name.replace("-", "_"))
+    parser.add_argument(*_spellings(name, short), action="store_true", default=default, help=help)
 
 
 class _PrintCompletion(argparse.Action):
@@ -179,9 +153,9 @@ def build_parser() -> argparse.ArgumentParser:
         torchrun,
         "start-method",
         DEFAULT_START_METHOD,
-        "how workers start: fork-server (ours, the default: forked from a process that"
-        " imported torch once, much faster starts and restarts; see docs/agent.md) or"
-        " spawn, fork, forkserver (torchrun's: a script starts as a fresh interpreter)",
+        f"how workers start: {START_METHODS_TEXT}; {FORK_SERVER} (the default) starts and"
+        " restarts much faster (docs/agent.md); torchrun's start a script as a fresh"
+        " interpreter",
         choices=START_METHODS,
         own_default=True,
     )

@@ -21,19 +21,25 @@ from torch.distributed.elastic.multiprocessing.api import Std
 from torchx_elastic.agent import compat
 from torchx_elastic.agent.config.cli import DEFAULT_START_METHOD
 from torchx_elastic.agent.config.endpoint import Endpoint
-from torchx_elastic.agent.console.display import ConsoleMode, parse_rank_filter
-from torchx_elastic.agent.console.output import DEFAULT_PREFIX, format_prefix
+from torchx_elastic.agent.console.output.display import ConsoleMode, parse_rank_filter
+from torchx_elastic.agent.console.output.sinks import DEFAULT_PREFIX, format_prefix
 from torchx_elastic.agent.rendezvous.job_secret import hide_from_workers, read_secret
-from torchx_elastic.agent.supervision.stop_signals import DEFAULT_SIGNALS, SIGNALS_ENV
+from torchx_elastic.agent.supervision.stop_signals import DEFAULT_SIGNALS
 from torchx_elastic.agent.workers import bootstrap
+from torchx_elastic.contract import (
+    PREFIX_TEMPLATE_ENV,
+    RANK0_ENV,
+    SHUTDOWN_TIMEOUT_ENV,
+    SIGNALS_ENV,
+)
+from torchx_elastic.contract.agent_args import parse_node_range
 
 log = logging.getLogger(__name__)
 
 DEFAULT_MASTER_PORT = 29500
 DEFAULT_SHUTDOWN_TIMEOUT_S = 30.0
-PREFIX_TEMPLATE_ENV = "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"
+RDZV_TIMEOUT_S = 900  # torch's LaunchConfig.rdzv_configs["timeout"] default
 # set on every replica by this package's torchx schedulers (torchx's ``rank0_env`` macro)
-TORCHX_RANK0_ENV = "TORCHX_RANK0_HOST"
 OMP_WARNING = (
     "\n*****************************************\n"
     "Setting OMP_NUM_THREADS environment variable for each process to be "
@@ -56,15 +62,7 @@ class NodeRange:
 
     @classmethod
     def parse(cls, text: str) -> NodeRange:
-        low, _, high = text.partition(":")
-        try:
-            min_nodes = int(low)
-            max_nodes = int(high) if high else min_nodes
-        except ValueError:
-            raise ValueError(f"--nnodes {text!r} is not N or MIN:MAX (e.g. 2 or 1:4)") from None
-        if not 1 <= min_nodes <= max_nodes:
-            raise ValueError(f"--nnodes {text!r}: need 1 <= MIN <= MAX (e.g. 2 or 1:4)")
-        return cls(min_nodes, max_nodes)
+        return cls(*parse_node_range(text))
 
     def __str__(self) -> str:
         return (
@@ -253,7 +251,7 @@ def console_streams(redirects: str, tee: str, nproc: int) -> Std | dict[int, Std
 
 def prefix_template(flag_value: str | None) -> str:
     """The flag, else ``TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE`` (as torchrun), else ours; in
-    either syntax (see :func:`~torchx_elastic.agent.console.output.format_prefix`)."""
+    either syntax (see :func:`~torchx_elastic.agent.console.output.sinks.format_prefix`)."""
     if flag_value:
         template = flag_value
     elif os.environ.get(PREFIX_TEMPLATE_ENV):
@@ -337,15 +335,24 @@ def _rendezvous(
     return backend, endpoint, run_id, conf, master_addr, master
 
 
+def shutdown_timeout_s(given: float | None) -> float:
+    """The seconds workers get between SIGTERM and SIGKILL: ``given``, else
+    ``TORCH_ELASTIC_SHUTDOWN_TIMEOUT``, else 30 (torch's)."""
+    if given is not None:
+        return float(given)
+    return float(os.environ.get(SHUTDOWN_TIMEOUT_ENV, DEFAULT_SHUTDOWN_TIMEOUT_S))
+
+
 def config_from_args(args: argparse.Namespace) -> AgentConfig:
     """The whole configuration, checked; bad input is a :class:`UsageError`."""
     try:
         nodes = NodeRange.parse(args.nnodes)
     except ValueError as err:
-        raise UsageError(str(err)) from None
+        raise UsageError(f"--nnodes {err}") from None
     if args.max_restarts < 0:
         raise UsageError(f"--max-restarts {args.max_restarts} is negative; give 0 or more")
     backend, endpoint, run_id, conf, master_addr, master_port = _rendezvous(args, nodes)
+    conf.setdefault("timeout", RDZV_TIMEOUT_S)  # torch's LaunchConfig adds it, for torchrun too
     worker = worker_command(args)
     nproc = local_world_size(str(args.nproc_per_node))
     if args.numa_binding is not None:
@@ -357,15 +364,10 @@ def config_from_args(args: argparse.Namespace) -> AgentConfig:
         show_ranks = parse_rank_filter(args.console_ranks)
     except ValueError as err:
         raise UsageError(str(err)) from None
-    shutdown_timeout_s = args.shutdown_timeout
-    if shutdown_timeout_s is None:
-        shutdown_timeout_s = args.term_timeout_s
-    if shutdown_timeout_s is None:
-        shutdown_timeout_s = float(
-            os.environ.get("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", DEFAULT_SHUTDOWN_TIMEOUT_S)
-        )
-    if shutdown_timeout_s < 0:
-        raise UsageError(f"--shutdown-timeout {shutdown_timeout_s:g} is negative")
+    given = args.shutdown_timeout
+    timeout_s = shutdown_timeout_s(args.term_timeout_s if given is None else given)
+    if timeout_s < 0:
+        raise UsageError(f"--shutdown-timeout {timeout_s:g} is negative")
     console = ConsoleConfig(
         mode=args.console,
         prefix_template=prefix_template(args.log_line_prefix_template),
@@ -396,7 +398,7 @@ def config_from_args(args: argparse.Namespace) -> AgentConfig:
         logs_specs_name=args.logs_specs,
         console=console,
         exit_barrier_timeout_s=args.exit_barrier_timeout,
-        shutdown_timeout_s=float(shutdown_timeout_s),
+        shutdown_timeout_s=timeout_s,
         hang_timeout_s=args.hang_timeout_s,
         signals_to_handle=args.signals_to_handle,
         virtual_local_rank=args.virtual_local_rank,
@@ -421,7 +423,7 @@ def apply_process_environment(config: AgentConfig, warn: Any = None) -> str | No
     """
     deferred = None
     if "OMP_NUM_THREADS" not in os.environ and config.nproc_per_node > 1:
-        if TORCHX_RANK0_ENV in os.environ:
+        if RANK0_ENV in os.environ:
             deferred = OMP_WARNING
         else:
             (warn or log.warning)(OMP_WARNING)

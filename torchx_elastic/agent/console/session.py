@@ -3,7 +3,7 @@
 One :class:`ConsoleSession` per agent run owns the worker -> agent channel (progress,
 heartbeats), the console (live bar or plain lines), the event log, and at the end writes the
 JSON summary and prints the "Root cause" report. Each attempt's workers get a fresh
-:class:`~torchx_elastic.agent.console.output.RankSink` from :meth:`make_sink`.
+:class:`~torchx_elastic.agent.console.output.sinks.RankSink` from :meth:`make_sink`.
 """
 
 from __future__ import annotations
@@ -19,32 +19,32 @@ from typing import Any, TextIO
 
 from torch.distributed.elastic.agent.server.api import RunResult
 
-from torchx_elastic import event_records as ev
 from torchx_elastic import job_failure_line
-from torchx_elastic.agent.console import report
-from torchx_elastic.agent.console.channel import ActivityChannel, RankActivity
-from torchx_elastic.agent.console.display import (
-    DEFAULT_STATUS_INTERVAL_S,
-    ConsoleMode,
-    make_console,
-)
-from torchx_elastic.agent.console.events import EventLog
-from torchx_elastic.agent.console.job_failure import (
+from torchx_elastic.agent.console.failure import report
+from torchx_elastic.agent.console.failure.first_failure import (
     FirstFailure,
     agree,
     innermost_frame,
     leave_together,
 )
-from torchx_elastic.agent.console.job_progress import JobProgressExchange
-from torchx_elastic.agent.console.output import (
+from torchx_elastic.agent.console.output.display import (
+    DEFAULT_STATUS_INTERVAL_S,
+    ConsoleMode,
+    make_console,
+)
+from torchx_elastic.agent.console.output.sinks import (
     DEFAULT_PREFIX,
     OutputSink,
     RankOutput,
     RankSink,
     Stream,
 )
-from torchx_elastic.agent.error_file import ERROR_FILE_ENV
+from torchx_elastic.agent.console.progress.channel import ActivityChannel, RankActivity
+from torchx_elastic.agent.console.progress.exchange import JobProgressExchange
 from torchx_elastic.agent.workers.logs import ERROR_FILE
+from torchx_elastic.contract import ERROR_FILE_ENV
+from torchx_elastic.contract import events as ev
+from torchx_elastic.contract.events import EventLog
 
 log = logging.getLogger(__name__)
 
@@ -90,6 +90,10 @@ class ConsoleSession:
         """A rendezvous round completed (its store reaches the job-wide exchanges)."""
         self._round = (store, node_rank, num_nodes)
         self.job_progress.start_round(store, node_rank, num_nodes)
+
+    def waiting_for_nodes(self, line: str | None) -> None:
+        """The job-wide progress line while the first round waits (None: it is complete)."""
+        self.console.waiting_for_nodes(line)
 
     def worker_env(self) -> dict[str, str]:
         """Extra environment of every worker (the channel's address)."""

@@ -9,8 +9,6 @@ report. What comes back is the exit code and the run's JSON summary
 
 from __future__ import annotations
 
-import glob
-import json
 import os
 import sys
 from dataclasses import dataclass
@@ -26,14 +24,15 @@ from torchx_elastic.agent.config.launch import (
     UsageError,
     WorkerCommand,
     prefix_template,
+    shutdown_timeout_s,
 )
-from torchx_elastic.agent.console.display import ConsoleMode, parse_rank_filter
+from torchx_elastic.agent.console.output.display import ConsoleMode, parse_rank_filter
 from torchx_elastic.agent.function.options import AgentOptions
 from torchx_elastic.agent.rendezvous.job_secret import read_secret
-from torchx_elastic.agent.supervision.stop_signals import SIGNALS_ENV
 from torchx_elastic.agent.workers import bootstrap
 from torchx_elastic.agent.workers.forkserver import ForkServer
-from torchx_elastic.event_records import SUMMARY_PREFIX
+from torchx_elastic.contract import SIGNALS_ENV
+from torchx_elastic.contract.events import read_summary
 
 
 @dataclass(frozen=True)
@@ -125,29 +124,13 @@ def agent_config(
             duplicate_stderr_filters=tuple(config.duplicate_stderr_filters or ()),
         ),
         exit_barrier_timeout_s=options.exit_barrier_timeout_s,
-        shutdown_timeout_s=float(
-            config.shutdown_timeout
-            if config.shutdown_timeout is not None
-            else os.environ.get("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", 30)
-        ),
+        shutdown_timeout_s=shutdown_timeout_s(config.shutdown_timeout),
         hang_timeout_s=options.hang_timeout_s,
         signals_to_handle=config.signals_to_handle,
         virtual_local_rank=config.virtual_local_rank,
         event_log_handler=config.event_log_handler,
         job_secret=read_secret(),
     )
-
-
-def read_summary(log_dir: str) -> dict[str, Any]:
-    """This run's summary (the newest, should a node's log directory hold several)."""
-    paths = sorted(
-        glob.glob(os.path.join(log_dir, f"{SUMMARY_PREFIX}*.json")), key=os.path.getmtime
-    )
-    if not paths:
-        return {}
-    with open(paths[-1]) as file:
-        data: dict[str, Any] = json.load(file)
-    return data
 
 
 def run_agent(agent: AgentConfig, fork_server: ForkServer | None) -> Outcome:

@@ -26,6 +26,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from torchx_elastic.contract import RESTART_COUNT_ENV
+
 RESULTS_DIR = "results"
 _PROTOCOL = pickle.HIGHEST_PROTOCOL
 # set while a worker re-runs the caller's main script as __mp_main__: a launch from there
@@ -162,9 +164,7 @@ def run_call_file(call_file: str) -> None:
     if _is_fresh_interpreter():
         _prepare(call.preparation)
     function, args = _unpickle_call(call)
-    path = result_path(
-        call_file, os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"), os.environ["RANK"]
-    )
+    path = result_path(call_file, os.environ.get(RESTART_COUNT_ENV, "0"), os.environ["RANK"])
     try:
         value = function(*args)
     except SystemExit as exit_:

@@ -27,9 +27,10 @@ from torch.distributed.launcher.api import LaunchConfig
 from torchx_elastic.agent.function import call as function_call
 from torchx_elastic.agent.function.agent_run import Outcome, WorkerTarget, agent_config, run_agent
 from torchx_elastic.agent.function.errors import FunctionFailedError
-from torchx_elastic.agent.function.options import AgentOptions, check_start_method
+from torchx_elastic.agent.function.options import AgentOptions
 from torchx_elastic.agent.workers.forkserver import ForkServer, WorkerExit
 from torchx_elastic.agent.workers.processes import process_failure
+from torchx_elastic.contract.agent_args import StartMethodError, check_start_method
 
 log = logging.getLogger(__name__)
 
@@ -174,7 +175,10 @@ def launch_agent(
     :func:`torchx_elastic.launcher.elastic_launch`."""
     if not callable(entrypoint) and not isinstance(entrypoint, str):
         raise TypeError(f"entrypoint {entrypoint!r} is neither a function nor a program name (str)")
-    start_method = check_start_method(config.start_method)
+    try:
+        start_method = check_start_method(config.start_method)
+    except StartMethodError as err:
+        raise ValueError(f"start_method={err}") from None
     name = entrypoint_name(entrypoint, args)
     run_id = config.run_id or str(uuid.uuid4().int)  # torch's launcher: a random one
     call_dir = tempfile.mkdtemp(prefix="torchx_elastic_call_")

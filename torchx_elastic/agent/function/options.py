@@ -4,14 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from torchx_elastic.agent.console.display import CONSOLE_MODES, DEFAULT_STATUS_INTERVAL_S
+from torchx_elastic.agent.console.output.display import CONSOLE_MODES, DEFAULT_STATUS_INTERVAL_S
 
-# torch's start methods (multiprocessing's) and ours; what each means for a function:
+# what each start method (contract/agent_args.py) means for a function:
 # spawn: a fresh interpreter per worker (the caller's main script re-run as __mp_main__);
 # fork: workers forked from a copy of the caller (even with threads running, as
 #   multiprocessing's fork does): functions of a notebook work;
 # forkserver, fork-server: the same when the caller runs no other thread, else spawn.
-START_METHODS = ("spawn", "fork", "forkserver", "fork-server")
 DEFAULT_START_METHOD = "spawn"
 
 
@@ -34,9 +33,3 @@ class AgentOptions:
                 f"tee={self.tee!r} is not 0 (no worker output on the console), 1 (stdout),"
                 " 2 (stderr) or 3 (both)"
             )
-
-
-def check_start_method(start_method: str) -> str:
-    if start_method not in START_METHODS:
-        raise ValueError(f"start_method={start_method!r} is not one of {', '.join(START_METHODS)}")
-    return start_method

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import datetime
 import socket
-import time
 from typing import Any
 
 from torch.distributed.elastic.rendezvous import (
@@ -21,17 +20,17 @@ from torch.distributed.elastic.rendezvous.registry import get_rendezvous_handler
 from torchx_elastic.agent import compat
 from torchx_elastic.agent.config.endpoint import Endpoint
 from torchx_elastic.agent.config.launch import AgentConfig
-from torchx_elastic.agent.rendezvous import listen
-from torchx_elastic.agent.rendezvous.job_secret import SECRET_ENV, SECRET_FILE_ENV
+from torchx_elastic.agent.rendezvous import diagnosis, listen, liveness, waiting
 from torchx_elastic.agent.rendezvous.signed_backend import SignedRendezvousBackend
 from torchx_elastic.agent.rendezvous.signed_store import StoreSigner
+from torchx_elastic.contract import SECRET_ENV, SECRET_FILE_ENV
 
 DEFAULT_JOIN_TIMEOUT_S = 600.0
 # how long the agent hosting the rendezvous keeps it up, closed, after an elastic job that
 # ran with fewer than its maximum of nodes succeeded: a node that arrives meanwhile learns
 # that the job has finished (--rdzv-conf finished_grace_s=SECONDS)
 FINISHED_GRACE_KEY = "finished_grace_s"
-DEFAULT_FINISHED_GRACE_S = 5.0
+DEFAULT_FINISHED_GRACE_S = 12.0
 _CHECK = (
     "check that the rank-0 node is running, that {host} resolves and port {port} is reachable"
     " from this node (--rdzv-endpoint / dist.ddp --rdzv_port, firewalls), and that no other"
@@ -62,8 +61,7 @@ class JobAlreadyFinished(Exception):
                 " leaves the job to the nodes that joined)"
             )
         super().__init__(
-            f"the job this node came for has finished: {what}, so this node exits without"
-            " training"
+            f"the job this node came for has finished: {what}, so this node exits without training"
         )
 
 
@@ -77,23 +75,9 @@ def late_for_the_job(err: BaseException, config: AgentConfig) -> bool:
     return config.min_nodes < config.max_nodes and isinstance(err, RendezvousConnectionError)
 
 
-def wait_until_resolvable(endpoint: Endpoint, timeout_s: float) -> None:
-    """Nodes start in any order: wait for the rank-0 host's name to resolve."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            socket.getaddrinfo(endpoint.host, endpoint.port)
-            return
-        except socket.gaierror as err:
-            if time.monotonic() >= deadline:
-                what = f"host {endpoint.host!r} did not resolve within {timeout_s:g}s ({err})"
-                raise RendezvousFailure(endpoint, what) from None
-            time.sleep(0.5)
-
-
 def rendezvous_parameters(config: AgentConfig) -> RendezvousParameters:
     """Parameters of torch's rendezvous handler for this run."""
-    conf = dict(config.rdzv_configs)
+    conf = liveness.with_keep_alive_defaults(dict(config.rdzv_configs))
     endpoint = config.rdzv_endpoint
     if "is_host" not in conf and socket.gethostname() == endpoint.host.split(".")[0]:
         # this node is the rank-0 host by name (a pod's or container's hostname): host the
@@ -129,23 +113,52 @@ def hosts_rendezvous(config: AgentConfig) -> bool:
     return compat.is_this_machine(config.rdzv_endpoint.host)
 
 
-def create_handler(config: AgentConfig, signer: StoreSigner) -> RendezvousHandler:
+def create_handler(
+    config: AgentConfig, signer: StoreSigner, on_waiting: waiting.WaitingListener | None = None
+) -> RendezvousHandler:
     """The rendezvous handler, once the rank-0 host resolves; store errors made readable.
+    ``on_waiting``: the job-wide progress line while the first round waits (its host's).
 
     ``c10d`` over TCP (the default): torch's dynamic rendezvous on a store that listens
     only where the peers reach it, with its state signed by ``signer`` (signed_backend.py).
     """
     params = rendezvous_parameters(config)
     endpoint = config.rdzv_endpoint
-    wait_until_resolvable(endpoint, join_timeout_s(params))
+    tcp = params.backend == "c10d" and params.get("store_type", "tcp").strip().lower() == "tcp"
+    hosting = hosts_rendezvous(config)
+    waiting.say_interface_problems(config)
+    # said out loud while it fails; at the join timeout the diagnosis is the error
+    diagnosis.wait_until_reachable(endpoint, join_timeout_s(params), connect=tcp and not hosting)
     try:
-        if params.backend != "c10d" or params.get("store_type", "tcp").strip().lower() != "tcp":
+        if not tcp:
             return get_rendezvous_handler(params)
         store = rendezvous_store(params, endpoint)
+    except RendezvousConnectionError:
+        raise  # the host went away as this node reached it (late_for_the_job)
+    except (RendezvousError, RuntimeError, TimeoutError, ValueError, OSError) as err:
+        if hosting and diagnosis.is_port_taken(err):
+            raise diagnosis.RendezvousDiagnosis(endpoint, diagnosis.port_taken(endpoint)) from None
+        raise RendezvousFailure(endpoint, describe_error(err)) from None
+    handler = handler_on_store(store, params, signer, endpoint)
+    return waiting.explained(
+        handler, store, config, signer, hosting, join_timeout_s(params), on_waiting
+    )
+
+
+def handler_on_store(
+    store: Any, params: RendezvousParameters, signer: StoreSigner, endpoint: Endpoint
+) -> RendezvousHandler:
+    """torch's dynamic rendezvous on a store this node reached. A store that goes away now
+    (its host exited as this node came: the end of an elastic job) raises torch's
+    ``RendezvousConnectionError``, for the caller to tell a late node from a failure
+    (:func:`late_for_the_job`); other errors are a :class:`RendezvousFailure`."""
+    try:
         backend = C10dRendezvousBackend(store, params.run_id)
         if signer.authenticated:
             backend = SignedRendezvousBackend(backend, signer, params.run_id)  # type: ignore[assignment]
         return dynamic_rendezvous.create_handler(store, backend, params)
+    except RendezvousConnectionError:
+        raise
     except (RendezvousError, RuntimeError, TimeoutError, ValueError, OSError) as err:
         raise RendezvousFailure(endpoint, describe_error(err)) from None
 
@@ -169,12 +182,15 @@ def rendezvous_store(params: RendezvousParameters, endpoint: Endpoint) -> Any:
             if given is not None:
                 raise
             # another agent of this host hosts it (several nodes on one host)
-    return TCPStore(
-        endpoint.host,
-        endpoint.port,
-        is_master=False,
-        multi_tenant=True,
-        timeout=datetime.timedelta(seconds=read_timeout),
+    return diagnosis.store_client(
+        lambda: TCPStore(
+            endpoint.host,
+            endpoint.port,
+            is_master=False,
+            multi_tenant=True,
+            timeout=datetime.timedelta(seconds=read_timeout),
+        ),
+        endpoint,
     )
 
 
@@ -198,5 +214,4 @@ def describe_error(err: BaseException) -> str:
 
 def lost_nodes(before: dict[int, str], handler: RendezvousHandler) -> list[str]:
     """Members of an earlier round that are not in the rendezvous any more."""
-    present = compat.present_members(handler)
-    return [f"node {rank}: {name}" for rank, name in sorted(before.items()) if name not in present]
+    return liveness.node_names(liveness.absent_members(before, handler))

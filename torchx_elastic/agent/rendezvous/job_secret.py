@@ -14,20 +14,15 @@ import secrets
 from collections.abc import Mapping
 from pathlib import Path
 
+from torchx_elastic.contract import SECRET_ENV, SECRET_FILE_ENV
+
 log = logging.getLogger(__name__)
 
-SECRET_ENV = "TORCHX_ELASTIC_RDZV_SECRET"
-SECRET_FILE_ENV = "TORCHX_ELASTIC_RDZV_SECRET_FILE"
 UNAUTHENTICATED_WARNING = (
     "this multi-node rendezvous is NOT authenticated: any process that reaches the store port"
     " can join the job and run code in its agents; give every node the same secret in "
     f"{SECRET_ENV} or {SECRET_FILE_ENV} (docs/security.md)"
 )
-
-
-def new_secret() -> str:
-    """A fresh per-job secret (what the schedulers hand to the nodes)."""
-    return secrets.token_hex(32)
 
 
 def read_secret(environ: Mapping[str, str] | None = None) -> bytes | None:

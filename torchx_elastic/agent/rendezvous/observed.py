@@ -15,26 +15,22 @@ from typing import Any
 
 from torch.distributed.elastic.rendezvous import RendezvousHandler, RendezvousInfo
 
+from torchx_elastic.agent import compat
+
 log = logging.getLogger(__name__)
 
 RoundListener = Callable[[Any, int, int], None]  # (the round's torch Store, rank, nodes)
 
 
-class ObservedRendezvous(RendezvousHandler):
-    def __init__(self, handler: RendezvousHandler, on_round: RoundListener) -> None:
+class WrappedRendezvous(RendezvousHandler):
+    """A ``RendezvousHandler`` that hands every call to the handler it wraps; subclasses
+    add to the calls they override."""
+
+    def __init__(self, handler: RendezvousHandler) -> None:
         self.handler = handler
-        self._on_round = on_round
 
     def next_rendezvous(self) -> RendezvousInfo:
-        info = self.handler.next_rendezvous()
-        try:
-            if isinstance(info, tuple):  # (store, rank, world_size) before RendezvousInfo
-                self._on_round(*info)
-            else:
-                self._on_round(info.store, info.rank, info.world_size)
-        except Exception:  # the listener is an extra: never fail a rendezvous for it
-            log.exception("rendezvous round listener failed")
-        return info
+        return self.handler.next_rendezvous()
 
     def get_backend(self) -> str:
         return self.handler.get_backend()
@@ -63,3 +59,17 @@ class ObservedRendezvous(RendezvousHandler):
         if name == "handler":  # not set yet (copy, pickle): no endless recursion
             raise AttributeError(name)
         return getattr(self.handler, name)
+
+
+class ObservedRendezvous(WrappedRendezvous):
+    def __init__(self, handler: RendezvousHandler, on_round: RoundListener) -> None:
+        super().__init__(handler)
+        self._on_round = on_round
+
+    def next_rendezvous(self) -> RendezvousInfo:
+        info = self.handler.next_rendezvous()
+        try:
+            self._on_round(*compat.round_placement(info))
+        except Exception:  # the listener is an extra: never fail a rendezvous for it
+            log.exception("rendezvous round listener failed")
+        return info

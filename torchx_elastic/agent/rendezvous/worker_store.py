@@ -19,8 +19,8 @@ from torch.distributed.elastic.rendezvous import RendezvousError
 from torchx_elastic.agent import compat
 from torchx_elastic.agent.rendezvous import listen
 from torchx_elastic.agent.rendezvous.signed_store import RefusedEntry, SignedStore, StoreSigner
+from torchx_elastic.contract import WORKER_STORE_KEY
 
-WORKER_STORE_KEY = "torchx_elastic/worker_store/"
 STORE_TIMEOUT_S = 900.0
 
 

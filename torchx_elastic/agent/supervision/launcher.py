@@ -16,6 +16,7 @@ from torch.distributed.elastic.rendezvous import RendezvousClosedError, Rendezvo
 
 from torchx_elastic.agent.config.launch import AgentConfig, UsageError, apply_process_environment
 from torchx_elastic.agent.console.session import ConsoleSession
+from torchx_elastic.agent.rendezvous.diagnosis import RendezvousDiagnosis
 from torchx_elastic.agent.rendezvous.handler import (
     JobAlreadyFinished,
     RendezvousFailure,
@@ -29,10 +30,13 @@ from torchx_elastic.agent.rendezvous.handler import (
 from torchx_elastic.agent.rendezvous.job_secret import job_secret
 from torchx_elastic.agent.rendezvous.observed import ObservedRendezvous, RoundListener
 from torchx_elastic.agent.rendezvous.signed_store import StoreSigner, signed_rounds
+from torchx_elastic.agent.supervision.elastic_events import check_handler, record_agent_end
 from torchx_elastic.agent.supervision.loop import Supervision, Supervisor
+from torchx_elastic.agent.supervision.network_watch import watch_network
 from torchx_elastic.agent.supervision.stop_signals import (
     absorb_stop_signals,
     raise_on_stop_signals,
+    stopped_before_joining,
 )
 from torchx_elastic.agent.supervision.watchdog import HangWatchdog
 from torchx_elastic.agent.workers.forkserver import ForkServer
@@ -88,6 +92,8 @@ def launch(
     """Run the agent in this process to the end; the exit code (torch's ``elastic_launch``
     for a function calls this too: what only torchrun sets is in :func:`run`).
     ``node0_warning``: logged once the first rendezvous round made this node node 0."""
+    check_handler(config.event_log_handler)
+    started_s = time.monotonic()
     log_dir = config.log_dir or tempfile.mkdtemp(prefix="torchx_elastic_")  # 0700
     os.makedirs(log_dir, mode=0o700, exist_ok=True)  # a new one is its user's only, as torchrun's
     raise_on_stop_signals()
@@ -99,7 +105,13 @@ def launch(
         on_round: RoundListener = signed_rounds(session.start_round, signer)
         if node0_warning is not None:
             on_round = warn_on_node0(node0_warning, on_round)
-        handler = ObservedRendezvous(create_handler(config, signer), on_round)
+        created = create_handler(config, signer, session.waiting_for_nodes)
+        handler = ObservedRendezvous(created, on_round)
+    except RendezvousError as err:
+        session.close()
+        if late_for_the_job(err, config):  # its host went away as this node reached it
+            raise JobAlreadyFinished(config.rdzv_endpoint, config.run_id, err) from None
+        raise RendezvousFailure(config.rdzv_endpoint, describe_error(err)) from None
     except BaseException:
         session.close()
         raise
@@ -122,6 +134,7 @@ def launch(
             signer=signer,
         ),
     )
+    watch = watch_network(config, handler, supervisor.abandon_workers)
     result: RunResult | None = None
     failure: RendezvousFailure | JobAlreadyFinished | None = None
     shutdown_rendezvous = True
@@ -147,10 +160,16 @@ def launch(
             failure = rendezvous_failure(err, supervisor, config)
     finally:
         absorb_stop_signals()  # a signal now (the job ended or is stopping) ends nothing early
+        if watch is not None:
+            watch.close()
         janitor.close()
         if shutdown_rendezvous:
             handler.shutdown()
         session.close()
+    error = None if result is not None else str(failure or f"the agent stopped (exit code {code})")
+    record_agent_end(
+        config, supervisor.last_round, supervisor.attempt, time.monotonic() - started_s, error
+    )
     if isinstance(failure, JobAlreadyFinished):
         raise failure
     session.finish(result, code, attempt=supervisor.attempt)
@@ -208,12 +227,16 @@ def run(config: AgentConfig, fork_server: ForkServer | None = None) -> None:
     except UsageError as err:
         print(f"torchx-elastic: error: {err}", file=sys.stderr)
         code = 1
-    except RendezvousFailure as err:
+    except (RendezvousFailure, RendezvousDiagnosis) as err:
         print(f"torchx-elastic: error: {err}", file=sys.stderr)
         code = 1
     except JobAlreadyFinished as err:
         print(f"torchx-elastic: {err}", file=sys.stderr)
         code = 0
+    except SignalException as err:  # stopped before its rendezvous started (a Job that
+        # succeeded removes its pods still waiting for the rank-0 host's name)
+        print(stopped_before_joining(err.sigval), file=sys.stderr)
+        code = 128 + int(err.sigval)
     finally:
         if fork_server is not None:
             fork_server.close()

@@ -18,41 +18,73 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from torch.distributed.distributed_c10d import Store
 from torch.distributed.elastic.agent.server.api import RunResult, WorkerState
-from torch.distributed.elastic.multiprocessing.api import LogsSpecs, SignalException
+from torch.distributed.elastic.multiprocessing.api import (
+    LogsSpecs,
+    RunProcsResult,
+    SignalException,
+)
 from torch.distributed.elastic.multiprocessing.errors import ProcessFailure
-from torch.distributed.elastic.rendezvous import RendezvousHandler
+from torch.distributed.elastic.rendezvous import RendezvousError, RendezvousHandler
 
-from torchx_elastic import event_records as ev
 from torchx_elastic.agent import compat
+from torchx_elastic.agent.compat import ASSIGNED_RANKS_PREFIX, ROLE_INFO_PREFIX
 from torchx_elastic.agent.config.launch import AgentConfig
-from torchx_elastic.agent.console.events import EventLog
-from torchx_elastic.agent.console.job_failure import FirstFailure, RestartNotice
-from torchx_elastic.agent.console.output import OutputSink, RankOutput
-from torchx_elastic.agent.error_file import write_error_file
-from torchx_elastic.agent.rendezvous import listen
+from torchx_elastic.agent.console.failure.first_failure import FirstFailure, RestartNotice
+from torchx_elastic.agent.console.output.sinks import OutputSink, RankOutput
+from torchx_elastic.agent.rendezvous import listen, liveness
 from torchx_elastic.agent.rendezvous.signed_store import StoreSigner
 from torchx_elastic.agent.rendezvous.worker_store import WorkerStoreHost
 from torchx_elastic.agent.supervision.stop_signals import absorb_stop_signals
 from torchx_elastic.agent.supervision.watchdog import HangWatchdog
-from torchx_elastic.agent.workers.bootstrap import AGENT_PID_ENV, DUMP_STACKS_SIGNAL
+from torchx_elastic.agent.workers.bootstrap import DUMP_STACKS_SIGNAL
 from torchx_elastic.agent.workers.forkserver import ForkServer
 from torchx_elastic.agent.workers.janitor import Janitor
 from torchx_elastic.agent.workers.processes import WorkerProcesses
+from torchx_elastic.contract import (
+    AGENT_PID_ENV,
+    FILE_TIMER_ENV,
+    MAX_RESTARTS_ENV,
+    RESTART_COUNT_ENV,
+    RUN_ID_ENV,
+    TIMER_FILE_ENV,
+    USE_AGENT_STORE_ENV,
+)
+from torchx_elastic.contract import events as ev
+from torchx_elastic.contract.error_file import write_error_file
+from torchx_elastic.contract.events import EventLog
 
 log = logging.getLogger(__name__)
 
 SinkFactory = Callable[[list[RankOutput]], OutputSink]
 STACK_DUMP_WAIT_S = 1.0
-ROLE_INFO_PREFIX = "torchelastic/role_info/"
-ASSIGNED_RANKS_PREFIX = "torchelastic/assigned_ranks/"
-FILE_TIMER_ENV = "TORCHELASTIC_ENABLE_FILE_TIMER"
-TIMER_FILE_ENV = "TORCHELASTIC_TIMER_FILE"
+SUSPECT_POLL_S = 0.5  # the rendezvous state, while a silent peer may be about to be dropped
+
+
+class Workers(Protocol):
+    """One attempt's worker processes, as the loop uses them (:class:`WorkerProcesses`)."""
+
+    @property
+    def error_files(self) -> Mapping[int, str]: ...
+
+    def start(self) -> None: ...
+
+    def pids(self) -> dict[int, int]: ...
+
+    def wait(self, timeout: float = -1, period: float = 1) -> RunProcsResult | None: ...
+
+    def close(self, death_sig: signal.Signals | None = None, timeout: int = 30) -> None: ...
+
+    def signal_workers(self, sig: int) -> None: ...
+
+
+# makes one attempt's Workers, with WorkerProcesses' keyword arguments (WorkerProcesses itself)
+WorkersFactory = Callable[..., Workers]
 
 
 @dataclass(frozen=True)
@@ -135,10 +167,10 @@ def worker_envs(
             "ROLE_WORLD_SIZE": str(worker.role_world_size),
             "MASTER_ADDR": group.master_addr,
             "MASTER_PORT": str(group.master_port),
-            "TORCHELASTIC_RESTART_COUNT": str(restart_count),
-            "TORCHELASTIC_MAX_RESTARTS": str(config.max_restarts),
-            "TORCHELASTIC_RUN_ID": run_id,
-            "TORCHELASTIC_USE_AGENT_STORE": str(use_agent_store),
+            RESTART_COUNT_ENV: str(restart_count),
+            MAX_RESTARTS_ENV: str(config.max_restarts),
+            RUN_ID_ENV: run_id,
+            USE_AGENT_STORE_ENV: str(use_agent_store),
             "TORCH_NCCL_ASYNC_ERROR_HANDLING": os.getenv("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1"),
             "PYTHONUNBUFFERED": os.getenv("PYTHONUNBUFFERED", "1"),
             AGENT_PID_ENV: str(os.getpid()),
@@ -175,7 +207,9 @@ class Supervisor:
         events: EventLog,
         worker_extra_env: dict[str, str],
         supervision: Supervision,
+        make_workers: WorkersFactory = WorkerProcesses,
     ) -> None:
+        """``make_workers``: the workers of each attempt (a test passes fakes)."""
         self.config = config
         self.handler = handler
         self._logs_specs = logs_specs
@@ -183,11 +217,14 @@ class Supervisor:
         self._events = events
         self._extra_env = worker_extra_env
         self._supervision = supervision
+        self._make_workers = make_workers
         self.remaining_restarts = config.max_restarts
+        self._silent_peers = liveness.SilentPeers(config.rdzv_configs)
         self.last_round_members: dict[int, str] = {}
         self._rounds = 0  # rendezvous rounds this node completed
+        self._exits_seen: int | None = None  # the fork server's count at the last check
         self._group: Group | None = None
-        self._workers: WorkerProcesses | None = None
+        self._workers: Workers | None = None
         self._file_timer: Any = None
         self._timer_file: str | None = os.environ.get(TIMER_FILE_ENV)
         # as torchrun: the workers use an agent-hosted store where torch's handler offers one
@@ -227,12 +264,14 @@ class Supervisor:
     def _run(self) -> RunResult:
         self._start_round()
         while True:
-            time.sleep(self.config.monitor_interval_s)
+            self._pause()
             result = self._monitor()
             if result.state == WorkerState.SUCCEEDED:
                 self._exit_barrier()
                 return result
             if result.state in (WorkerState.UNHEALTHY, WorkerState.FAILED):
+                if self._failed_with_lost_peers():
+                    continue
                 self._record_failure(result)
                 last = self.remaining_restarts <= 0
                 self.stop_workers()
@@ -247,16 +286,64 @@ class Supervisor:
                 if notice.said_by(self._group.round.rank if self._group else 0):
                     print(notice.line(), file=sys.stderr, flush=True)
                 self._restart(ev.RESTART_AFTER_FAILURE, **notice.fields())
-            elif self.handler.num_nodes_waiting() > 0:  # membership changes cost no restart
-                self._restart(ev.RESTART_MEMBERSHIP_CHANGE, next_round=self._rounds + 1)
+            else:  # membership changes cost no restart
+                waiting = self.handler.num_nodes_waiting()  # syncs the rendezvous state
+                if not self._restarted_for_lost_peers() and waiting > 0:
+                    self._restart(ev.RESTART_MEMBERSHIP_CHANGE, next_round=self._rounds + 1)
+
+    def _pause(self) -> None:
+        """``monitor_interval_s`` between checks, cut short when a forked worker exits (the
+        fork server reports each exit as it happens)."""
+        fork_server = self._supervision.fork_server
+        if fork_server is None or self._exits_seen is None:
+            time.sleep(self.config.monitor_interval_s)
+        else:
+            fork_server.wait_for_exits(self._exits_seen, self.config.monitor_interval_s)
+        self._exits_seen = fork_server.exits() if fork_server is not None else None
 
     def _restart(self, reason: str, **facts: Any) -> None:
         self._events.emit(ev.RESTART, attempt=self.attempt, reason=reason, **facts)
         self.stop_workers()
         self._start_round()
 
+    def _failed_with_lost_peers(self) -> bool:
+        """This node's ranks failed because a peer stopped answering: re-formed. While a
+        member of the round is silent but not dropped yet, wait for the rendezvous' verdict
+        (at most the dead-after time)."""
+        deadline_s = time.monotonic() + liveness.dead_after_s(self.config.rdzv_configs)
+        while True:
+            try:
+                self.handler.num_nodes_waiting()  # the rendezvous state as of now
+            except RendezvousError:  # the rendezvous is gone: the workers' failure is the news
+                return False
+            if self._restarted_for_lost_peers():
+                return True
+            members = self.last_round_members
+            if time.monotonic() > deadline_s or not self._silent_peers.suspects(
+                members, self.handler
+            ):
+                return False
+            time.sleep(SUSPECT_POLL_S)
+
+    def _restarted_for_lost_peers(self) -> bool:
+        """Re-form without the members of the round that the rendezvous dropped for missing
+        heartbeats (a membership change: no restart counted); one line says so, from each
+        survivor that sees it. The rendezvous state is the one of the last sync
+        (``num_nodes_waiting``, which torch's handler caches for a second)."""
+        lost = self._silent_peers.lost(self.last_round_members, self.handler)
+        if not lost:
+            return False
+        print(liveness.lost_peer_line(lost, self.config.rdzv_configs), file=sys.stderr, flush=True)
+        lost_names = liveness.node_names(lost)
+        self._restart(ev.RESTART_PEER_LOST, lost=lost_names, next_round=self._rounds + 1)
+        return True
+
     def _start_round(self) -> None:
-        rnd = compat.next_round(self.handler, self.config.local_addr)
+        rnd = compat.next_round(
+            self.handler, self.config.local_addr, single_node=self.config.max_nodes == 1
+        )
+        if self._rounds == 0:  # the first round's last call is the user's (torch's 30 s)
+            liveness.shorten_reform_last_call(self.handler, self.config.rdzv_configs)
         workers = assign_ranks(rnd.store, rnd.rank, rnd.world_size, self.config)
         master_addr = self.config.master_addr or rnd.master_addr
         master_port = self.config.master_port or rnd.master_port
@@ -264,6 +351,7 @@ class Supervisor:
             master_addr, master_port = self._worker_store.address(rnd, master_addr, master_port)
         self._group = Group(rnd, workers, master_addr, master_port)
         self.last_round_members = compat.round_members(self.handler)
+        self._silent_peers.new_round(self.handler)
         self._rounds += 1
         self._events.node = rnd.rank
         self._events.emit(
@@ -305,7 +393,7 @@ class Supervisor:
                 ]
             )
 
-        self._workers = WorkerProcesses(
+        self._workers = self._make_workers(
             name=config.role,
             entrypoint=config.worker.entrypoint,
             args=args,
@@ -340,6 +428,15 @@ class Supervisor:
         if self._workers is not None:
             self._workers.close(death_sig, int(self.config.shutdown_timeout_s))
 
+    def abandon_workers(self, grace_s: float) -> None:
+        """SIGTERM to every worker, ``grace_s``, SIGKILL: none of ``stop_workers``'s
+        end-of-attempt exchanges, which wait on a network that may be gone (what the workers
+        leave behind dies with the agent: the janitor)."""
+        if self._workers is not None:
+            self._workers.signal_workers(signal.SIGTERM)
+            time.sleep(grace_s)
+            self._workers.signal_workers(signal.SIGKILL)
+
     def _monitor(self) -> RunResult:
         workers, group = self._workers, self._group
         assert workers is not None and group is not None
@@ -358,7 +455,7 @@ class Supervisor:
         }
         return RunResult(state=WorkerState.SUCCEEDED, return_values=return_values)
 
-    def _check_hang(self, workers: WorkerProcesses, group: Group) -> RunResult | None:
+    def _check_hang(self, workers: Workers, group: Group) -> RunResult | None:
         """A FAILED result naming the stalled ranks, after every rank dumped its stack."""
         watchdog = self._supervision.watchdog
         if watchdog is None:

@@ -3,7 +3,8 @@
 As torch's ``PContext.start()``, the first one raises ``SignalException`` (the agent then
 stops its workers with the same signal and exits 128 + signal); unlike torch, the handlers
 are in place from the start of the run (a node stopped while it waits for the rendezvous
-still writes its summary), and once the agent is stopping, further signals change nothing:
+still writes its summary; before that, from the agent's first line, a stop signal ends it
+with one line and 128 + signal), and once the agent is stopping, further signals change nothing:
 a scheduler signals every process of a node (Slurm: the whole step, on cancel, on requeue,
 on a peer's failure under ``srun --kill-on-bad-exit``) and often more than once, and a
 second exception in the middle of the shutdown would skip the summary and the report.
@@ -14,14 +15,15 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import sys
 import threading
+from collections.abc import Callable
 from types import FrameType
 
-from torch.distributed.elastic.multiprocessing.api import SignalException
+from torchx_elastic.contract import SIGNALS_ENV
 
 log = logging.getLogger(__name__)
 
-SIGNALS_ENV = "TORCHELASTIC_SIGNALS_TO_HANDLE"
 DEFAULT_SIGNALS = "SIGTERM,SIGINT,SIGHUP,SIGQUIT"  # torch's default
 
 
@@ -35,7 +37,27 @@ def stop_signals() -> list[signal.Signals]:
     return found
 
 
+def stopped_before_joining(sig: signal.Signals) -> str:
+    """What a node stopped before its rendezvous started says (a Job that succeeded removes
+    its pods still starting or waiting for the rank-0 host's name)."""
+    return f"torchx-elastic: stopped by {sig.name} before joining"
+
+
+def _exit_handler(agent_pid: int) -> Callable[[int, FrameType | None], None]:
+    def handler(signum: int, frame: FrameType | None) -> None:
+        if os.getpid() != agent_pid:  # the fork server (and its workers) forked from here:
+            signal.signal(signum, signal.SIG_DFL)  # the default action, as if never set
+            os.kill(os.getpid(), signum)
+            return
+        print(stopped_before_joining(signal.Signals(signum)), file=sys.stderr, flush=True)
+        os._exit(128 + signum)  # nothing to stop yet: a fork server dies with the agent
+
+    return handler
+
+
 def _raise(signum: int, frame: FrameType | None) -> None:
+    from torch.distributed.elastic.multiprocessing.api import SignalException  # imported by now
+
     raise SignalException(f"Process {os.getpid()} got signal: {signum}", signal.Signals(signum))
 
 
@@ -48,6 +70,12 @@ def _install(handler: signal.Handlers | object) -> None:
         return  # only the main thread may set handlers (a function launched from a thread)
     for sig in stop_signals():
         signal.signal(sig, handler)  # type: ignore[arg-type]
+
+
+def exit_on_stop_signals() -> None:
+    """Until :func:`raise_on_stop_signals`: a stop signal exits at once, with one line (the
+    agent is still importing torch or starting its fork server: nothing to stop yet)."""
+    _install(_exit_handler(os.getpid()))
 
 
 def raise_on_stop_signals() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable
 
-from torchx_elastic.agent.console.channel import RankActivity
+from torchx_elastic.agent.console.progress.channel import RankActivity
 
 HANG_MESSAGE_PREFIX = "hang:"
 

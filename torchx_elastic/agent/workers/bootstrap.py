@@ -28,10 +28,9 @@ import traceback
 import types
 from types import TracebackType
 
-from torchx_elastic.agent.error_file import ERROR_FILE_ENV, write_error_file
+from torchx_elastic.contract import AGENT_PID_ENV, ERROR_FILE_ENV
+from torchx_elastic.contract.error_file import write_error_file
 
-AGENT_PID_ENV = "TORCHX_ELASTIC_AGENT_PID"
-LAUNCHER_PID_ENV = "TORCHX_ELASTIC_LAUNCHER_PID"
 DUMP_STACKS_SIGNAL = signal.SIGRTMIN + 4
 _CALL_MODULE = "torchx_elastic.agent.function.call"
 _PR_SET_PDEATHSIG = 1

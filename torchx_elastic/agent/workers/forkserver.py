@@ -13,13 +13,17 @@ agent -> server ``{"argv", "env", "cwd"}`` with the stdout and stderr descriptor
 server -> agent ``{"started": pid}`` in order, and ``{"exited": pid, "status": code}`` as
 children end (``code`` is negative for a signal, as ``subprocess``).
 
-Standard library only here; :func:`serve` imports what workers commonly need beyond what
-the agent imported (``PRELOAD_MODULES``) while the agent rendezvouses.
+Standard library only here; :func:`serve` imports what workers need beyond what the agent
+imported (torch's compiler only when :mod:`preload` says the script may use it) while the
+agent rendezvouses, then freezes
+the garbage collector's view of everything so far (``gc.freeze``): a worker's collections
+and its end (``worker_end``) never walk, nor copy on write, the pages of those objects.
 """
 
 from __future__ import annotations
 
 import array
+import gc
 import io
 import json
 import os
@@ -29,20 +33,16 @@ import signal
 import socket
 import sys
 import threading
+import weakref
 from typing import Any, NoReturn
 
 from torchx_elastic.agent.workers import bootstrap, worker_end
+from torchx_elastic.contract import AGENT_PID_ENV
 
 _MAX_MESSAGE_BYTES = 1 << 20
 # what a DDP training script imports, directly or when it builds DistributedDataParallel
-# (which pulls in torch._dynamo: over a second per process)
-PRELOAD_MODULES = (
-    "torch",
-    "torch.distributed",
-    "torch.nn.parallel",
-    "torch.utils.data",
-    "torch._dynamo",
-)
+# (which pulls in torch's compiler too: compat.preload_compiler, when preload.needs_compiler)
+PRELOAD_MODULES = ("torch", "torch.distributed", "torch.nn.parallel", "torch.utils.data")
 
 
 def _recv(sock: socket.socket) -> tuple[dict[str, Any] | None, list[int]]:
@@ -165,11 +165,39 @@ def close_inherited_fds(keep: int) -> None:
                 pass  # the descriptor of the listing itself
 
 
-def serve(sock: socket.socket, script_workers: bool = True) -> None:
+def share_with_forks() -> None:
+    """What exists now is shared with every process forked from here: the garbage collector
+    never walks it again (each walk copies the pages on write), and a forked worker's exit
+    leaves its finalizers alone."""
+    keep_finalizers_here()
+    gc.freeze()
+
+
+def keep_finalizers_here() -> None:
+    """The ``weakref.finalize`` callbacks registered so far clean up after what this
+    process made (torch's operator libraries, ...): a worker's exit runs its own atexit
+    handlers, not these (they would rewrite most of the pages it shares with the server,
+    tens of MiB a worker, for a process about to end; a forked child of ``multiprocessing``
+    runs none either)."""
+    for obj in gc.get_objects():
+        if type(obj) is weakref.finalize:  # type(): some objects warn when asked for theirs
+            obj.atexit = False
+
+
+def serve(
+    sock: socket.socket,
+    script_workers: bool = True,
+    compiler: bool = True,
+) -> None:
     if script_workers:  # a function's workers may use what the caller opened
         close_inherited_fds(keep=sock.fileno())
     for name in PRELOAD_MODULES:
         __import__(name)
+    if compiler:
+        from torchx_elastic.agent import compat
+
+        compat.preload_compiler()
+    share_with_forks()
     bootstrap.die_with_agent()  # the server is the agent's child: go with it
     wakeup_r, wakeup_w = os.pipe()
     os.set_blocking(wakeup_w, False)
@@ -193,8 +221,8 @@ def serve(sock: socket.socket, script_workers: bool = True) -> None:
             sys.stderr.flush()
             pid = os.fork()
             if pid == 0:
-                os.environ[bootstrap.AGENT_PID_ENV] = str(my_pid)
-                request["env"][bootstrap.AGENT_PID_ENV] = str(my_pid)
+                os.environ[AGENT_PID_ENV] = str(my_pid)
+                request["env"][AGENT_PID_ENV] = str(my_pid)
                 server_fds = [sock.detach(), selector.fileno(), wakeup_r, wakeup_w]
                 _run_child(request, fds[0], fds[1], server_fds, script_workers)
             for fd in fds:
@@ -223,9 +251,16 @@ class ForkServer:
     multiprocessing's fork does (a function launch with ``start_method="fork"``).
     ``script_workers``: workers run scripts and end through :mod:`worker_end`; False (a
     function launch): a worker raises :class:`WorkerExit` into the caller's frames.
+    ``compiler``: the server imports torch's compiler too before it forks (what
+    ``preload.needs_compiler`` says of the script).
     """
 
-    def __init__(self, allow_threads: bool = False, script_workers: bool = True) -> None:
+    def __init__(
+        self,
+        allow_threads: bool = False,
+        script_workers: bool = True,
+        compiler: bool = True,
+    ) -> None:
         if threading.active_count() > 1 and not allow_threads:
             raise RuntimeError("the fork server must be created before any thread starts")
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -237,8 +272,8 @@ class ForkServer:
             try:
                 ours.close()
                 os.setsid()  # a Ctrl-C in the terminal is for the agent
-                os.environ[bootstrap.AGENT_PID_ENV] = str(agent_pid)
-                serve(theirs, script_workers)
+                os.environ[AGENT_PID_ENV] = str(agent_pid)
+                serve(theirs, script_workers, compiler)
             except WorkerExit:
                 raise
             except BaseException:  # noqa: BLE001 - the server failed: say so, leave
@@ -301,6 +336,19 @@ class ForkServer:
         with self._changed:
             self._changed.wait_for(lambda: pid in self._exit_codes or self._closed, timeout_s)
             return self._code(pid)
+
+    def exits(self) -> int:
+        """How many workers' exits the server has reported so far."""
+        with self._changed:
+            return len(self._exit_codes)
+
+    def wait_for_exits(self, more_than: int, timeout_s: float) -> None:
+        """Until more than ``more_than`` exits are known, or ``timeout_s`` passed (at once
+        if the server is gone: its workers' codes are known)."""
+        with self._changed:
+            self._changed.wait_for(
+                lambda: len(self._exit_codes) > more_than or self._closed, timeout_s
+            )
 
     def _code(self, pid: int) -> int | None:
         if pid in self._exit_codes:

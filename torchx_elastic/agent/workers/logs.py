@@ -6,7 +6,7 @@ import os
 
 from torch.distributed.elastic.multiprocessing.api import LogsDest, LogsSpecs
 
-from torchx_elastic.agent.error_file import ERROR_FILE_ENV
+from torchx_elastic.contract import ERROR_FILE_ENV, RESTART_COUNT_ENV
 
 STDOUT_FILE = "stdout.log"
 STDERR_FILE = "stderr.log"
@@ -32,7 +32,7 @@ class RankLogsSpecs(LogsSpecs):
     def reify(self, envs: dict[int, dict[str, str]]) -> LogsDest:
         dest = LogsDest()
         for local_rank, env in envs.items():
-            files = rank_dir(self._log_dir, env.get("TORCHELASTIC_RESTART_COUNT", "0"), env["RANK"])
+            files = rank_dir(self._log_dir, env.get(RESTART_COUNT_ENV, "0"), env["RANK"])
             os.makedirs(files, exist_ok=True)
             dest.stdouts[local_rank] = os.path.join(files, STDOUT_FILE)
             dest.stderrs[local_rank] = os.path.join(files, STDERR_FILE)

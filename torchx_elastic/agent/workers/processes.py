@@ -26,11 +26,11 @@ from torch.distributed.elastic.multiprocessing.api import (
 )
 from torch.distributed.elastic.multiprocessing.errors import ProcessFailure
 
-from torchx_elastic.agent.console.output import OutputSink, Stream
-from torchx_elastic.agent.error_file import read_error_file
+from torchx_elastic.agent.console.output.sinks import OutputSink, Stream
 from torchx_elastic.agent.workers import bootstrap
 from torchx_elastic.agent.workers.forkserver import ForkServer
 from torchx_elastic.agent.workers.janitor import Janitor
+from torchx_elastic.contract.error_file import read_error_file
 
 log = logging.getLogger(__name__)
 

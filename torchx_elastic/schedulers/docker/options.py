@@ -30,6 +30,14 @@ class DockerOptions(RunOptions):
         help="environment variables for every container (ENV1:v1,ENV2:v2), applied over"
         " copy_env and under the job's own env",
     )
+    secret_env_file: Optional[str] = option(
+        None,
+        type_=str,
+        help="host file of NAME=value lines (docker's --env-file format) read when the job is"
+        " submitted and copied into each container, where the agent exports them: for"
+        " credentials (API keys, tokens), which --env and env would leave in the container's"
+        " config (docker inspect) and in the dry run",
+    )
     image_pull: str = option(
         "missing",
         type_=str,

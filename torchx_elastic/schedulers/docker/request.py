@@ -17,9 +17,11 @@ import yaml
 from torchx.schedulers.devices import get_device_mounts
 from torchx.specs import AppDef, BindMount, DeviceMount, Role, VolumeMount, macros
 
+from torchx_elastic.contract import RANK0_ENV
 from torchx_elastic.ft.protocol import ROLE_RANK0_ENV
+from torchx_elastic.schedulers.credentials import MASK, looks_like_credential
 from torchx_elastic.schedulers.docker.options import DockerOptions
-from torchx_elastic.schedulers.names import DNS_LABEL_MAX, RANK0_ENV, dns_label
+from torchx_elastic.schedulers.names import DNS_LABEL_MAX, dns_label
 from torchx_elastic.schedulers.workspace import WorkspaceBuild
 
 # torchx's own labels, so tools that know torchx's local_docker read our containers too
@@ -37,19 +39,22 @@ SCHEDULER_NAME = "docker"
 NAME_MAX_CHARS = DNS_LABEL_MAX  # a hostname label
 
 
-def container_name(app_id: str, role_name: str, replica_id: int) -> str:
-    """``{app_id}-{role}-{replica}``, a valid hostname (63 chars at most).
-
-    A long app id loses its head, not its random tail, so names stay unique.
-    """
-    suffix = f"-{dns_label(role_name, 20, fallback='role')}-{replica_id}"
+def _app_id_tail(app_id: str, prefix: str, suffix: str) -> str:
+    """``prefix + app_id + suffix`` in a valid hostname (63 chars at most): a long app id
+    loses its head, not its random tail, so names stay unique."""
     whole = dns_label(app_id, max_length=len(app_id) + len("app-"))
-    head = whole[-(NAME_MAX_CHARS - len(suffix)) :].strip("-")
-    return head + suffix
+    head = whole[-(NAME_MAX_CHARS - len(prefix) - len(suffix)) :].strip("-")
+    return prefix + head + suffix
+
+
+def container_name(app_id: str, role_name: str, replica_id: int) -> str:
+    """``{app_id}-{role}-{replica}``, the app id's head cut to fit."""
+    return _app_id_tail(app_id, "", f"-{dns_label(role_name, 20, fallback='role')}-{replica_id}")
 
 
 def network_name(app_id: str) -> str:
-    return dns_label(f"torchx-{app_id}", max_length=NAME_MAX_CHARS)
+    """``torchx-{app_id}``, the app id's head cut to fit."""
+    return _app_id_tail(app_id, "torchx-", "")
 
 
 def cancel_marker_name(app_id: str) -> str:
@@ -134,9 +139,17 @@ class DockerJob:
     image_pull: str  # missing | always | never
     containers: List[ContainerRequest]
     workspace_builds: Tuple[WorkspaceBuild, ...] = ()  # built before the containers start
+    secret_env_file: Optional[str] = None  # read when the job is submitted, not in the dry run
 
     def __str__(self) -> str:
         fields = asdict(self)
+        for container in fields["containers"]:  # values of credential-looking names masked
+            env = container["environment"]
+            container["environment"] = {
+                k: MASK if looks_like_credential(k) else v for k, v in env.items()
+            }
+        if not self.secret_env_file:
+            del fields["secret_env_file"]
         if not self.workspace_builds:
             del fields["workspace_builds"]
         else:
@@ -230,4 +243,5 @@ def build_job(
         images=images,
         image_pull=options.image_pull,
         containers=containers,
+        secret_env_file=options.secret_env_file,
     )

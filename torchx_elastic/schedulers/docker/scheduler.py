@@ -16,14 +16,14 @@ import dataclasses
 import logging
 import os
 from concurrent.futures import ThreadPoolExecutor
-from datetime import datetime
 from typing import TYPE_CHECKING, Any, Callable, Iterable, List, Mapping, Optional
 
-from torchx.schedulers.api import DescribeAppResponse, ListAppResponse, Scheduler, Stream
+from torchx.schedulers.api import DescribeAppResponse, ListAppResponse, Scheduler
 from torchx.schedulers.ids import make_unique
 from torchx.specs import AppDef, AppDryRunInfo, AppState, CfgVal, is_terminal, runopts
 
-from torchx_elastic.agent.rendezvous.job_secret import SECRET_ENV, new_secret
+from torchx_elastic.contract import SECRET_ENV, new_secret
+from torchx_elastic.schedulers.credentials import warn_about_credentials
 from torchx_elastic.schedulers.docker.errors import (
     ContainerStartError,
     EngineUnreachableError,
@@ -43,6 +43,7 @@ from torchx_elastic.schedulers.docker.request import (
     build_job,
     cancel_marker_name,
 )
+from torchx_elastic.schedulers.docker.secret_file import CONTAINER_DIR, file_env, secret_archive
 from torchx_elastic.schedulers.docker.status import (
     NOT_SET,
     ContainerSnapshot,
@@ -51,6 +52,7 @@ from torchx_elastic.schedulers.docker.status import (
     roles_and_statuses,
 )
 from torchx_elastic.schedulers.progress_status import TAIL_LINES, join_message, progress_message
+from torchx_elastic.schedulers.replica_logs import LogQuery, ReplicaLogs
 from torchx_elastic.schedulers.workspace import WorkspaceImages
 
 if TYPE_CHECKING:
@@ -61,6 +63,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 LOG_TAIL_LINES = 10  # of a failed replica, in torchx status
+SECRET_OPTION = "-cfg secret_env_file=PATH (NAME=value lines, kept out of the container's config)"
 
 
 def connect() -> DockerClient:
@@ -75,7 +78,7 @@ def connect() -> DockerClient:
     return client
 
 
-class DockerScheduler(WorkspaceImages, Scheduler[Mapping[str, CfgVal]]):
+class DockerScheduler(ReplicaLogs, WorkspaceImages, Scheduler[Mapping[str, CfgVal]]):
     """torchx scheduler ``docker``: the job's replicas as containers on one Docker engine.
 
     With a workspace (``torchx run --workspace``, default: the current directory) the
@@ -109,8 +112,11 @@ class DockerScheduler(WorkspaceImages, Scheduler[Mapping[str, CfgVal]]):
         """Any resource is fine: a role without one runs without limits."""
 
     def _submit_dryrun(self, app: AppDef, cfg: Mapping[str, CfgVal]) -> AppDryRunInfo[DockerJob]:
-        job = build_job(app, DockerOptions.from_cfg(cfg), make_unique(app.name), os.environ)
+        options = DockerOptions.from_cfg(cfg)
+        job = build_job(app, options, make_unique(app.name), os.environ)
         job = dataclasses.replace(job, workspace_builds=self.workspace_builds(app))
+        env_names = [*(options.env or {}), *(name for role in app.roles for name in role.env)]
+        warn_about_credentials(env_names, "docker", SECRET_OPTION)
         return AppDryRunInfo(job, str)
 
     # -- submit -------------------------------------------------------------------------
@@ -124,10 +130,14 @@ class DockerScheduler(WorkspaceImages, Scheduler[Mapping[str, CfgVal]]):
             if image not in built:
                 self._ensure_image(client, image, job.image_pull)
         self._check_names_free(client, job)
+        # read now, not in the dry run: a missing file fails before anything is created
+        secret_env = secret_archive(job.secret_env_file) if job.secret_env_file else None
         client.networks.create(job.network, driver="bridge", labels=job.network_labels)
         secret = new_secret()  # the job's own (docs/security.md); not in the dry run
         try:
-            containers = [self._create(client, job, i, secret) for i in range(len(job.containers))]
+            containers = [
+                self._create(client, job, i, secret, secret_env) for i in range(len(job.containers))
+            ]
             for index, container in enumerate(containers):
                 self._start(job, index, container)
         except BaseException:
@@ -175,14 +185,26 @@ class DockerScheduler(WorkspaceImages, Scheduler[Mapping[str, CfgVal]]):
             return
         raise NameClashError("network", [job.network])
 
-    def _create(self, client: DockerClient, job: DockerJob, index: int, secret: str) -> Container:
+    def _create(
+        self,
+        client: DockerClient,
+        job: DockerJob,
+        index: int,
+        secret: str,
+        secret_env: Optional[bytes] = None,
+    ) -> Container:
         from docker.errors import APIError
 
         request = job.containers[index]
         kwargs = request.create_kwargs(job.network)
         kwargs["environment"] = {**kwargs["environment"], SECRET_ENV: secret}
+        if secret_env is not None:
+            kwargs["environment"].update(file_env())
         try:
-            return client.containers.create(**kwargs)
+            container = client.containers.create(**kwargs)
+            if secret_env is not None:
+                container.put_archive(CONTAINER_DIR, secret_env)
+            return container
         except APIError as e:
             if e.status_code == 409:
                 raise NameClashError("container", [request.name]) from e
@@ -286,22 +308,14 @@ class DockerScheduler(WorkspaceImages, Scheduler[Mapping[str, CfgVal]]):
         )
         return {volume.attrs["Labels"][LABEL_APP_ID] for volume in volumes}
 
-    def log_iter(
-        self,
-        app_id: str,
-        role_name: str,
-        k: int = 0,
-        regex: Optional[str] = None,
-        since: Optional[datetime] = None,
-        until: Optional[datetime] = None,
-        should_tail: bool = False,
-        streams: Optional[Stream] = None,
-    ) -> Iterable[str]:
+    def replica_log(self, app_id: str, role_name: str, k: int, query: LogQuery) -> Iterable[str]:
         containers = self._containers(app_id)
         for container in containers:
             labels = container.labels
             if labels[LABEL_ROLE_NAME] == role_name and labels[LABEL_REPLICA_ID] == str(k):
-                return container_log_lines(container, regex, since, until, should_tail, streams)
+                return container_log_lines(
+                    container, query.regex, query.since, query.until, query.follow, query.streams
+                )
         replicas = sorted(
             f"{c.labels[LABEL_ROLE_NAME]}/{c.labels[LABEL_REPLICA_ID]}" for c in containers
         )

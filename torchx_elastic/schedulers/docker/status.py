@@ -15,6 +15,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 from torchx.specs import AppState, ReplicaStatus, Role, RoleStatus, is_terminal
 
 from torchx_elastic import job_failure_line
+from torchx_elastic.contract.error_file import error_data
 from torchx_elastic.schedulers.docker.request import (
     LABEL_APP_ID,
     LABEL_MIN_REPLICAS,
@@ -121,15 +122,7 @@ class ContainerSnapshot:
             message += f": {first}"
         elif self.log_tail:
             message += "; last log lines: " + " | ".join(self.log_tail.strip().splitlines())
-        return json.dumps(
-            {
-                "message": {
-                    "message": message,
-                    "errorCode": self.exit_code,
-                    "extraInfo": {"timestamp": int(self.finished_timestamp_s)},
-                }
-            }
-        )
+        return json.dumps(error_data(message, "", self.finished_timestamp_s, self.exit_code))
 
 
 def app_state(replicas: Sequence[ContainerSnapshot], cancelled: bool = False) -> AppState:

@@ -220,6 +220,13 @@ class KubeApi:
         )
         return list(found.get("items") or [])
 
+    def list_events(self, namespace: str, field_selector: str) -> List[Obj]:
+        action = f"list events in namespace {namespace}"
+        found = self._call(
+            action, self._core().list_namespaced_event, namespace, field_selector=field_selector
+        )
+        return list(found.get("items") or [])
+
     def delete_job(self, namespace: str, name: str) -> None:
         # batch/v1 Jobs orphan their pods unless told otherwise
         self._call(

@@ -10,7 +10,7 @@
 
 from __future__ import annotations
 
-from typing import Dict, List
+from typing import Dict, List, Mapping, Sequence
 
 import torchx
 from torchx.schedulers.kubernetes_scheduler import (
@@ -26,11 +26,12 @@ from torchx.schedulers.kubernetes_scheduler import (
 )
 from torchx.specs import AppDef, Role, macros
 
+from torchx_elastic.contract import ERROR_FILE_ENV, RANK0_ENV
 from torchx_elastic.schedulers.kubernetes import job_access
 from torchx_elastic.schedulers.kubernetes.names import JobNames
 from torchx_elastic.schedulers.kubernetes.options import KubernetesOptions
 from torchx_elastic.schedulers.kubernetes.pods import Manifest, pod_template
-from torchx_elastic.schedulers.names import RANK0_ENV, dns_label
+from torchx_elastic.schedulers.names import dns_label
 
 MANAGED_BY = "torchx-elastic"
 MANAGED_BY_SELECTOR = f"{LABEL_ORGANIZATION}={MANAGED_BY}"
@@ -39,7 +40,6 @@ LABEL_KUEUE_QUEUE = "kueue.x-k8s.io/queue-name"
 ANNOTATION_KUEUE_MIN_PARALLELISM = "kueue.x-k8s.io/job-min-parallelism"
 ANNOTATION_COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
 REPLICA_ID_ENV = "TORCHX_REPLICA_ID"
-ERROR_FILE_ENV = "TORCHELASTIC_ERROR_FILE"
 TERMINATION_MESSAGE_PATH = "/dev/termination-log"
 DEFAULT_VOLCANO_QUEUE = "default"
 VOLCANO_TASK_MAX = 20
@@ -80,17 +80,33 @@ def _only_role(app: AppDef) -> Role:
 def indexed_job(app: AppDef, options: KubernetesOptions, names: JobNames) -> List[Manifest]:
     """The Indexed Job and its headless Service."""
     role = _only_role(app)
+    job = role_job(app, role, 0, options, names, names.job)
+    access = job_access.manifests(names, labels(app, role, 0, names), options.network_policy)
+    return [job, headless_service(labels(app, role, 0, names), role.port_map, names), *access]
+
+
+def role_job(
+    app: AppDef,
+    role: Role,
+    role_index: int,
+    options: KubernetesOptions,
+    names: JobNames,
+    job_name: str,
+    more_env: Sequence[Manifest] = (),
+) -> Manifest:
+    """The Indexed Job named ``job_name`` of one role: its pods behind the app's headless
+    Service (``names.service``); ``TORCHX_RANK0_HOST`` names pod 0 of the Job ``names.job``."""
     rank0_host = names.pod_host(f"{names.job}-0")
     values = macros.Values(
         img_root="", app_id=names.app_id, replica_id=_REPLICA_MARKER, rank0_env=RANK0_ENV
     )
-    job_labels = labels(app, role, 0, names)
+    job_labels = labels(app, role, role_index, names)
     if options.queue:
         job_labels[LABEL_KUEUE_QUEUE] = options.queue
     template = pod_template(
         values.apply(role),
         options,
-        labels(app, role, 0, names),
+        labels(app, role, role_index, names),
         first_env=[
             {
                 "name": REPLICA_ID_ENV,
@@ -104,15 +120,16 @@ def indexed_job(app: AppDef, options: KubernetesOptions, names: JobNames) -> Lis
             # the agent writes the root cause there: the pod's status keeps it
             {"name": ERROR_FILE_ENV, "value": TERMINATION_MESSAGE_PATH},
             job_access.secret_env(names),
+            *more_env,
         ],
         placeholders={_REPLICA_MARKER: f"$({REPLICA_ID_ENV})"},
     )
     template["spec"]["subdomain"] = names.service
-    metadata: Manifest = {"name": names.job, "namespace": names.namespace, "labels": job_labels}
+    metadata: Manifest = {"name": job_name, "namespace": names.namespace, "labels": job_labels}
     min_replicas = role.min_replicas or role.num_replicas
     if options.queue and min_replicas < role.num_replicas:
         metadata["annotations"] = {ANNOTATION_KUEUE_MIN_PARALLELISM: str(min_replicas)}
-    job: Manifest = {
+    return {
         "apiVersion": "batch/v1",
         "kind": "Job",
         "metadata": metadata,
@@ -126,13 +143,19 @@ def indexed_job(app: AppDef, options: KubernetesOptions, names: JobNames) -> Lis
             "template": template,
         },
     }
-    service: Manifest = {
+
+
+def headless_service(
+    service_labels: Dict[str, str], port_map: Mapping[str, int], names: JobNames
+) -> Manifest:
+    """The app's headless Service: every pod of the app (its roles' Jobs) by DNS name."""
+    return {
         "apiVersion": "v1",
         "kind": "Service",
         "metadata": {
             "name": names.service,
             "namespace": names.namespace,
-            "labels": labels(app, role, 0, names),
+            "labels": service_labels,
         },
         "spec": {
             "clusterIP": "None",
@@ -141,12 +164,10 @@ def indexed_job(app: AppDef, options: KubernetesOptions, names: JobNames) -> Lis
             "selector": {LABEL_UNIQUE_NAME: names.job},
             "ports": [
                 {"name": dns_label(name, 15, fallback="port"), "port": port, "targetPort": port}
-                for name, port in role.port_map.items()
+                for name, port in port_map.items()
             ],
         },
     }
-    access = job_access.manifests(names, labels(app, role, 0, names), options.network_policy)
-    return [job, service, *access]
 
 
 def retry_policy(max_retries: int) -> Manifest:

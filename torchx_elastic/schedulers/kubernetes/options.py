@@ -126,6 +126,20 @@ class KubernetesOptions(RunOptions):
         help="taints the pods tolerate, as key[=value][:Effect]"
         " (e.g. tolerations=nvidia.com/gpu:NoSchedule)",
     )
+    run_as_root: bool = option(
+        False,
+        type_=bool,
+        help="run the container as root (uid 0) with the runtime's default capabilities, for"
+        " an image that needs root; its pods then fail Pod Security 'restricted' (default: the"
+        " image's non-root user, every capability dropped, seccomp RuntimeDefault, no privilege"
+        " escalation: the pods pass 'restricted')",
+    )
+    privileged: bool = option(
+        False,
+        type_=bool,
+        help="run the container privileged, which host device mounts (--mounts type=device)"
+        " need; its pods then pass only Pod Security 'privileged'",
+    )
     secret_env: Dict[str, str] = option(
         {},
         type_=Dict[str, str],

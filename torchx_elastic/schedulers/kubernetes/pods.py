@@ -10,7 +10,6 @@ macros are already applied), so it is escaped as ``$$``.
 
 from __future__ import annotations
 
-import logging
 from typing import Any, Dict, List, Optional
 
 from torchx.specs import BindMount, DeviceMount, Resource, Role, VolumeMount
@@ -22,9 +21,8 @@ from torchx_elastic.schedulers.kubernetes.options import (
     parse_secret_ref,
     parse_toleration,
 )
+from torchx_elastic.schedulers.kubernetes.security import device_mount_refused, security_context
 from torchx_elastic.schedulers.names import dns_label
-
-logger = logging.getLogger(__name__)
 
 Manifest = Dict[str, Any]
 
@@ -103,7 +101,7 @@ class _Volumes:
     def __init__(self) -> None:
         self.volumes: List[Manifest] = [{"name": SHM_VOLUME, "emptyDir": {"medium": "Memory"}}]
         self.mounts: List[Manifest] = [{"name": SHM_VOLUME, "mountPath": "/dev/shm"}]
-        self.privileged = False
+        self.devices: List[str] = []
 
     def add(self, name: str, source: Manifest, mount_path: str, read_only: bool) -> None:
         self.volumes.append({"name": name, **source})
@@ -126,13 +124,9 @@ class _Volumes:
                 self.add(name, {"persistentVolumeClaim": claim}, mount.dst_path, mount.read_only)
             elif isinstance(mount, DeviceMount):
                 # Kubernetes has no --device: a host device needs a privileged container
-                logger.warning(
-                    "device mount %s makes the pods privileged; prefer a device plugin",
-                    mount.src_path,
-                )
                 read_only = "w" not in mount.permissions and "m" not in mount.permissions
                 self.add(name, {"hostPath": {"path": mount.src_path}}, mount.dst_path, read_only)
-                self.privileged = True
+                self.devices.append(mount.src_path)
             else:
                 raise TypeError(f"unsupported mount type for kubernetes: {mount!r}")
 
@@ -169,6 +163,8 @@ def pod_template(
     volumes = _Volumes()
     volumes.add_role_mounts(role)
     volumes.add_option_mounts(options)
+    if volumes.devices and not options.privileged:
+        raise device_mount_refused(volumes.devices[0])
 
     def literal(text: str) -> str:
         text = k8s_literal(text)
@@ -201,9 +197,7 @@ def pod_template(
         # a failed container's last log lines (the agent's root-cause report) are kept in
         # the pod's status, where `torchx status` reads them
         "terminationMessagePolicy": "FallbackToLogsOnError",
-        "securityContext": (
-            {"privileged": True} if volumes.privileged else {"allowPrivilegeEscalation": False}
-        ),
+        "securityContext": security_context(options),
     }
     spec: Manifest = {
         "restartPolicy": "Never",

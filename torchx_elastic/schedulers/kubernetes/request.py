@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 from typing import Dict, List, Tuple
 
 import yaml
 
+from torchx_elastic.schedulers.credentials import MASK, looks_like_credential
 from torchx_elastic.schedulers.kubernetes.names import JobNames
 from torchx_elastic.schedulers.kubernetes.pods import Manifest
 from torchx_elastic.schedulers.workspace import WorkspaceBuild
@@ -24,6 +26,17 @@ class KubernetesRequest:
     def to_yaml(self) -> str:
         return yaml.safe_dump_all(self.manifests, sort_keys=False, width=100)
 
+    def masked_yaml(self) -> str:
+        """The YAML with the values of credential-looking env vars masked."""
+        manifests = copy.deepcopy(self.manifests)
+        for manifest in manifests:
+            for template in _pod_templates(manifest):
+                for container in template.get("spec", {}).get("containers", []):
+                    for var in container.get("env", []):
+                        if "value" in var and looks_like_credential(var["name"]):
+                            var["value"] = MASK
+        return yaml.safe_dump_all(manifests, sort_keys=False, width=100)
+
     def header(self) -> str:
         """YAML comments naming the images built and pushed first (empty without any)."""
         lines = []
@@ -39,4 +52,11 @@ class KubernetesRequest:
         return "".join(line + "\n" for line in lines)
 
     def __str__(self) -> str:
-        return self.header() + self.to_yaml()
+        return self.header() + self.masked_yaml()
+
+
+def _pod_templates(manifest: Manifest) -> List[Manifest]:
+    spec = manifest.get("spec") or {}
+    if "template" in spec:  # batch/v1 Job
+        return [spec["template"]]
+    return [task.get("template") or {} for task in spec.get("tasks") or []]  # Volcano Job

@@ -6,7 +6,6 @@ from __future__ import annotations
 import copy
 import logging
 import time
-from datetime import datetime
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Mapping, Optional
 
 from torchx.schedulers.api import (
@@ -19,7 +18,9 @@ from torchx.schedulers.api import (
 )
 from torchx.specs import AppDef, AppState, CfgVal, runopts
 
-from torchx_elastic.schedulers.kubernetes import job_access, manifests, status
+from torchx_elastic.ft.lighthouse import last_quorum_line
+from torchx_elastic.schedulers import credentials
+from torchx_elastic.schedulers.kubernetes import admission, job_access, manifests, role_jobs, status
 from torchx_elastic.schedulers.kubernetes import names as job_names
 from torchx_elastic.schedulers.kubernetes.client import (
     KubeApi,
@@ -34,6 +35,7 @@ from torchx_elastic.schedulers.kubernetes.request import KubernetesRequest
 from torchx_elastic.schedulers.log_lines import whole_lines
 from torchx_elastic.schedulers.names import dns_label
 from torchx_elastic.schedulers.progress_status import TAIL_LINES, join_message, progress_message
+from torchx_elastic.schedulers.replica_logs import LogQuery, ReplicaLogs
 from torchx_elastic.schedulers.workspace import WorkspaceImages
 
 if TYPE_CHECKING:
@@ -46,6 +48,7 @@ logger = logging.getLogger(__name__)
 Cfg = Mapping[str, CfgVal]
 Obj = Dict[str, Any]
 LOG_POLL_INTERVAL_S = 1.0
+SECRET_OPTION = "-cfg secret_env=NAME:secret/key (a Kubernetes Secret)"
 
 
 def build_request(app: AppDef, options: KubernetesOptions, suffix: str) -> KubernetesRequest:
@@ -54,12 +57,15 @@ def build_request(app: AppDef, options: KubernetesOptions, suffix: str) -> Kuber
         tasks = [manifests.volcano_task_name(r, r.num_replicas - 1) for r in app.roles]
         names = JobNames.create(app.name, options.namespace, suffix, 3 + max(map(len, tasks)))
         return KubernetesRequest(options.backend, names, manifests.volcano_job(app, options, names))
+    if len(app.roles) > 1:  # one Indexed Job per role
+        names = JobNames.create(app.name, options.namespace, suffix, role_jobs.longest_child(app))
+        return KubernetesRequest(options.backend, names, role_jobs.role_jobs(app, options, names))
     longest_index = len(str(max(role.num_replicas for role in app.roles) - 1))
     names = JobNames.create(app.name, options.namespace, suffix, 1 + longest_index)
     return KubernetesRequest(options.backend, names, manifests.indexed_job(app, options, names))
 
 
-class KubernetesScheduler(WorkspaceImages, Scheduler[Cfg]):
+class KubernetesScheduler(ReplicaLogs, WorkspaceImages, Scheduler[Cfg]):
     """Runs torchx apps as Indexed Jobs (default) or Volcano Jobs.
 
     ``client`` is a ``kubernetes.client.ApiClient`` (default: from the current kubeconfig
@@ -103,6 +109,8 @@ class KubernetesScheduler(WorkspaceImages, Scheduler[Cfg]):
         suffix = self._suffix() if self._suffix else job_names.new_suffix()
         images_to_push = self.dryrun_push_images(app, cfg)  # renames local image ids
         request = build_request(app, KubernetesOptions.from_cfg(cfg), suffix)
+        env_names = [name for role in app.roles for name in role.env]
+        credentials.warn_about_credentials(env_names, "kubernetes", SECRET_OPTION)
         request.workspace_builds = self.workspace_builds(app)
         request.images_to_push = images_to_push
         return AppDryRunInfo(request, str)
@@ -120,6 +128,7 @@ class KubernetesScheduler(WorkspaceImages, Scheduler[Cfg]):
             raise self._clash(e, names, "Job") from e
         for dependent in request.manifests[1:]:
             manifest = job_access.with_fresh_secret(copy.deepcopy(dependent))
+            manifest = manifests.for_server(manifest, server_version)  # another role's Job
             # the Service goes when its Job goes, however the Job is deleted
             manifest["metadata"]["ownerReferences"] = [
                 {
@@ -175,10 +184,62 @@ class KubernetesScheduler(WorkspaceImages, Scheduler[Cfg]):
         pods = self._pods(app_id)
         if backend == BACKEND_VOLCANO:
             described = status.describe_volcano_job(app_id, job, pods)
+        elif role_jobs.role_job_names(job):
+            described = role_jobs.describe_role_jobs(app_id, self._role_jobs(app_id, job), pods)
+            quorum = self._log_tail_line(app_id, pods, role_jobs.first_role_name(job))
+            described.msg = join_message(described.msg, quorum)
         else:
+            refused = self._refused(app_id, job, pods)
+            if refused is not None:
+                return refused
             described = status.describe_job(app_id, job, pods)
         described.msg = join_message(described.msg, self._progress(app_id, pods))
         return described
+
+    def _refused(self, app_id: str, job: Obj, pods: List[Obj]) -> Optional[DescribeAppResponse]:
+        """FAILED with the reason, once admission refused pods of the Job, which is deleted:
+        the Job controller would retry in vain and hold the job's name and Service."""
+        if not admission.pods_missing(job, pods):
+            return None
+        namespace, name = parse_app_id(app_id)
+        api = self._api()
+        try:
+            events = api.list_events(namespace, admission.job_events_selector(name))
+        except KubernetesError as e:  # not allowed to read events: the status says the rest
+            logger.debug("no events of job %s: %s", name, e)
+            return None
+        uid = str(job["metadata"].get("uid") or "")
+        reason = admission.refusal(events, uid, since=admission.newest_pod_created(pods))
+        if reason is None:
+            return None
+        self._cancel_existing(app_id)
+        described = status.describe_job(app_id, job, pods)
+        described.state = AppState.FAILED
+        described.msg = admission.refused_message(reason)
+        return described
+
+    def _role_jobs(self, app_id: str, first: Obj) -> List[Obj]:
+        """The Jobs of an app of several roles, the first role's first (a Job the API
+        does not list any more, e.g. deleted by hand, is left out)."""
+        namespace, name = parse_app_id(app_id)
+        found = self._api().list_jobs(namespace, manifests.selector(JobNames(name, namespace)))
+        by_name = {job["metadata"]["name"]: job for job in found}
+        others = [by_name[n] for n in role_jobs.role_job_names(first) if n in by_name]
+        return [first, *others]
+
+    def _log_tail_line(self, app_id: str, pods: List[Obj], role: str) -> Optional[str]:
+        """The last quorum line of ``ft.ddp``'s Lighthouse (``role``'s pod 0), from the
+        tail of its log: which replica groups train together now."""
+        pod = status.latest_pods(pods).get((role, 0))
+        if pod is None or (pod.get("status") or {}).get("phase") in (None, "Pending"):
+            return None
+        namespace, _ = parse_app_id(app_id)
+        try:
+            text = self._api().pod_log_tail(namespace, pod["metadata"]["name"], TAIL_LINES)
+        except KubernetesError as e:  # gone, or not allowed: the status says the rest
+            logger.debug("no log of pod %s: %s", pod["metadata"]["name"], e)
+            return None
+        return last_quorum_line(text.splitlines())
 
     def _progress(self, app_id: str, pods: List[Obj]) -> Optional[str]:
         """The job's latest progress: the rank-0 agent's last ``[job progress]`` line in the
@@ -201,6 +262,8 @@ class KubernetesScheduler(WorkspaceImages, Scheduler[Cfg]):
         selector = manifests.MANAGED_BY_SELECTOR
         apps = []
         for job in self._api().list_jobs(namespace, selector):
+            if role_jobs.is_part(job):  # listed with the app's first Job
+                continue
             state, _ = status.job_state(job, any_running=bool(job.get("status", {}).get("active")))
             apps.append(
                 ListAppResponse(app_id=f"{namespace}:{job['metadata']['name']}", state=state)
@@ -215,6 +278,8 @@ class KubernetesScheduler(WorkspaceImages, Scheduler[Cfg]):
             api.delete_volcano_job(namespace, name)
             return
         api.delete_job(namespace, name)
+        for part in role_jobs.role_job_names(found[1]) if found is not None else []:
+            api.delete_job(namespace, part)  # owned by the first: gone with it, but at once
         try:
             api.delete_service(namespace, name)
         except KubernetesError as e:
@@ -255,27 +320,19 @@ class KubernetesScheduler(WorkspaceImages, Scheduler[Cfg]):
         state, _ = status.job_state(job, any_running=False)
         return state in (AppState.SUCCEEDED, AppState.FAILED)
 
-    def log_iter(
-        self,
-        app_id: str,
-        role_name: str,
-        k: int = 0,
-        regex: Optional[str] = None,
-        since: Optional[datetime] = None,
-        until: Optional[datetime] = None,
-        should_tail: bool = False,
-        streams: Optional[Stream] = None,
-    ) -> Iterable[str]:
-        if until is not None:
+    def replica_log(self, app_id: str, role_name: str, k: int, query: LogQuery) -> Iterable[str]:
+        if query.until is not None:
             raise ValueError("the kubernetes scheduler cannot stop logs at a time (until)")
-        if streams not in (None, Stream.COMBINED):
-            raise ValueError(f"the kubernetes scheduler has one combined log stream, not {streams}")
+        if query.streams not in (None, Stream.COMBINED):
+            raise ValueError(
+                f"the kubernetes scheduler has one combined log stream, not {query.streams}"
+            )
         namespace, _ = parse_app_id(app_id)
-        pod, why_none = self._replica_pod(app_id, role_name, k, wait=should_tail)
+        pod, why_none = self._replica_pod(app_id, role_name, k, wait=query.follow)
         if pod is None:
             # said in the log itself: torchx prints a failing log thread as tracebacks
             return iter([f"torchx-elastic: {why_none}\n"])
-        if pod["status"].get("phase") == "Pending" and not should_tail:
+        if pod["status"].get("phase") == "Pending" and not query.follow:
             problems = status.pod_problems(pod)
             if problems:
                 replica = f"replica {role_name}/{k} of {app_id}"
@@ -284,8 +341,8 @@ class KubernetesScheduler(WorkspaceImages, Scheduler[Cfg]):
         response = self._api().pod_log(
             namespace,
             pod["metadata"]["name"],
-            follow=should_tail,
-            since_seconds=since_seconds(since),
+            follow=query.follow,
+            since_seconds=since_seconds(query.since),
         )
         lines = whole_lines(response.stream(decode_content=True))
-        return filter_regex(regex, lines) if regex else lines
+        return filter_regex(query.regex, lines) if query.regex else lines

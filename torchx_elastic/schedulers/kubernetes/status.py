@@ -20,7 +20,9 @@ from torchx.schedulers.kubernetes_scheduler import (
 )
 from torchx.specs import AppState, ReplicaState, ReplicaStatus, Role, RoleStatus
 
+from torchx_elastic.contract.error_file import parse_error_json
 from torchx_elastic.schedulers.kubernetes.manifests import ANNOTATION_COMPLETION_INDEX
+from torchx_elastic.schedulers.kubernetes.security import with_hint
 
 Obj = Dict[str, Any]
 
@@ -90,7 +92,8 @@ def pod_problems(pod: Obj) -> List[str]:
     for status in statuses:
         waiting = _get(status, "state", "waiting") or {}
         if waiting.get("reason") in WAITING_PROBLEMS:
-            problems.append(f"{waiting['reason']}: {waiting.get('message', '')}".rstrip(": "))
+            message = with_hint(waiting.get("message", ""))
+            problems.append(f"{waiting['reason']}: {message}".rstrip(": "))
         terminated = _get(status, "state", "terminated") or {}
         if terminated and terminated.get("exitCode", 0) != 0:
             reason = terminated.get("reason") or "Error"
@@ -115,11 +118,9 @@ def termination_summary(message: str) -> str:
     message = message.strip()
     if not message:
         return ""
-    try:
-        data = json.loads(message)
-        return str(data["message"]["message"]).strip()
-    except (ValueError, TypeError, KeyError):
-        pass
+    content = parse_error_json(message)
+    if content is not None:
+        return content.message.strip()
     if message.startswith("{"):  # the JSON, cut at the API's size limit
         match = _JSON_MESSAGE.search(message)
         if match:
@@ -183,7 +184,7 @@ def latest_pods(pods: List[Obj]) -> Dict[Tuple[str, int], Obj]:
     return latest
 
 
-def _roles_and_problems(
+def roles_and_problems(
     roles: List[Role], pods: List[Obj], finished: bool = False
 ) -> Tuple[List[RoleStatus], List[str], bool]:
     """Replica states and why pods stopped; ``finished``: the job is over, so a replica
@@ -212,7 +213,7 @@ def _roles_and_problems(
     return statuses, problems, any_running
 
 
-def _role_of(obj: Obj, template: Obj, num_replicas: int) -> Role:
+def role_of(obj: Obj, template: Obj, num_replicas: int) -> Role:
     labels = _get(template, "metadata", "labels") or _get(obj, "metadata", "labels") or {}
     containers = _get(template, "spec", "containers") or [{}]
     return Role(
@@ -245,16 +246,16 @@ def job_state(job: Obj, any_running: bool) -> Tuple[AppState, str]:
             return state, detail
     if _get(job, "spec", "suspend") or _condition(job, "Suspended"):
         queue = (_get(job, "metadata", "labels") or {}).get("kueue.x-k8s.io/queue-name")
-        waiting_for = f"admission by queue {queue}" if queue else "the Job to be resumed"
+        waiting_for = f"admission by Kueue queue {queue}" if queue else "the Job to be resumed"
         return AppState.PENDING, f"suspended, waiting for {waiting_for}"
     return (AppState.RUNNING if any_running else AppState.PENDING), ""
 
 
 def describe_job(app_id: str, job: Obj, pods: List[Obj]) -> DescribeAppResponse:
     template = _get(job, "spec", "template") or {}
-    role = _role_of(job, template, int(_get(job, "spec", "completions") or 1))
+    role = role_of(job, template, int(_get(job, "spec", "completions") or 1))
     finished = job_state(job, any_running=False)[0] in (AppState.SUCCEEDED, AppState.FAILED)
-    statuses, problems, any_running = _roles_and_problems([role], pods, finished)
+    statuses, problems, any_running = roles_and_problems([role], pods, finished)
     state, detail = job_state(job, any_running)
     return DescribeAppResponse(
         app_id=app_id,
@@ -271,10 +272,10 @@ def describe_volcano_job(app_id: str, job: Obj, pods: List[Obj]) -> DescribeAppR
     for task in _get(job, "spec", "tasks") or []:
         template = task.get("template") or {}
         labels = _get(template, "metadata", "labels") or {}
-        role = _role_of(job, template, 0)
+        role = role_of(job, template, 0)
         role = roles.setdefault(labels.get(LABEL_ROLE_INDEX, role.name), role)
         role.num_replicas += int(task.get("replicas", 1))
-    statuses, problems, any_running = _roles_and_problems(list(roles.values()), pods)
+    statuses, problems, any_running = roles_and_problems(list(roles.values()), pods)
     phase = _get(job, "status", "state", "phase")
     state = VOLCANO_STATE.get(phase or "", AppState.UNKNOWN if phase else AppState.PENDING)
     return DescribeAppResponse(

@@ -21,10 +21,10 @@ from dataclasses import asdict, dataclass
 from typing import Protocol
 
 from torchx_elastic.agent.rendezvous.signed_store import RefusedEntry
+from torchx_elastic.contract import FAILURE_KEY_PREFIX
 
 log = logging.getLogger(__name__)
 
-KEY_PREFIX = "torchx_elastic/failure/attempt"
 DEFAULT_WAIT_S = 10.0
 _POLL_S = 0.05
 
@@ -96,7 +96,7 @@ def agree(
     """The job's first failure of ``attempt``: ``own`` offered (None: this node's ranks only
     lost peers), the winner read back; None when nobody offered one within ``wait_s`` or the
     store is gone."""
-    key = f"{KEY_PREFIX}{attempt}"
+    key = f"{FAILURE_KEY_PREFIX}{attempt}"
     deadline_s = clock() + wait_s
     try:
         if own is not None:
@@ -121,7 +121,7 @@ def leave_together(
 ) -> None:
     """The job ends: wait (up to ``wait_s``) until every node is done with the store (read
     the first failure, shut its rendezvous down), so the agent that hosts it leaves last."""
-    key = f"{KEY_PREFIX}{attempt}/left"
+    key = f"{FAILURE_KEY_PREFIX}{attempt}/left"
     deadline_s = clock() + wait_s
     try:
         done = store.add(key, 1)

@@ -16,11 +16,17 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import IO, TYPE_CHECKING, Any, BinaryIO, Literal
 
-from torchx_elastic.agent.console.channel import RankActivity
-from torchx_elastic.agent.console.job_progress import JobProgressExchange
-from torchx_elastic.agent.console.output import Stream
-from torchx_elastic.agent.console.progress_bar import JobProgress, details, status_line, summarize
-from torchx_elastic.job_summary import JobSummary, rich_bar
+from torchx_elastic.agent.console.output.sinks import Stream
+from torchx_elastic.agent.console.progress.channel import RankActivity
+from torchx_elastic.agent.console.progress.exchange import JobProgressExchange
+from torchx_elastic.agent.console.progress.node_summary import (
+    JobProgress,
+    details,
+    status_line,
+    summarize,
+)
+from torchx_elastic.contract.job_progress import JobSummary
+from torchx_elastic.rich_job_bar import rich_bar
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
@@ -63,6 +69,8 @@ class _Progress:
         self.job = job
         self.node = 0
         self.global_ranks: dict[int, int] = {}
+        # the job-wide line while the first rendezvous round waits (agent/rendezvous/waiting.py)
+        self.waiting: str | None = None
 
     def start_attempt(self, node_rank: int, global_ranks: dict[int, int]) -> None:
         self.node, self.global_ranks = node_rank, global_ranks
@@ -76,7 +84,10 @@ class _Progress:
 
     def status_line(self) -> str | None:
         """The plain status line: the job's on node rank 0, none on the other nodes (one
-        line per job, not per node); the node's own without an exchange."""
+        line per job, not per node); the node's own without an exchange. Before the first
+        round, the rendezvous host's waiting line."""
+        if self.waiting is not None:
+            return self.waiting
         if self.job is not None and self.job.joined:
             job = self.job.latest()
             return None if job is None else job.line()
@@ -120,6 +131,12 @@ class PlainConsole:
 
     def transient(self, rank: int, prefix: bytes, text: bytes | None) -> None:
         """Not shown: a rewritten line appears once, in its final form, when it ends."""
+
+    def waiting_for_nodes(self, line: str | None) -> None:
+        """The progress line says what the first round waits for (printed when it changes)."""
+        self._progress.waiting = line
+        if line is not None:
+            self.print_status()
 
     def print_status(self) -> None:
         """Print the progress line now if the ranks moved since the last one."""
@@ -182,6 +199,10 @@ class LiveConsole:
             self._started = True
         if start:  # the live display (and its hidden cursor) begins with the first workers
             self._live.start()
+
+    def waiting_for_nodes(self, line: str | None) -> None:
+        """Not drawn: the live display starts with the first workers, after the round (the
+        agent's own waiting lines are on the terminal)."""
 
     def _text(self, rank: int, prefix: bytes, line: bytes) -> Any:
         from rich.text import Text

@@ -10,7 +10,6 @@ timestamp, then exit time) among the others. :func:`render` writes the "Root cau
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import re
@@ -22,10 +21,11 @@ from typing import Any
 
 from torch.distributed.elastic.multiprocessing.errors import ProcessFailure
 
-from torchx_elastic.agent.console.job_failure import FirstFailure
-from torchx_elastic.agent.console.output import RankOutput
-from torchx_elastic.agent.error_file import ErrorFileContent, error_data, read_error_file
-from torchx_elastic.event_records import SUMMARY_PREFIX
+from torchx_elastic.agent.console.failure.first_failure import FirstFailure
+from torchx_elastic.agent.console.output.sinks import RankOutput
+from torchx_elastic.contract.error_file import ErrorFileContent, error_data, read_error_file
+from torchx_elastic.contract.events import summary_path as summary_path
+from torchx_elastic.contract.events import write_summary as write_summary
 
 STDERR_TAIL_LINES = 10
 _TAIL_BYTES = 64 * 1024
@@ -312,19 +312,6 @@ def summary(
         data["other_causes"] = [facts(c) for c in verdict.causes]
         data["victims"] = [{**facts(v.failure), "reason": v.reason} for v in verdict.victims]
     return data
-
-
-def summary_path(log_dir: str, node: int) -> str:
-    return os.path.join(log_dir, f"{SUMMARY_PREFIX}{node}.json")
-
-
-def write_summary(path: str, data: Mapping[str, Any]) -> None:
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w") as file:
-        json.dump(data, file, indent=2)
-        file.write("\n")
-    os.replace(tmp, path)
 
 
 def reply_file_data(

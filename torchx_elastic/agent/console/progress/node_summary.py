@@ -1,7 +1,7 @@
 """One progress summary for a node's ranks: slowest and fastest rank, rate, ETA.
 
-Pure functions over :class:`~torchx_elastic.agent.console.channel.RankProgress` snapshots; the
-console draws the result as a live bar on a terminal or prints :func:`status_line`.
+Pure functions over :class:`~torchx_elastic.agent.console.progress.channel.RankProgress`
+snapshots; the console draws the result as a live bar on a terminal or prints :func:`status_line`.
 """
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from torchx_elastic.agent.console.channel import RankProgress
-from torchx_elastic.job_summary import format_duration
+from torchx_elastic.agent.console.progress.channel import RankProgress
+from torchx_elastic.contract.job_progress import pace_parts
 
 
 @dataclass(frozen=True)
@@ -71,11 +71,7 @@ def details(progress: JobProgress) -> str:
         f"slowest r{progress.slowest_rank} {progress.slowest_step}",
         f"fastest r{progress.fastest_rank} {progress.fastest_step}",
     ]
-    if progress.rate_per_s is not None:
-        parts.append(f"{progress.rate_per_s:.3g} steps/s")
-    if progress.eta_s is not None:
-        parts.append(f"ETA {format_duration(progress.eta_s)}")
-    return ", ".join(parts)
+    return ", ".join(parts + pace_parts(progress.rate_per_s, progress.eta_s))
 
 
 def status_line(progress: JobProgress, node: int) -> str:

@@ -5,12 +5,23 @@ Over what the job already shares, no new port: the store of the current rendezvo
 torch's public ``RendezvousHandler.next_rendezvous``). Every ``interval_s`` each agent sets
 ``torchx_elastic/progress/node<N>`` to a small JSON :class:`NodeReport` of its ranks (step,
 total, rate, seconds since each last spoke). The node-rank-0 agent reads every node's
-report and :func:`aggregate` makes one :class:`~torchx_elastic.job_summary.JobSummary`:
+report and :func:`aggregate` makes one :class:`~torchx_elastic.contract.job_progress.JobSummary`:
 the job-wide line it prints, the live bar of ``local_cwd`` (through the file it rewrites in
 its log directory) and ``torchx status`` all show that one summary.
 
-Nodes' clocks are not compared: a report carries ages, not times, and the rank-0 agent adds
-how long a node's report has not changed (a node that stopped publishing goes quiet too).
+A report carries ages, and the rank-0 agent adds how long a node's report has not changed (a
+node that stopped publishing goes quiet too). Only live nodes count: a node whose report has
+not changed for ``STALE_AFTER_INTERVALS`` exchange intervals (its agent is gone or cut off,
+long before the next rendezvous round drops it) adds no rank to the figures.
+
+Ranks are compared at one moment: a rank's step is as old as its last progress message plus
+its node's report, so the fresher ranks of a lockstep job are projected back at their rate to
+the moment of the oldest figure said within ``SAME_MOMENT_INTERVALS`` intervals (the exchange's
+own lag) and show no spread that is only that lag; an older figure stays as it was said (that
+rank is late, and shows as the slowest until its node is no longer live). A report's age is
+the publisher's wall-clock stamp held within what the rank-0 agent saw itself: not younger
+than the time since it first read it, not older than the time since its previous read (skewed
+clocks move it by one interval at most).
 """
 
 from __future__ import annotations
@@ -23,16 +34,19 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from torchx_elastic.agent.console.channel import RankActivity
-from torchx_elastic.event_records import PROGRESS, PROGRESS_FIELDS, PROGRESS_INTERVAL_S
-from torchx_elastic.job_summary import JobSummary, QuietRank, write_file
+from torchx_elastic.agent.console.progress.channel import RankActivity
+from torchx_elastic.contract import PROGRESS_KEY_PREFIX, PROGRESS_PUBLISHERS_KEY
+from torchx_elastic.contract.events import PROGRESS, PROGRESS_FIELDS, PROGRESS_INTERVAL_S
+from torchx_elastic.contract.job_progress import JobSummary, QuietRank, write_file
 
 log = logging.getLogger(__name__)
 
-KEY_PREFIX = "torchx_elastic/progress/node"
-PUBLISHERS_KEY = "torchx_elastic/progress/publishers"  # nodes that published this round
 DEFAULT_INTERVAL_S = 1.0
 DEFAULT_QUIET_AFTER_S = 30.0
+STALE_AFTER_INTERVALS = 5  # a node whose report did not change for that long is not live
+DEFAULT_STALE_AFTER_S = STALE_AFTER_INTERVALS * DEFAULT_INTERVAL_S
+SAME_MOMENT_INTERVALS = 2  # figures said within that long are compared at one moment
+DEFAULT_SAME_MOMENT_S = SAME_MOMENT_INTERVALS * DEFAULT_INTERVAL_S
 FINAL_WAIT_S = 30.0  # node rank 0, for the other nodes' last reports (as the exit barrier)
 
 
@@ -59,6 +73,7 @@ class RankReport:
     rate_per_s: float | None
     silent_s: float | None  # since its last message; None: it sent none
     finished: bool
+    step_age_s: float | None = None  # since the message that said ``step``
 
 
 @dataclass(frozen=True)
@@ -67,12 +82,20 @@ class NodeReport:
     seq: int  # +1 per publish: the rank-0 agent sees whether a node still publishes
     final: bool  # the node's last report (its agent is closing)
     ranks: tuple[RankReport, ...]
+    sent_s: float | None = None  # the publisher's wall-clock time (seconds since the epoch)
 
     def to_json(self) -> str:
         ranks = [
-            [r.rank, r.step, r.total, r.rate_per_s, r.silent_s, int(r.finished)] for r in self.ranks
+            [r.rank, r.step, r.total, r.rate_per_s, r.silent_s, int(r.finished), r.step_age_s]
+            for r in self.ranks
         ]
-        data = {"node": self.node, "seq": self.seq, "final": self.final, "ranks": ranks}
+        data = {
+            "node": self.node,
+            "seq": self.seq,
+            "final": self.final,
+            "ranks": ranks,
+            "sent": self.sent_s,
+        }
         return json.dumps(data, separators=(",", ":"))
 
     @classmethod
@@ -88,12 +111,28 @@ class NodeReport:
                     _number(r[3]),
                     _number(r[4]),
                     bool(r[5]),
+                    _number(r[6]) if len(r) > 6 else None,  # an older agent's report
                 )
                 for r in data["ranks"]
             )
-            return cls(_whole(data["node"]), _whole(data["seq"]), bool(data["final"]), ranks)
-        except (KeyError, IndexError, TypeError, ValueError) as err:
+            return cls(
+                _whole(data["node"]),
+                _whole(data["seq"]),
+                bool(data["final"]),
+                ranks,
+                _number(data.get("sent")),
+            )
+        except (KeyError, IndexError, TypeError, ValueError, AttributeError) as err:
             raise ValueError(f"not a node progress report: {err}") from None
+
+
+@dataclass(frozen=True)
+class SeenReport:
+    """A node's latest report as the rank-0 agent sees it."""
+
+    report: NodeReport
+    unchanged_s: float  # since the rank-0 agent first read it: the node's liveness
+    age_s: float  # since its node published it (see the module's docstring)
 
 
 def _whole(value: Any, *absent: None) -> Any:
@@ -120,8 +159,10 @@ def node_report(
     seq: int,
     now_s: float,
     final: bool = False,
+    sent_s: float | None = None,
 ) -> NodeReport:
-    """This node's ranks (local rank -> global rank) as they last reported."""
+    """This node's ranks (local rank -> global rank) as they last reported; ``now_s`` on the
+    activity's (monotonic) clock, ``sent_s`` the wall-clock time."""
     snapshot = activity.snapshot()
     ranks = []
     for local_rank, rank in sorted(global_ranks.items()):
@@ -137,51 +178,64 @@ def node_report(
                 seen.rate_per_s,
                 round(max(0.0, now_s - seen.last_seen_s), 3),
                 activity.is_finished(local_rank),
+                None if seen.stepped_s is None else round(max(0.0, now_s - seen.stepped_s), 3),
             )
         )
-    return NodeReport(node, seq, final, tuple(ranks))
+    return NodeReport(node, seq, final, tuple(ranks), sent_s)
 
 
 def aggregate(
-    reports: Sequence[tuple[NodeReport, float]],
+    reports: Sequence[SeenReport],
     num_nodes: int,
     quiet_after_s: float = DEFAULT_QUIET_AFTER_S,
+    stale_after_s: float = DEFAULT_STALE_AFTER_S,
+    same_moment_s: float = DEFAULT_SAME_MOMENT_S,
     time_s: float = 0.0,
 ) -> JobSummary | None:
-    """One summary of every node's ranks; None before any rank reported a step.
+    """One summary of the live nodes' ranks; None before any of them reported a step.
 
-    ``reports`` pairs each node's latest report with how long it has gone unchanged (added
-    to its ranks' silence). A rank is quiet when it spoke before, is not done, and has been
-    silent for more than ``quiet_after_s``.
+    A node is live while its report changes (``unchanged_s`` up to ``stale_after_s``) or once
+    it is final; the ranks of the others count in ``ranks`` only. A rank is quiet when it spoke
+    before, is not done, and has been silent for more than ``quiet_after_s`` (its node's
+        ``unchanged_s`` added). Steps said within ``same_moment_s`` are compared at one moment
+    (:func:`_steps_at_one_moment`).
     """
-    stepping: list[tuple[RankReport, int]] = []
+    stepping: list[tuple[RankReport, int, float]] = []  # rank, node, age of its step
     quiet: list[QuietRank] = []
     ranks = 0
-    for report, unchanged_s in reports:
+    live_nodes = 0
+    for seen in reports:
+        report = seen.report
         ranks += len(report.ranks)
+        live = report.final or seen.unchanged_s <= stale_after_s
+        live_nodes += live
         for rank in report.ranks:
-            if rank.step is not None:
-                stepping.append((rank, report.node))
+            if rank.step is not None and live:
+                step_age_s = rank.step_age_s if rank.step_age_s is not None else rank.silent_s
+                stepping.append((rank, report.node, seen.age_s + (step_age_s or 0.0)))
             if rank.silent_s is not None and not rank.finished and not report.final:
-                silent_s = rank.silent_s + unchanged_s
+                silent_s = rank.silent_s + seen.unchanged_s
                 if silent_s > quiet_after_s:
                     quiet.append(QuietRank(rank.rank, report.node, round(silent_s, 1)))
     if not stepping:
         return None
+    steps = _steps_at_one_moment(stepping, same_moment_s)
 
-    def key(item: tuple[RankReport, int]) -> tuple[int, int]:
-        return (item[0].step or 0, item[0].rank)
+    def key(index: int) -> tuple[int, int]:
+        return (steps[index], stepping[index][0].rank)
 
-    (slowest, slowest_node), (fastest, fastest_node) = (
-        min(stepping, key=key),
-        max(stepping, key=key),
+    slowest_at = min(range(len(stepping)), key=key)
+    fastest_at = max(range(len(stepping)), key=key)
+    (slowest, slowest_node, _), (fastest, fastest_node, _) = (
+        stepping[slowest_at],
+        stepping[fastest_at],
     )
-    totals = [r.total for r, _ in stepping if r.total is not None]
+    totals = [r.total for r, _, _ in stepping if r.total is not None]
     total = max(totals) if totals else None
-    rates = [r.rate_per_s for r, _ in stepping if r.rate_per_s is not None]
+    rates = [r.rate_per_s for r, _, _ in stepping if r.rate_per_s is not None]
     # the job moves at the pace of its slowest rank
     rate = slowest.rate_per_s if slowest.rate_per_s is not None else (min(rates) if rates else None)
-    step = slowest.step or 0
+    step = steps[slowest_at]
     eta_s = None
     if total is not None and rate is not None and rate > 0:
         eta_s = max(0.0, (total - step) / rate)
@@ -192,16 +246,38 @@ def aggregate(
         slowest_node=slowest_node,
         fastest_rank=fastest.rank,
         fastest_node=fastest_node,
-        fastest_step=fastest.step or 0,
+        fastest_step=steps[fastest_at],
         rate_per_s=rate,
         eta_s=eta_s,
         ranks_reporting=len(stepping),
         ranks=ranks,
-        nodes_reporting=len(reports),
+        nodes_reporting=live_nodes,
         nodes=num_nodes,
         quiet=tuple(sorted(quiet, key=lambda q: (-q.silent_s, q.rank))),
         time_s=time_s,
     )
+
+
+def _steps_at_one_moment(
+    stepping: Sequence[tuple[RankReport, int, float]], within_s: float
+) -> list[int]:
+    """Each rank's step as of the moment of the oldest figure among the ranks that step at a
+    known rate and said their step within ``within_s``: a fresher one is projected back at its
+    rate (never forward: no step is claimed that no rank reported). A done rank, a rank without
+    a rate, or one silent for longer keeps its step as it said it."""
+    movable = [
+        age_s
+        for rank, _, age_s in stepping
+        if rank.rate_per_s is not None and not rank.finished and age_s <= within_s
+    ]
+    moment_s = max(movable, default=0.0)  # how long ago
+    steps = []
+    for rank, _, age_s in stepping:
+        step = rank.step or 0
+        if rank.rate_per_s is not None and not rank.finished and age_s <= within_s:
+            step = max(0, min(step, round(step - rank.rate_per_s * (moment_s - age_s))))
+        steps.append(step)
+    return steps
 
 
 class JobProgressExchange:
@@ -226,6 +302,8 @@ class JobProgressExchange:
         interval_s: float = DEFAULT_INTERVAL_S,
         quiet_after_s: float = DEFAULT_QUIET_AFTER_S,
         final_wait_s: float = FINAL_WAIT_S,
+        stale_after_s: float | None = None,  # STALE_AFTER_INTERVALS intervals
+        same_moment_s: float | None = None,  # SAME_MOMENT_INTERVALS intervals
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
         record_event: Callable[..., object] | None = None,
@@ -238,6 +316,12 @@ class JobProgressExchange:
         self._interval_s = interval_s
         self._quiet_after_s = quiet_after_s
         self._final_wait_s = final_wait_s
+        self._stale_after_s = (
+            STALE_AFTER_INTERVALS * interval_s if stale_after_s is None else stale_after_s
+        )
+        self._same_moment_s = (
+            SAME_MOMENT_INTERVALS * interval_s if same_moment_s is None else same_moment_s
+        )
         self._clock = clock
         self._wall_clock = wall_clock
         self._lock = threading.Lock()  # the fields below
@@ -250,8 +334,9 @@ class JobProgressExchange:
         self._global_ranks: dict[int, int] = {}
         self._seq = 0
         self._published = False  # in this round
-        # node -> (its last report, monotonic time it was first seen)
-        self._seen: dict[int, tuple[NodeReport, float]] = {}
+        # node -> (its last report, monotonic time it was first read, its age then)
+        self._seen: dict[int, tuple[NodeReport, float, float]] = {}
+        self._read_s: float | None = None  # monotonic time of the round's previous read
         self._latest: JobSummary | None = None
         self._closing = threading.Event()
         self._thread: threading.Thread | None = None
@@ -268,6 +353,7 @@ class JobProgressExchange:
             self._stopped = False
             self._published = False
             self._seen.clear()
+            self._read_s = None
             self._latest = None
             start = self._thread is None and not self._closing.is_set()
             if start:
@@ -315,20 +401,26 @@ class JobProgressExchange:
             first = not self._published
             self._seq += 1
             report = node_report(
-                self._activity, self._global_ranks, node, self._seq, self._clock(), final
+                self._activity,
+                self._global_ranks,
+                node,
+                self._seq,
+                self._clock(),
+                final,
+                self._wall_clock(),
             )
         spoke = any(r.silent_s is not None for r in report.ranks)
         try:
             if spoke or final:
-                store.set(f"{KEY_PREFIX}{node}", report.to_json())
+                store.set(f"{PROGRESS_KEY_PREFIX}{node}", report.to_json())
                 if first:
-                    store.add(PUBLISHERS_KEY, 1)
+                    store.add(PROGRESS_PUBLISHERS_KEY, 1)
                     with self._lock:
                         self._published = True
             if node != 0 or (final and not spoke):
                 return True  # node 0 waits for the others only when its ranks report
             # one call while nobody reports (scripts that never call progress())
-            if not spoke and store.add(PUBLISHERS_KEY, 0) == 0:
+            if not spoke and store.add(PROGRESS_PUBLISHERS_KEY, 0) == 0:
                 return True
             reports = self._read_reports(store, num_nodes)
         except Exception as err:  # the store went away (the job is ending): best effort
@@ -368,7 +460,7 @@ class JobProgressExchange:
         """The nodes' reports; a forged or malformed one is skipped (one warning each)."""
         reports = []
         for node in range(num_nodes):
-            key = f"{KEY_PREFIX}{node}"
+            key = f"{PROGRESS_KEY_PREFIX}{node}"
             if store.check([key]):  # get() would wait for a key that is not there yet
                 try:
                     report = NodeReport.from_json(store.get(key))
@@ -384,15 +476,23 @@ class JobProgressExchange:
         return reports
 
     def _sum_up(self, reports: list[NodeReport], num_nodes: int) -> tuple[JobSummary | None, bool]:
-        now_s = self._clock()
-        aged: list[tuple[NodeReport, float]] = []
+        now_s, wall_s = self._clock(), self._wall_clock()
+        seen: list[SeenReport] = []
         with self._lock:
+            # a report read for the first time was published since the previous read
+            oldest_s = self._interval_s if self._read_s is None else now_s - self._read_s
+            self._read_s = now_s
             for report in reports:
                 previous = self._seen.get(report.node)
                 if previous is None or previous[0].seq != report.seq:
-                    self._seen[report.node] = (report, now_s)
-                aged.append((report, now_s - self._seen[report.node][1]))
-        summary = aggregate(aged, num_nodes, self._quiet_after_s, self._wall_clock())
+                    claimed_s = 0.0 if report.sent_s is None else wall_s - report.sent_s
+                    self._seen[report.node] = (report, now_s, min(max(claimed_s, 0.0), oldest_s))
+                _, first_read_s, age_s = self._seen[report.node]
+                unchanged_s = now_s - first_read_s
+                seen.append(SeenReport(report, unchanged_s, age_s + unchanged_s))
+        summary = aggregate(
+            seen, num_nodes, self._quiet_after_s, self._stale_after_s, self._same_moment_s, wall_s
+        )
         all_final = len(reports) == num_nodes and all(r.final for r in reports)
         return summary, all_final
 

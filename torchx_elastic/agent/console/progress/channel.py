@@ -52,6 +52,7 @@ class RankProgress:
     total: int | None
     last_seen_s: float
     rate_per_s: float | None
+    stepped_s: float | None = None  # monotonic time of the message that said ``step``
 
 
 class _RankRecord:
@@ -61,6 +62,9 @@ class _RankRecord:
         self.last_seen_s = now_s
         self.finished = False
         self.samples: collections.deque[tuple[float, int]] = collections.deque()
+
+    def stepped_s(self) -> float | None:
+        return self.samples[-1][0] if self.samples else None
 
     def rate_per_s(self) -> float | None:
         if len(self.samples) < 2:
@@ -136,7 +140,9 @@ class RankActivity:
     def snapshot(self) -> dict[int, RankProgress]:
         with self._lock:
             return {
-                local_rank: RankProgress(local_rank, r.step, r.total, r.last_seen_s, r.rate_per_s())
+                local_rank: RankProgress(
+                    local_rank, r.step, r.total, r.last_seen_s, r.rate_per_s(), r.stepped_s()
+                )
                 for local_rank, r in self._ranks.items()
             }
 

@@ -1,16 +1,16 @@
 """The whole job's progress as the rank-0 node's agent sees it: one value, three forms.
 
 - :class:`JobSummary`: every node's ranks together (slowest and fastest rank with their
-  nodes, rate, ETA, quiet ranks); built by the agent (``agent/console/job_progress.py``).
+  nodes, rate, ETA, quiet ranks); built by the agent (``agent/console/progress/exchange.py``).
 - :meth:`JobSummary.line`: the plain ``[job progress] ...`` line the rank-0 agent prints
   every status interval (CI logs, ``docker logs``, ``kubectl logs``); :func:`parse_line`
   reads the figures back, which is how ``torchx status`` on docker and kubernetes finds
   them in replica 0's log.
 - :meth:`JobSummary.to_json` / :func:`read_file`: the small file the rank-0 agent rewrites
-  in its log directory (:data:`FILE_NAME`), which ``local_cwd`` draws as a live bar.
+  in its log directory (``JOB_PROGRESS_FILE``), which ``local_cwd`` draws as a live bar.
 
-Standard library only (``rich`` is imported inside :func:`rich_bar`, when a bar is drawn):
-the agent and the schedulers both import it.
+Standard library only: the agent and the schedulers both import it (the ``rich`` bar that
+draws a summary is ``torchx_elastic/rich_job_bar.py``).
 """
 
 from __future__ import annotations
@@ -19,13 +19,13 @@ import json
 import os
 import re
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from rich.console import RenderableType
+from torchx_elastic.contract import JOB_PROGRESS_FILE
 
 LINE_PREFIX = "[job progress] "
-FILE_NAME = "job_progress.json"
+# the line's form while the first rendezvous round waits for nodes (no step yet)
+WAITING_LINE_PREFIX = f"{LINE_PREFIX}waiting for nodes: "
 MAX_QUIET_SHOWN = 4
 
 
@@ -70,10 +70,7 @@ class JobSummary:
             f"slowest r{self.slowest_rank} (n{self.slowest_node}) {self.step}",
             f"fastest r{self.fastest_rank} (n{self.fastest_node}) {self.fastest_step}",
         ]
-        if self.rate_per_s is not None:
-            parts.append(f"{self.rate_per_s:.3g} steps/s")
-        if self.eta_s is not None:
-            parts.append(f"ETA {format_duration(self.eta_s)}")
+        parts += pace_parts(self.rate_per_s, self.eta_s)
         if self.quiet:
             shown = [
                 f"r{q.rank} (n{q.node}) {format_duration(q.silent_s)}"
@@ -111,6 +108,16 @@ class JobSummary:
             raise ValueError(f"not a job progress summary: {err}") from None
 
 
+def pace_parts(rate_per_s: float | None, eta_s: float | None) -> list[str]:
+    """``4.1 steps/s``, ``ETA 3m05s``: those of the two that are known."""
+    parts: list[str] = []
+    if rate_per_s is not None:
+        parts.append(f"{rate_per_s:.3g} steps/s")
+    if eta_s is not None:
+        parts.append(f"ETA {format_duration(eta_s)}")
+    return parts
+
+
 def format_duration(seconds: float) -> str:
     """``42s``, ``3m05s``, ``2h07m``."""
     whole = int(round(seconds))
@@ -121,25 +128,9 @@ def format_duration(seconds: float) -> str:
     return f"{whole // 3600}h{whole % 3600 // 60:02d}m"
 
 
-def rich_bar(summary: JobSummary, label: str = "job") -> RenderableType:
-    """``job ━━━━━━━━ 120/200 of 4/4 ranks on 2/2 nodes, slowest r3 (n1) 120, ...``"""
-    from rich.progress_bar import ProgressBar
-    from rich.table import Table
-    from rich.text import Text
-
-    grid = Table.grid(padding=(0, 1))
-    grid.add_row(
-        Text(label, style="bold"),
-        ProgressBar(total=summary.total, completed=summary.step, width=30),
-        Text(f"{summary.step}/{summary.total or '?'}"),
-        Text(f"{summary.counts()}, {summary.details()}", style="dim"),
-    )
-    return grid
-
-
 def write_file(directory: str, summary: JobSummary) -> str:
     """Replace ``directory/job_progress.json`` atomically (readers never see half a file)."""
-    path = os.path.join(directory, FILE_NAME)
+    path = os.path.join(directory, JOB_PROGRESS_FILE)
     temporary = f"{path}.{os.getpid()}.tmp"
     with open(temporary, "w") as file:
         file.write(summary.to_json())

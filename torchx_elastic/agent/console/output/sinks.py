@@ -3,7 +3,7 @@
 The agent reads every worker's stdout and stderr through pipes (see ``processes.py``) and
 feeds the bytes to an :class:`OutputSink`, per local rank and stream. :class:`RankSink` (one
 per attempt) writes the raw bytes to the rank's files, assembles whole lines and hands them
-to the console (see ``console.py``), which lives for the whole run. Lines are assembled
+to the console (see ``display.py``), which lives for the whole run. Lines are assembled
 before they are shown, so partial writes of one rank never tear another rank's line, and a
 ``\\r``-rewritten line (a worker's own progress bar) is shown as what a terminal would show.
 """

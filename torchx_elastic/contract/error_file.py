@@ -16,19 +16,23 @@ import os
 import time
 from dataclasses import dataclass
 
-ERROR_FILE_ENV = "TORCHELASTIC_ERROR_FILE"
 _MAX_BYTES = 16 * 1024 * 1024
 
 
-def error_data(message: str, callstack: str, timestamp_s: float | None = None) -> dict[str, object]:
-    """The error file's content."""
+def error_data(
+    message: str,
+    callstack: str,
+    timestamp_s: float | None = None,
+    error_code: int | None = None,
+) -> dict[str, object]:
+    """The error file's content (``errorCode``: a process's exit code, as torch's
+    ``ProcessFailure`` writes it, where one is given)."""
     when = time.time() if timestamp_s is None else timestamp_s
-    return {
-        "message": {
-            "message": message,
-            "extraInfo": {"py_callstack": callstack, "timestamp": str(int(when))},
-        }
-    }
+    error: dict[str, object] = {"message": message}
+    if error_code is not None:
+        error["errorCode"] = error_code
+    error["extraInfo"] = {"py_callstack": callstack, "timestamp": str(int(when))}
+    return {"message": error}
 
 
 def write_error_file(

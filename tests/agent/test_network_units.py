@@ -1,0 +1,175 @@
+"""What a node says when it lost the network or the rendezvous host, and how it probes."""
+
+from __future__ import annotations
+
+import socket
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from types import SimpleNamespace
+from typing import Any
+
+from torchx_elastic.agent.config.endpoint import Endpoint
+from torchx_elastic.agent.rendezvous.liveness import SilentPeers, lost_peer_line
+from torchx_elastic.agent.supervision import network_watch
+from torchx_elastic.agent.supervision.network_watch import NetworkWatch, answers, name_is_gone
+
+ENDPOINT = Endpoint("h0", 29500)
+
+
+def watch(endpoint_is_local: bool) -> NetworkWatch:
+    return NetworkWatch(ENDPOINT, endpoint_is_local, list, 20.0, print)
+
+
+def test_cut_off_node_names_the_rendezvous_and_its_peers() -> None:
+    assert watch(False).message(["h0", "h1"], 20, 21) == (
+        "this node is cut off: neither the rendezvous at h0:29500 nor its peers (h0, h1)"
+        " answered for 20s; its workers were stopped and it exits so that it can be replaced"
+    )
+
+
+def test_cut_off_rendezvous_host_names_its_peers() -> None:
+    assert watch(True).message(["h1", "h2"], 0, 20) == (
+        "this node is cut off: none of its peers (h1, h2) answered for 20s; its workers were"
+        " stopped and it exits so that it can be replaced"
+    )
+
+
+def test_lost_rendezvous_host_while_peers_answer() -> None:
+    assert watch(False).message(["h0", "h2"], 20, 0) == (
+        "the rendezvous host is lost: h0:29500 did not answer for 20s, though other peers of"
+        " this node did; the agent does not move the rendezvous to another node"
+        " (docs/agent.md), so its workers were stopped and it exits so that the job can be"
+        " restarted"
+    )
+
+
+def test_nothing_lost_before_the_limit() -> None:
+    assert watch(False).message(["h0", "h1"], 19, 19) is None
+    assert watch(True).message(["h1"], 100, 19) is None  # a local endpoint proves nothing
+
+
+def test_a_refused_connection_answers_and_a_silent_address_does_not() -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]  # bound, not listening: refused
+        assert answers("127.0.0.1", port)
+        sock.listen()
+        assert answers("127.0.0.1", port)
+    assert not answers("no-such-host.invalid", 9)  # no longer resolves (a deleted pod's name)
+
+
+def test_a_name_the_name_service_says_is_gone_is_an_answer_and_a_timeout_is_not(
+    monkeypatch: Any,
+) -> None:
+    """A deleted pod's name leaves its headless Service: the DNS server's answer proves the
+    network works (the rendezvous host waits for a replacement instead of giving up as cut
+    off); a resolver that times out (EAI_AGAIN) proves nothing."""
+    errors = {"gone": socket.EAI_NONAME, "cut": socket.EAI_AGAIN}
+
+    def resolve(host: str, *_: Any, **__: Any) -> Any:
+        raise socket.gaierror(errors[host], "resolver")
+
+    monkeypatch.setattr(network_watch.socket, "getaddrinfo", resolve)
+    assert name_is_gone("gone")
+    assert not name_is_gone("cut")
+
+
+def test_the_rendezvous_host_whose_only_peer_was_deleted_is_not_cut_off(
+    monkeypatch: Any,
+) -> None:
+    """kubectl delete pod: the peer's name is gone at once, its replacement takes longer
+    than the 20 s limit to start; the rendezvous host keeps waiting for it."""
+    monkeypatch.setattr(network_watch, "answers", lambda *_: False)
+    monkeypatch.setattr(network_watch, "name_is_gone", lambda host: host == "h1")
+    lost = NetworkWatch(ENDPOINT, True, lambda: ["h1"], 20.0, print)
+    assert lost._a_peer_answers(["h1"])
+    assert not lost._a_peer_answers(["h2"])
+
+
+@dataclass(frozen=True)
+class Node:  # torch's _NodeDesc: what the agent reads of it
+    addr: str
+    pid: int
+
+
+def handler(participants: dict[str, int], beats: dict[str, float], naive: bool = False) -> Any:
+    """A stand-in of torch's c10d handler state: names, heartbeat ages in seconds (``naive``:
+    torch before 2.5 keeps ``datetime.utcnow()`` times)."""
+    now = datetime.now(timezone.utc)
+    if naive:
+        now = now.replace(tzinfo=None)
+    nodes = {name: Node(addr=name, pid=1) for name in {*participants, *beats}}
+    state = SimpleNamespace(
+        participants={nodes[n]: rank for n, rank in participants.items()},
+        wait_list=set(),
+        last_heartbeats={nodes[n]: now - timedelta(seconds=age) for n, age in beats.items()},
+    )
+    return SimpleNamespace(_state_holder=SimpleNamespace(state=state), _this_node=nodes["h0"])
+
+
+MEMBERS = {0: "h0 (agent pid 1)", 1: "h1 (agent pid 1)", 2: "h2 (agent pid 1)"}
+
+
+def test_a_member_dropped_after_its_heartbeats_stopped_is_lost() -> None:
+    peers = SilentPeers({})
+    peers.new_round(handler({"h0": 0, "h1": 1, "h2": 2}, {"h0": 0, "h1": 1, "h2": 9}))
+    assert peers.suspects(MEMBERS, handler({"h0": 0, "h1": 1, "h2": 2}, {"h0": 0, "h2": 9}))
+    assert peers.lost(MEMBERS, handler({"h0": 0, "h1": 1}, {"h0": 0, "h1": 1})) == {
+        2: "h2 (agent pid 1)"
+    }
+
+
+def test_heartbeats_of_older_torch_releases_without_a_timezone_are_read_as_utc() -> None:
+    peers = SilentPeers({})
+    peers.new_round(handler({"h0": 0, "h1": 1}, {"h0": 0, "h1": 1}, naive=True))
+    dropped = handler({"h0": 0}, {"h0": 0, "h1": 9}, naive=True)
+    assert peers.lost({0: "h0 (agent pid 1)", 1: "h1 (agent pid 1)"}, dropped) == {
+        1: "h1 (agent pid 1)"
+    }
+
+
+def test_a_peers_heartbeat_through_the_store_is_heard_from_it() -> None:
+    """A node whose TCP probes of its peers go unanswered (a network policy that drops
+    them) still hears its peers through their heartbeats in the store: not cut off."""
+    from torchx_elastic.agent.compat import freshest_peer_heartbeat_age_s
+
+    age = freshest_peer_heartbeat_age_s(handler({"h0": 0, "h1": 1}, {"h0": 30, "h1": 3}))
+    assert age is not None and 3 <= age < 4  # h0's own heartbeat does not count
+    assert freshest_peer_heartbeat_age_s(handler({"h0": 0}, {"h0": 0})) is None
+
+
+def test_a_member_that_left_for_the_next_round_is_not_lost() -> None:
+    peers = SilentPeers({})
+    peers.new_round(handler({"h0": 0, "h1": 1, "h2": 2}, {"h0": 0, "h1": 1, "h2": 1}))
+    gone = handler({"h0": 0, "h2": 2}, {"h0": 0, "h2": 1})  # h1 between leaving and joining
+    assert peers.lost(MEMBERS, gone) == {}
+    assert not peers.suspects(MEMBERS, gone)
+
+
+def test_lost_peer_line() -> None:
+    assert lost_peer_line({2: "h2 (agent pid 7)"}, {}) == (
+        "torchx-elastic: node 2: h2 (agent pid 7) stopped answering (no rendezvous heartbeat"
+        " for 10s): stopping the workers and re-forming without it"
+    )
+    assert "heartbeat for 5s" in lost_peer_line({2: "h2"}, {"keep_alive_interval": "1"})
+
+
+def test_a_node_that_joins_is_heard_from_while_its_round_forms() -> None:
+    """A late node appears among the peers and is silent until its round completes (its
+    heartbeats start then; a network policy may drop probes of its port): the node
+    hosting the rendezvous must not call itself cut off meanwhile."""
+    import time
+
+    calls: list[str] = []
+    appeared = time.monotonic() + 1.5
+    watch_ = NetworkWatch(
+        Endpoint("no-such-host.invalid", 29500),
+        True,
+        lambda: ["no-such-host.invalid"] if time.monotonic() > appeared else [],
+        0.5,
+        calls.append,
+    )
+    watch_.start()
+    time.sleep(4.0)
+    watch_.close()
+    assert calls == []

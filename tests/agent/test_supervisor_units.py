@@ -1,0 +1,316 @@
+"""The supervision loop's decisions, with a fake rendezvous and fake worker processes.
+
+No process and no network: :class:`FakeRendezvous` is a ``RendezvousHandler`` whose rounds
+are in-memory ``HashStore`` s and whose state has the shape torch's c10d handler keeps (the
+members of the round, the waiting nodes, the last heartbeats: what ``agent/compat.py``
+reads); :class:`FakeWorkers` stands for one attempt's ``WorkerProcesses``, each poll
+answered by the test's plan. Each test names one decision: restart after a failure, scale up
+when nodes wait, re-form without a lost peer (no restart counted), a hang, giving up.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import signal
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from torch.distributed import HashStore  # type: ignore[attr-defined]
+from torch.distributed.elastic.agent.server.api import WorkerState
+from torch.distributed.elastic.multiprocessing.api import RunProcsResult
+from torch.distributed.elastic.multiprocessing.errors import ProcessFailure
+from torch.distributed.elastic.rendezvous import RendezvousHandler
+
+from torchx_elastic.agent.compat import ROLE_INFO_PREFIX
+from torchx_elastic.agent.config.cli import build_parser
+from torchx_elastic.agent.config.launch import AgentConfig, config_from_args
+from torchx_elastic.agent.console.progress.channel import RankActivity
+from torchx_elastic.agent.supervision import loop
+from torchx_elastic.agent.supervision.loop import Supervision, Supervisor
+from torchx_elastic.agent.supervision.watchdog import HangWatchdog
+from torchx_elastic.agent.workers.bootstrap import DUMP_STACKS_SIGNAL
+from torchx_elastic.contract import FILE_TIMER_ENV, RESTART_COUNT_ENV
+from torchx_elastic.contract import events as ev
+from torchx_elastic.contract.error_file import read_error_file
+from torchx_elastic.contract.events import EventLog
+
+NPROC = 2
+MAX_POLLS = 50  # a plan that never ends the attempt fails the test instead of hanging it
+
+
+@dataclass(frozen=True)
+class Node:
+    addr: str
+    pid: int
+
+
+class FakeRendezvous(RendezvousHandler):
+    """Rounds of this node (always rank 0) and ``peers``; ``waiting`` nodes want in."""
+
+    def __init__(self, role: str, peers: int = 0) -> None:
+        self._this_node = Node("10.0.0.1", 100)
+        self.peers = [Node(f"10.0.0.{2 + i}", 200 + i) for i in range(peers)]
+        self.waiting = 0
+        self.rounds: list[int] = []  # the world size of each round
+        self._role = role
+        self.state = SimpleNamespace(participants={}, wait_list=(), last_heartbeats={})
+        self._state_holder = SimpleNamespace(state=self.state)
+
+    def next_rendezvous(self) -> Any:
+        nodes = [self._this_node, *self.peers]
+        self.state.participants = {node: rank for rank, node in enumerate(nodes)}
+        now = datetime.datetime.now(datetime.timezone.utc)
+        self.state.last_heartbeats = dict.fromkeys(nodes, now)
+        self.waiting = 0  # who waited is in this round
+        store = HashStore()
+        for rank in range(1, len(nodes)):  # what the peers' agents write (assign_ranks)
+            store.set(f"{ROLE_INFO_PREFIX}{rank}", json.dumps([self._role, NPROC]))
+        self.rounds.append(len(nodes))
+        return store, 0, len(nodes)
+
+    def drop_peers(self) -> None:
+        """torch's handler dropped the peers: their last heartbeat is long past."""
+        long_ago = datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(hours=1)
+        for peer in self.peers:
+            del self.state.participants[peer]
+            self.state.last_heartbeats[peer] = long_ago
+        self.peers = []
+
+    def get_backend(self) -> str:
+        return "c10d"
+
+    @property
+    def use_agent_store(self) -> bool:
+        return False
+
+    def is_closed(self) -> bool:
+        return False
+
+    def set_closed(self) -> None:
+        pass
+
+    def num_nodes_waiting(self) -> int:
+        return self.waiting
+
+    def get_run_id(self) -> str:
+        return "job"
+
+    def shutdown(self) -> bool:
+        return True
+
+
+# what one attempt's workers do at each poll: a result ends the attempt, None: still running
+Plan = Callable[["FakeWorkers"], RunProcsResult | None]
+
+
+@dataclass
+class FakeWorkers:
+    """One attempt's workers without processes, as ``Supervisor`` uses ``WorkerProcesses``."""
+
+    plan: Plan
+    envs: dict[int, dict[str, str]]
+    error_files: dict[int, str]
+    polls: int = 0
+    started: bool = False
+    signals: list[int] = field(default_factory=list)
+    closed_with: list[signal.Signals | None] = field(default_factory=list)
+
+    def start(self) -> None:
+        self.started = True
+
+    def pids(self) -> dict[int, int]:
+        return {local_rank: 1000 + local_rank for local_rank in self.envs}
+
+    def wait(self, timeout: float = -1, period: float = 1) -> RunProcsResult | None:
+        self.polls += 1
+        assert self.polls <= MAX_POLLS, "the loop kept polling an attempt the test left running"
+        return self.plan(self)
+
+    def close(self, death_sig: signal.Signals | None = None, timeout: int = 30) -> None:
+        self.closed_with.append(death_sig)
+
+    def signal_workers(self, sig: int) -> None:
+        self.signals.append(sig)
+
+
+def running_for(polls: int, then: Plan) -> Plan:
+    return lambda workers: then(workers) if workers.polls > polls else None
+
+
+def succeed(workers: FakeWorkers) -> RunProcsResult:
+    return RunProcsResult(return_values=dict.fromkeys(workers.envs))
+
+
+def fail(local_rank: int) -> Plan:
+    def plan(workers: FakeWorkers) -> RunProcsResult:
+        error_file = workers.error_files[local_rank]
+        failure = ProcessFailure(local_rank, 1000 + local_rank, 1, error_file)
+        return RunProcsResult(failures={local_rank: failure})
+
+    return plan
+
+
+@dataclass
+class Harness:
+    """A ``Supervisor`` over the fakes; ``plans``: one per attempt, in order."""
+
+    tmp_path: Path
+    config: AgentConfig
+    rendezvous: FakeRendezvous
+    plans: list[Plan]
+    watchdog: HangWatchdog | None = None
+    attempts: list[FakeWorkers] = field(default_factory=list)
+
+    def make_workers(self, *, envs: dict[int, dict[str, str]], **_: Any) -> FakeWorkers:
+        assert self.plans, "the loop started more attempts than the test planned"
+        n = len(self.attempts)
+        errors = {r: str(self.tmp_path / f"error_{n}_{r}.json") for r in envs}
+        for earlier in self.attempts:
+            assert earlier.closed_with, "a new attempt started before the last one was stopped"
+        self.attempts.append(FakeWorkers(self.plans.pop(0), envs, errors))
+        return self.attempts[-1]
+
+    def run(self) -> tuple[Supervisor, Any]:
+        events = EventLog(str(self.tmp_path / "events.jsonl"))
+        supervisor = Supervisor(
+            self.config,
+            self.rendezvous,
+            logs_specs=None,  # type: ignore[arg-type]  # the fake workers write no logs
+            make_sink=lambda outputs: None,  # type: ignore[arg-type,return-value]
+            events=events,
+            worker_extra_env={},
+            supervision=Supervision(watchdog=self.watchdog),
+            make_workers=self.make_workers,
+        )
+        return supervisor, supervisor.run()
+
+    def events(self, name: str) -> list[dict[str, Any]]:
+        lines = (self.tmp_path / "events.jsonl").read_text().splitlines()
+        return [e for e in map(json.loads, lines) if e["event"] == name]
+
+
+def config(max_restarts: int, *extra: str) -> AgentConfig:
+    argv = ["--nnodes", "1:3", "--nproc-per-node", str(NPROC), "--rdzv-backend", "c10d"]
+    argv += ["--rdzv-endpoint", "127.0.0.1:29500", "--local-addr", "127.0.0.1"]
+    argv += ["--max-restarts", str(max_restarts), "--monitor-interval", "0", *extra]
+    return config_from_args(build_parser().parse_args([*argv, "train.py"]))
+
+
+@pytest.fixture(autouse=True)
+def _no_file_timer(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(FILE_TIMER_ENV, raising=False)
+
+
+def harness(tmp_path: Path, max_restarts: int, plans: list[Plan], peers: int = 0) -> Harness:
+    c = config(max_restarts)
+    return Harness(tmp_path, c, FakeRendezvous(c.role, peers), plans)
+
+
+def test_a_failed_rank_restarts_the_group_while_restarts_are_left(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    h = harness(tmp_path, 1, [running_for(2, fail(1)), running_for(1, succeed)])
+    supervisor, result = h.run()
+    assert result.state == WorkerState.SUCCEEDED
+    assert [w.envs[0][RESTART_COUNT_ENV] for w in h.attempts] == ["0", "1"]
+    assert h.attempts[0].closed_with[0] == signal.SIGTERM  # stopped before the next start
+    assert h.rendezvous.rounds == [1, 1]  # a new round for the new attempt
+    (restart,) = h.events(ev.RESTART)
+    assert (restart["reason"], restart["attempt"], restart["restarts_left"]) == ("failure", 1, 0)
+    assert supervisor.remaining_restarts == 0
+    assert [f["failures"] for f in h.events(ev.FAILURE)] == [
+        {"1": {"local_rank": 1, "pid": 1001, "exitcode": 1}}
+    ]
+    assert capsys.readouterr().err.splitlines() == [
+        "torchx-elastic: a rank failed; restarting every node: attempt 2 of 2 (0 restarts"
+        " left), rendezvous round 2 next"
+    ]
+
+
+def test_a_failure_with_no_restart_left_gives_up_with_the_failure(tmp_path: Path) -> None:
+    h = harness(tmp_path, 1, [fail(0), fail(1)])
+    _, result = h.run()
+    assert result.state == WorkerState.FAILED
+    assert list(result.failures) == [1]  # the last attempt's failure, by global rank
+    assert len(h.attempts) == 2  # max_restarts 1: two attempts, no third
+    assert len(h.events(ev.RESTART)) == 1
+    assert len(h.events(ev.FAILURE)) == 2
+
+
+def test_nodes_waiting_to_join_re_form_the_group_without_counting_a_restart(
+    tmp_path: Path,
+) -> None:
+    def a_node_arrives(workers: FakeWorkers) -> None:
+        if workers.polls == 2:
+            h.rendezvous.waiting = 1
+            h.rendezvous.peers.append(Node("10.0.0.9", 900))
+
+    h = harness(tmp_path, 0, [lambda w: a_node_arrives(w), fail(0)])
+    supervisor, result = h.run()
+    assert h.rendezvous.rounds == [1, 2]  # the next round has the new node
+    (restart,) = h.events(ev.RESTART)
+    assert (restart["reason"], restart["attempt"]) == ("membership change", 0)
+    assert [w.envs[0][RESTART_COUNT_ENV] for w in h.attempts] == ["0", "0"]
+    assert supervisor.remaining_restarts == 0  # max_restarts 0 and still a second attempt
+    assert h.attempts[1].envs[0]["WORLD_SIZE"] == str(2 * NPROC)
+    assert result.state == WorkerState.FAILED
+
+
+def test_ranks_that_fail_with_a_lost_peer_re_form_without_it_and_no_restart_is_counted(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def peer_lost(workers: FakeWorkers) -> RunProcsResult | None:
+        if workers.polls < 2:
+            return None
+        h.rendezvous.drop_peers()  # torch's handler dropped it; our ranks' collectives broke
+        return fail(0)(workers)
+
+    h = harness(tmp_path, 0, [peer_lost, running_for(1, succeed)], peers=1)
+    supervisor, result = h.run()
+    assert result.state == WorkerState.SUCCEEDED
+    assert h.rendezvous.rounds == [2, 1]
+    (restart,) = h.events(ev.RESTART)
+    assert (restart["reason"], restart["attempt"]) == ("peer lost", 0)
+    assert restart["lost"] == ["node 1: 10.0.0.2 (agent pid 200)"]
+    assert h.events(ev.FAILURE) == []  # the peer's loss, not a failure of this node's ranks
+    assert supervisor.remaining_restarts == 0
+    assert capsys.readouterr().err.startswith(
+        "torchx-elastic: node 1: 10.0.0.2 (agent pid 200) stopped answering (no rendezvous"
+        " heartbeat for "
+    )
+
+
+def test_a_rank_silent_past_the_hang_timeout_dumps_stacks_and_fails_the_attempt(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(loop, "STACK_DUMP_WAIT_S", 0.0)
+    now = [0.0]
+    activity = RankActivity(clock=lambda: now[0])
+    watchdog = HangWatchdog(activity, 60.0, clock=lambda: now[0])
+
+    def silent_for_a_minute(workers: FakeWorkers) -> None:
+        if workers.polls == 2:
+            now[0] += 61.0
+            activity.heartbeat(0, 0)  # rank 0 speaks, rank 1 never did
+
+    h = harness(tmp_path, 0, [lambda w: silent_for_a_minute(w)])
+    h.watchdog = watchdog
+    _, result = h.run()
+    assert result.state == WorkerState.FAILED
+    assert h.attempts[0].signals == [DUMP_STACKS_SIGNAL]
+    assert list(result.failures) == [1]
+    failure = result.failures[1]
+    assert (failure.pid, failure.exitcode) == (1001, -int(signal.SIGKILL))
+    message = (
+        "hang: rank 1 sent no progress or heartbeat for 60s (--hang-timeout-s); every rank's"
+        " Python stack was dumped to its stderr log"
+    )
+    content = read_error_file(failure.error_file)  # the rank's error file says why
+    assert content is not None and content.message == message
+    (hang,) = h.events(ev.HANG)
+    assert (hang["ranks"], hang["message"]) == ([1], message)

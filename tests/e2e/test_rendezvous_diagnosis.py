@@ -1,0 +1,247 @@
+"""A rendezvous that explains itself (issue 31), one host: every case named in seconds.
+
+All scenarios start at once (real agents, each on its own port) and each test reads one
+scenario's output: the line must name the cause and appear within its time limit.
+"""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.agents import free_port, start_agent
+from torchx_elastic.contract import WAITING_FILE_PREFIX
+
+pytestmark = pytest.mark.slow
+
+SECRET = {"TORCHX_ELASTIC_RDZV_SECRET": "diagnosis tests"}
+# torch's import (13 agents at once on a loaded 2-core machine) comes first: times count
+# from the agent's log directory (made once torch is imported)
+IMPORT_S = 240.0
+START_S = 10.0
+
+
+@dataclass
+class Agent:
+    log: Path
+    log_dir: Path
+    proc: subprocess.Popen[bytes]
+    ready: float | None = None
+
+    def up(self) -> float:
+        """When the agent was up (it makes its log directory once torch is imported)."""
+        if self.ready is None:
+            deadline = time.monotonic() + IMPORT_S
+            while not self.log_dir.exists():
+                assert time.monotonic() < deadline, f"{self.log_dir} not made in {IMPORT_S}s"
+                time.sleep(0.1)
+            self.ready = time.monotonic()
+        return self.ready
+
+    def wait_for(self, text: str, within_s: float, peer: Agent | None = None) -> float:
+        """Seconds after the agent (and ``peer``) was up at which ``text`` appeared (fails
+        after ``within_s``)."""
+        since = max(self.up(), peer.up() if peer is not None else 0.0)
+        deadline = since + within_s
+        while True:
+            if text in self.log.read_text(errors="replace"):
+                return time.monotonic() - since
+            if time.monotonic() >= deadline:
+                break
+            time.sleep(0.1)
+        raise AssertionError(f"{text!r} not in {self.log} after {within_s}s:\n{self.output()}")
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def exit_code(self, timeout_s: float = 60) -> int:
+        return self.proc.wait(timeout_s)
+
+
+class Scenarios:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        (root / "ok.py").write_text("print('trained')\n")
+        self.agents: list[Agent] = []
+        self.blocker = socket.socket()
+
+    def agent(
+        self, name: str, endpoint: str, *args: str, nnodes: str = "2", secret: str = ""
+    ) -> Agent:
+        argv = ["--nnodes", nnodes, "--nproc-per-node", "1", "--rdzv-backend", "c10d"]
+        argv += ["--rdzv-endpoint", endpoint, "--rdzv-id", "job", "--log-dir"]
+        log_dir = self.root / f"logs-{name}"
+        argv += [str(log_dir), *args, "ok.py"]
+        log = self.root / f"{name}.log"
+        env = {"TORCHX_ELASTIC_RDZV_SECRET": secret} if secret else SECRET
+        agent = Agent(log, log_dir, start_agent(*argv, cwd=self.root, log=log, env=env))
+        self.agents.append(agent)
+        return agent
+
+    def close(self) -> None:
+        for agent in self.agents:
+            if agent.proc.poll() is None:
+                agent.proc.kill()
+            agent.proc.wait()
+        self.blocker.close()
+
+
+@pytest.fixture(scope="module")
+def cases(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Agent]]:
+    s = Scenarios(tmp_path_factory.mktemp("diagnosis"))
+    ports = {
+        name: free_port() for name in ("alone", "mismatch", "shared", "taken", "addr", "secret")
+    }
+    s.blocker.bind(("127.0.0.1", ports["taken"]))
+    s.blocker.listen()
+    timeout = ("--rdzv-conf", "join_timeout=14")
+    found = {
+        "alone": s.agent("alone", f"localhost:{ports['alone']}", *timeout),
+        "unresolvable": s.agent("unresolvable", "no-such-host.invalid:29511", *timeout),
+        "refused": s.agent(
+            "refused", f"127.0.0.1:{free_port()}", "--rdzv-conf", "is_host=false,join_timeout=14"
+        ),
+        "mismatch_a": s.agent("mismatch_a", f"localhost:{ports['mismatch']}", *timeout),
+        "taken_host": s.agent(
+            "taken_host", f"127.0.0.1:{ports['taken']}", "--rdzv-conf", "is_host=true"
+        ),
+        "taken": s.agent("taken", f"127.0.0.1:{ports['taken']}", *timeout),
+        "shared_a": s.agent("shared_a", f"localhost:{ports['shared']}", *timeout),
+        "addr_a": s.agent("addr_a", f"localhost:{ports['addr']}", *timeout),
+        "secret_a": s.agent("secret_a", f"localhost:{ports['secret']}", *timeout),
+    }
+    time.sleep(1.0)  # the hosts first (each would also wait for the other)
+    found["mismatch_b"] = s.agent(
+        "mismatch_b", f"localhost:{ports['mismatch']}", *timeout, nnodes="3"
+    )
+    found["shared_b"] = s.agent(
+        "shared_b", f"localhost:{ports['shared']}", "--rdzv-id", "other", *timeout
+    )
+    found["addr_b"] = s.agent(
+        "addr_b", f"localhost:{ports['addr']}", "--local-addr", "nowhere.invalid", *timeout
+    )
+    found["secret_b"] = s.agent(
+        "secret_b", f"localhost:{ports['secret']}", *timeout, secret="another secret"
+    )
+    try:
+        yield found
+    finally:
+        s.close()
+
+
+def test_a_waiting_node_says_what_it_waits_for_then_why_it_gave_up(
+    cases: dict[str, Agent],
+) -> None:
+    alone = cases["alone"]
+    alone.wait_for("waiting for nodes: 1 of 2 joined; here: ", START_S)
+    alone.wait_for("missing: 1 node; hosting the rendezvous at localhost:", START_S)
+    assert "run id 'job'; gives up at " in alone.output()
+    assert "(join timeout 14s)" in alone.output()
+    # the job-wide progress line of the rendezvous host says so too
+    assert "[job progress] waiting for nodes: 1 of 2 joined; missing: 1 node\n" in alone.output()
+    # the same state for torchx status, in the agent's log directory, while it waits
+    files = list((alone.log.parent / "logs-alone").glob(f"{WAITING_FILE_PREFIX}*.json"))
+    assert files and "waiting for nodes: 1 of 2 joined" in files[0].read_text()
+    alone.wait_for("error: rendezvous at localhost:", START_S + 20)
+    alone.wait_for(": only 1 of 2 nodes joined within 14s (here: ", 0)
+    assert "start the missing node(s) with --rdzv-endpoint localhost:" in alone.output()
+    assert "Traceback" not in alone.output()
+    assert alone.exit_code() == 1
+    assert not list((alone.log.parent / "logs-alone").glob(f"{WAITING_FILE_PREFIX}*.json"))
+
+
+def test_an_endpoint_that_does_not_resolve_is_named_retried_then_the_error(
+    cases: dict[str, Agent],
+) -> None:
+    agent = cases["unresolvable"]
+    agent.wait_for(
+        "torchx-elastic: rendezvous at no-such-host.invalid:29511: host 'no-such-host.invalid'"
+        " does not resolve from this node (",
+        START_S,
+    )
+    agent.wait_for("; retrying until ", 0)
+    agent.wait_for(
+        "torchx-elastic: error: rendezvous at no-such-host.invalid:29511 failed: host"
+        " 'no-such-host.invalid' does not resolve from this node",
+        START_S + 20,
+    )
+    assert "check the host name in --rdzv-endpoint no-such-host.invalid:29511" in agent.output()
+    assert agent.exit_code() == 1
+
+
+def test_nothing_listening_is_named_refused(cases: dict[str, Agent]) -> None:
+    agent = cases["refused"]
+    agent.wait_for("(connection refused); start the node that hosts the rendezvous", START_S)
+    agent.wait_for("; retrying until ", 0)
+    agent.wait_for("torchx-elastic: error: rendezvous at 127.0.0.1:", START_S + 20)
+    assert agent.output().count("nothing listens at 127.0.0.1:") >= 2
+    assert agent.exit_code() == 1
+
+
+def test_nodes_with_other_nnodes_are_named_with_both_values_and_hosts(
+    cases: dict[str, Agent],
+) -> None:
+    host = socket.gethostname()
+    for name, mine, theirs in (("mismatch_a", 2, 3), ("mismatch_b", 3, 2)):
+        agent = cases[name]
+        peer = cases["mismatch_b" if name == "mismatch_a" else "mismatch_a"]
+        agent.wait_for("failed: nodes disagree on --nnodes: ", START_S, peer)
+        text = agent.output()
+        assert f"--nnodes: {mine} on {host} (pid {agent.proc.pid}), {theirs} on {host}" in text
+        assert "start every node of run id 'job' with the same --nnodes" in text
+        assert agent.exit_code() == 1
+
+
+def test_a_port_taken_on_the_rendezvous_host_is_named(cases: dict[str, Agent]) -> None:
+    hosting = cases["taken_host"]
+    hosting.wait_for(
+        " on this host, which should serve the rendezvous, is taken by another program; stop"
+        " it or pick a free port (--rdzv-endpoint 127.0.0.1:PORT, dist.ddp --rdzv_port)",
+        START_S,
+    )
+    assert hosting.exit_code() == 1
+    # without is_host the agent takes the program on its port for another agent's store
+    other = cases["taken"]
+    other.wait_for(
+        "has not answered as a rendezvous store for 15s (its host is starting", START_S + 17
+    )
+    other.wait_for("is not a rendezvous store (another program took the port)", START_S + 32)
+    assert other.exit_code() == 1
+
+
+def test_two_jobs_on_one_endpoint_are_told(cases: dict[str, Agent]) -> None:
+    for name, other in (("shared_a", "'other'"), ("shared_b", "'job'")):
+        cases[name].wait_for(
+            "warning: another job uses the rendezvous endpoint localhost:",
+            START_S,
+            cases["shared_b"],
+        )
+        cases[name].wait_for(f"(run id {other} on ", 0)
+        assert "give each job its own --rdzv-endpoint port" in cases[name].output()
+
+
+def test_a_published_address_peers_cannot_resolve_is_named(cases: dict[str, Agent]) -> None:
+    agent = cases["addr_a"]
+    agent.wait_for(
+        f"(pid {cases['addr_b'].proc.pid}) publishes its address as 'nowhere.invalid', which"
+        " does not resolve on ",
+        START_S,
+        cases["addr_b"],
+    )
+    assert "start that node with --local-addr set to an address its peers reach" in (agent.output())
+
+
+def test_a_node_given_another_secret_is_named(cases: dict[str, Agent]) -> None:
+    cases["secret_a"].wait_for(
+        f"warning: {socket.gethostname()} (pid {cases['secret_b'].proc.pid}) came to run id 'job'"
+        " with another secret (or none): its rendezvous state is refused; give every node the"
+        " same TORCHX_ELASTIC_RDZV_SECRET (docs/security.md)",
+        START_S,
+        cases["secret_b"],
+    )

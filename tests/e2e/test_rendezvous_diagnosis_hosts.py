@@ -1,0 +1,96 @@
+"""A rendezvous port that a firewall drops, between two simulated hosts (issue 31).
+
+On ``../shared/netns/hosts.sh`` hosts (root; the fixture takes the machine's netns lock), h0
+drops every packet to the rendezvous port (an iptables DROP rule inside its namespace) and
+a node on h1 points at it: it says "no answer from h0:PORT ...; a firewall?" within seconds,
+retries, and that is its error at the join timeout. The doctor on h1 says so too, and that
+``GLOO_SOCKET_IFNAME=lo`` (given to both) is not the interface the traffic to h0 leaves
+through.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import _env
+from tests.e2e.test_rendezvous_security import hosts, on
+
+__all__ = ["hosts"]  # the module's fixture: h0..h2 under the netns lock
+
+pytestmark = pytest.mark.slow
+PORT = 29531
+
+
+def wait_for(path: Path, text: str, timeout_s: float) -> float:
+    started = time.monotonic()
+    while time.monotonic() - started < timeout_s:
+        if text in path.read_text(errors="replace"):
+            return time.monotonic() - started
+        time.sleep(0.1)
+    raise AssertionError(f"{text!r} not in {path} after {timeout_s}s:\n{path.read_text()}")
+
+
+def test_a_dropped_port_is_named_a_firewall(hosts: None, tmp_path: Path) -> None:
+    rule = ["INPUT", "-p", "tcp", "--dport", str(PORT), "-j", "DROP"]
+    subprocess.run(on("h0", "iptables", "-A", *rule), check=True)
+    (tmp_path / "ok.py").write_text("print('trained')\n")
+    log = tmp_path / "h1.log"
+    argv = [sys.executable, "-m", "torchx_elastic.agent", "--nnodes", "2", "--nproc-per-node"]
+    argv += ["1", "--rdzv-backend", "c10d", "--rdzv-endpoint", f"h0:{PORT}", "--rdzv-id", "job"]
+    argv += ["--rdzv-conf", "join_timeout=15", "ok.py"]
+    try:
+        with open(log, "wb") as out:
+            proc = subprocess.Popen(
+                on("h1", *argv),
+                cwd=tmp_path,
+                env=_env({"GLOO_SOCKET_IFNAME": "lo"}),
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+        first = wait_for(
+            log,
+            f"torchx-elastic: rendezvous at h0:{PORT}: no answer from h0:{PORT} within 3s; a"
+            f" firewall?; open TCP port {PORT} on h0 to this node",
+            40,
+        )
+        wait_for(log, "; retrying until ", 1)
+        # the workers' interface, named before the rendezvous
+        wait_for(
+            log,
+            "torchx-elastic: warning: GLOO_SOCKET_IFNAME=lo, but the rendezvous traffic to h0"
+            " leaves through veth-h1: the workers may not reach their peers; set"
+            " GLOO_SOCKET_IFNAME=veth-h1",
+            1,
+        )
+        wait_for(log, f"torchx-elastic: error: rendezvous at h0:{PORT} failed: no answer from", 60)
+        assert proc.wait(30) == 1
+        assert "Traceback" not in log.read_text()
+        print(f"first diagnosis {first:.1f}s after the agent started")
+        # the doctor on h1 says the same, and names the interface the traffic to h0 uses
+        doctor = [sys.executable, "-m", "torchx_elastic.agent.doctor", *argv[3:]]
+        done = subprocess.run(
+            on("h1", *doctor),
+            env=_env({"GLOO_SOCKET_IFNAME": "lo"}),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        print(done.stdout)
+        assert done.returncode == 1
+        assert f"  FAIL no answer from h0:{PORT} within 3s; a firewall?" in done.stdout
+        assert "  ok   rendezvous traffic to h0 leaves through veth-h1" in done.stdout
+        assert (
+            "  FAIL GLOO_SOCKET_IFNAME=lo, but the rendezvous traffic to h0 leaves through"
+            " veth-h1: the workers may not reach their peers; set GLOO_SOCKET_IFNAME=veth-h1"
+        ) in done.stdout
+        assert (
+            "  ok   this node publishes 'h1' (socket.getfqdn(), torch's default) = 10.77.0.11"
+            in (done.stdout)
+        )
+    finally:
+        subprocess.run(on("h0", "iptables", "-D", *rule))

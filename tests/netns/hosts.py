@@ -1,0 +1,123 @@
+"""An elastic job of real agents on simulated hosts (``../shared/netns/hosts.sh``: network
+namespaces on one bridge), and the faults of a real network: a host cut off, a host killed."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tests.conftest import REPO, _env
+
+# ../shared beside the repo (CI); TORCHX_ELASTIC_NETNS_HOSTS names another copy (a worktree)
+HOSTS_SH = Path(os.environ.get("TORCHX_ELASTIC_NETNS_HOSTS", REPO.parent / "shared/netns/hosts.sh"))
+LOOP = Path(__file__).with_name("allreduce_loop.py")
+STEP_LINE = re.compile(r"step (\d+) world (\d+) at ([\d.]+)")
+DONE_LINE = re.compile(r"done world (\d+) at ([\d.]+)")
+
+
+def hosts(*args: str) -> str:
+    out = subprocess.run(["bash", str(HOSTS_SH), *args], capture_output=True, text=True, timeout=60)
+    if out.returncode != 0:
+        raise RuntimeError(f"hosts.sh {' '.join(args)}: {out.stderr.strip()}")
+    return out.stderr
+
+
+def pids_in(host: str) -> list[int]:
+    out = subprocess.run(["ip", "netns", "pids", host], capture_output=True, text=True)
+    return [int(p) for p in out.stdout.split()]
+
+
+@dataclass
+class Job:
+    """One agent per host h0..h(n-1), ``--nnodes 2:n``, c10d rendezvous on h0."""
+
+    workdir: Path
+    n: int = 3
+    steps: int = 200
+    step_s: float = 0.05
+    agents: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    ended_s: dict[str, float] = field(default_factory=dict)
+
+    def log(self, host: str) -> Path:
+        return self.workdir / f"{host}.log"
+
+    def start(self, *extra: str) -> None:
+        for i in range(self.n):
+            host = f"h{i}"
+            command = [
+                "bash", str(HOSTS_SH), "exec", host,
+                "env", f"GLOO_SOCKET_IFNAME=veth-{host}",
+                sys.executable, "-m", "torchx_elastic.agent",
+                f"--nnodes=2:{self.n}", "--nproc-per-node=1", "--max-restarts=3",
+                "--rdzv-backend=c10d", "--rdzv-endpoint=h0:29500", "--rdzv-id=job",
+                *extra, str(LOOP), str(self.steps), str(self.step_s),
+            ]  # fmt: skip
+            with open(self.log(host), "wb") as out:
+                self.agents[host] = subprocess.Popen(
+                    command, cwd=self.workdir, env=_env(), stdout=out, stderr=subprocess.STDOUT
+                )
+
+    def text(self) -> str:
+        return "".join(self.log(h).read_text(errors="replace") for h in self.agents)
+
+    def steps_seen(self) -> list[tuple[int, int, float]]:
+        """(step, world, wall time) of every step line of every host."""
+        return sorted(
+            ((int(s), int(w), float(t)) for s, w, t in STEP_LINE.findall(self.text())),
+            key=lambda x: x[2],
+        )
+
+    def wait_for_step(self, step: int, timeout_s: float = 120) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if any(s >= step for s, _, _ in self.steps_seen()):
+                return
+            self.poll()
+            time.sleep(0.2)
+        raise AssertionError(f"no step {step} in {timeout_s:g}s:\n{self.text()}")
+
+    def poll(self) -> None:
+        for host, agent in self.agents.items():
+            if host not in self.ended_s and agent.poll() is not None:
+                self.ended_s[host] = time.time()
+
+    def wait(self, hosts: list[str], timeout_s: float) -> dict[str, int | None]:
+        """Each host's agent exit code, None for one still running after ``timeout_s``."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline and any(self.agents[h].poll() is None for h in hosts):
+            self.poll()
+            time.sleep(0.1)
+        self.poll()
+        return {h: self.agents[h].poll() for h in hosts}
+
+    def kill_host(self, host: str) -> None:
+        """Every process of ``host`` SIGKILLed at once (a crashed machine whose kernel still
+        answers: its peers get TCP resets)."""
+        for pid in pids_in(host):
+            subprocess.run(["kill", "-9", str(pid)], capture_output=True)
+
+    def stop(self) -> None:
+        for agent in self.agents.values():
+            if agent.poll() is None:
+                agent.kill()
+                agent.wait()
+        for i in range(self.n):
+            for pid in pids_in(f"h{i}"):
+                subprocess.run(["kill", "-9", str(pid)], capture_output=True)
+
+
+def available() -> str | None:
+    """Why the hosts cannot be made here, or None."""
+    if not HOSTS_SH.exists():
+        return f"no {HOSTS_SH}: the network tests need ../shared/netns beside the repo"
+    if shutil.which("ip") is None or shutil.which("iptables") is None:
+        return "the network tests need iproute2 and iptables"
+    if os.geteuid() != 0:
+        return "the network tests need root (network namespaces)"
+    return None

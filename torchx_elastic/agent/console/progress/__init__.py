@@ -1,0 +1,2 @@
+"""Job progress: the worker -> agent channel (progress, heartbeats), the node's summary, the
+exchange across nodes."""

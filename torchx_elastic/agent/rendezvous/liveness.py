@@ -1,0 +1,106 @@
+"""Peers that stopped answering, told by torch's own rendezvous heartbeats.
+
+torch's c10d rendezvous handler sends this node's heartbeat through the rendezvous store
+every ``keep_alive_interval`` seconds and, on every sync of the rendezvous state, drops a
+node whose last heartbeat is older than ``keep_alive_interval * keep_alive_max_attempt``
+(``DynamicRendezvousHandler._keep_alive``, ``_RendezvousStateHolder._sanitize``). The agent
+reads that verdict (it syncs the state on every check for waiting nodes): a member of the
+running round that torch dropped has stopped answering. A host that vanished sends no TCP
+reset, so its peers' collectives would wait for it for as long as the process group's
+timeout (30 minutes for gloo); the survivors stop their workers instead and re-form
+without it.
+
+Defaults, where ``--rdzv-conf`` does not set them (torch's are 5 s x 3 and a 30 s last
+call): a heartbeat every 2 s, a node dead after 5 missed ones (10 s), and a last call of
+3 s for the rounds after the first, when the nodes that re-form are already there.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime, timezone
+
+from torch.distributed.elastic.rendezvous import RendezvousHandler
+
+from torchx_elastic.agent import compat
+
+log = logging.getLogger(__name__)
+
+KEEP_ALIVE_DEFAULTS = {"keep_alive_interval": "2", "keep_alive_max_attempt": "5"}
+LAST_CALL_KEY = "last_call_timeout"
+REFORM_LAST_CALL_S = 3.0
+
+
+def with_keep_alive_defaults(conf: dict[str, str]) -> dict[str, str]:
+    """``--rdzv-conf`` with the agent's keep-alive defaults where it gives none."""
+    return {**KEEP_ALIVE_DEFAULTS, **conf}
+
+
+def dead_after_s(conf: dict[str, str]) -> float:
+    """How long a node may miss heartbeats before torch drops it from the rendezvous."""
+    full = with_keep_alive_defaults(conf)
+    return float(full["keep_alive_interval"]) * float(full["keep_alive_max_attempt"])
+
+
+def shorten_reform_last_call(handler: RendezvousHandler, conf: dict[str, str]) -> None:
+    """After the first round, re-form in :data:`REFORM_LAST_CALL_S` (unless
+    ``last_call_timeout`` was given): the nodes of a restart or of a new member are there
+    within a second of each other, and a lost node is not coming back to this round."""
+    if LAST_CALL_KEY not in conf and not compat.set_last_call_timeout(handler, REFORM_LAST_CALL_S):
+        log.debug("this torch's rendezvous handler keeps its last call: re-forming waits for it")
+
+
+class SilentPeers:
+    """Members of the running round that the rendezvous dropped for missing heartbeats.
+
+    A member absent from the rendezvous either left it on purpose (a restart: it leaves the
+    round and joins the next one, its heartbeat fresh) or was dropped by torch, whose
+    heartbeat was then older than the dead-after time: the last heartbeat seen of each
+    member tells which.
+    """
+
+    def __init__(self, conf: dict[str, str]) -> None:
+        self._silent_after_s = dead_after_s(conf) / 2
+        self._last_beats: dict[str, datetime] = {}
+
+    def new_round(self, handler: RendezvousHandler) -> None:
+        self._last_beats = compat.heartbeats(handler)
+
+    def lost(self, members: dict[int, str], handler: RendezvousHandler) -> dict[int, str]:
+        """Of ``members`` (node rank -> name), those dropped: as of the handler's last sync."""
+        silent = self._silent(members, handler)
+        return {rank: name for rank, name in members.items() if silent.get(name) is False}
+
+    def suspects(self, members: dict[int, str], handler: RendezvousHandler) -> bool:
+        """Whether a member still in the rendezvous has been silent for a while (its peers'
+        failures may be its loss, which the rendezvous tells within seconds)."""
+        return any(self._silent(members, handler).values())
+
+    def _silent(self, members: dict[int, str], handler: RendezvousHandler) -> dict[str, bool]:
+        """Members silent for half the dead-after time -> whether still in the rendezvous."""
+        self._last_beats.update(compat.heartbeats(handler))
+        present = compat.present_members(handler)
+        now = datetime.now(timezone.utc)
+        return {
+            name: name in present
+            for name in members.values()
+            if name in self._last_beats
+            and (now - self._last_beats[name]).total_seconds() >= self._silent_after_s
+        }
+
+
+def absent_members(members: dict[int, str], handler: RendezvousHandler) -> dict[int, str]:
+    """Members of a round (node rank -> name) that are not in the rendezvous any more."""
+    present = compat.present_members(handler)
+    return {rank: name for rank, name in members.items() if name not in present}
+
+
+def node_names(members: dict[int, str]) -> list[str]:
+    return [f"node {rank}: {name}" for rank, name in sorted(members.items())]
+
+
+def lost_peer_line(lost: dict[int, str], conf: dict[str, str]) -> str:
+    return (
+        f"torchx-elastic: {', '.join(node_names(lost))} stopped answering (no rendezvous"
+        f" heartbeat for {dead_after_s(conf):g}s): stopping the workers and re-forming without it"
+    )

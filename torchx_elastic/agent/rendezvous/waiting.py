@@ -1,0 +1,253 @@
+"""A rendezvous handler that says what it waits for, and why it cannot complete.
+
+It wraps the c10d handler (torch's public ``RendezvousHandler``) for this node's first
+round: torch's ``next_rendezvous()`` runs in a thread while this one reads the roll call
+(roll_call.py) and says, within seconds and then at a growing interval, how many of the
+job's nodes have come, which, at which endpoint and when it gives up; the same line goes to
+the agent's log directory for ``torchx status`` (waiting_file.py).
+Worker interfaces (``GLOO_SOCKET_IFNAME``, ``NCCL_SOCKET_IFNAME``) that do not match the
+rendezvous traffic's are named before the rendezvous (:func:`say_interface_problems`). A
+peer started with other settings fails the rendezvous at once with a line that names both
+values and both hosts; at the join timeout the error says who came and who is missing.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from torch.distributed.elastic.rendezvous import (
+    RendezvousHandler,
+    RendezvousInfo,
+    RendezvousTimeoutError,
+)
+
+from torchx_elastic.agent.config.launch import AgentConfig
+from torchx_elastic.agent.rendezvous import roll_call, waiting_file
+from torchx_elastic.agent.rendezvous.diagnosis import (
+    JOIN_TIMEOUT_HINT,
+    GrowingInterval,
+    Problem,
+    RendezvousDiagnosis,
+    gives_up_at,
+    say,
+)
+from torchx_elastic.agent.rendezvous.observed import WrappedRendezvous
+from torchx_elastic.agent.rendezvous.signed_store import StoreSigner
+from torchx_elastic.contract.job_progress import WAITING_LINE_PREFIX
+
+log = logging.getLogger(__name__)
+
+# told the job-wide progress line while the first round waits; None once it is complete
+WaitingListener = Callable[[str | None], None]
+
+POLL_S = 0.5
+# how long the host of the rendezvous keeps its store up after it named a mismatch, so the
+# peers read the roll call and name it too (instead of a lost connection)
+HOST_LINGER_S = 2.0
+
+
+def joined_text(peers: list[roll_call.NodeEntry], config: AgentConfig) -> str:
+    """``1 of 2 joined (starts with ...)``: how many of the job's nodes are here."""
+    needed = config.min_nodes
+    text = f"{len(peers)} of {needed} joined"
+    if config.max_nodes > needed:
+        text += f" (starts with {needed}, takes up to {config.max_nodes})"
+    return text
+
+
+def missing_text(peers: list[roll_call.NodeEntry], config: AgentConfig) -> str:
+    missing = max(0, config.min_nodes - len(peers))
+    return f"missing: {missing} node{'s' if missing != 1 else ''}"
+
+
+def waiting_line(
+    peers: list[roll_call.NodeEntry], config: AgentConfig, hosting: bool, until: str
+) -> str:
+    """``waiting for nodes: 1 of 2 joined (...)``: the state of the first round."""
+    here = ", ".join(peer.name for peer in peers) or "none"
+    role = "hosting the rendezvous" if hosting else "rendezvous"
+    text = f"waiting for nodes: {joined_text(peers, config)}; here: {here}"
+    text += f"; {missing_text(peers, config)}"
+    text += f"; {role} at {config.rdzv_endpoint}, run id {config.run_id!r}"
+    return text + f"; gives up at {until} (join timeout {join_timeout_text(config)})"
+
+
+def progress_line(peers: list[roll_call.NodeEntry], config: AgentConfig) -> str:
+    """``[job progress] waiting for nodes: 1 of 2 joined; missing: 1 node``: the job-wide
+    progress line while the first round waits (the rendezvous host's console prints it)."""
+    return f"{WAITING_LINE_PREFIX}{joined_text(peers, config)}; {missing_text(peers, config)}"
+
+
+def join_timeout_text(config: AgentConfig) -> str:
+    from torchx_elastic.agent.rendezvous.handler import join_timeout_s, rendezvous_parameters
+
+    return f"{join_timeout_s(rendezvous_parameters(config)):g}s"
+
+
+class ExplainedRendezvous(WrappedRendezvous):
+    def __init__(
+        self,
+        handler: RendezvousHandler,
+        call: roll_call.RollCall,
+        config: AgentConfig,
+        hosting: bool,
+        join_timeout_s: float,
+        on_waiting: WaitingListener | None = None,
+    ) -> None:
+        super().__init__(handler)
+        self._on_waiting = on_waiting if hosting else None  # one line per job: its host's
+        self._call = call
+        self._config = config
+        self._hosting = hosting
+        self._join_timeout_s = join_timeout_s
+        self._rounds = 0
+        self._entries: list[roll_call.NodeEntry] = []
+        self._unverified: list[roll_call.NodeEntry] = []
+        self._said: set[str] = set()
+        self._read()
+
+    # -- the first round, said out loud ------------------------------------------------
+
+    def next_rendezvous(self) -> RendezvousInfo:
+        self._rounds += 1
+        if self._rounds > 1:
+            return self.handler.next_rendezvous()
+        outcome: dict[str, Any] = {}
+
+        def join() -> None:
+            try:
+                outcome["info"] = self.handler.next_rendezvous()
+            except BaseException as err:  # noqa: BLE001 (handed to the caller's thread)
+                outcome["error"] = err
+
+        joiner = threading.Thread(target=join, name="rendezvous-join", daemon=True)
+        joiner.start()
+        until = gives_up_at(self._join_timeout_s)
+        reports = GrowingInterval()
+        try:
+            while joiner.is_alive():
+                joiner.join(POLL_S)
+                self._check()
+                if joiner.is_alive() and reports.due():
+                    self._report(until)
+        finally:
+            self._clear_status()
+        if "error" in outcome:
+            err = outcome["error"]
+            self._check()  # a peer with other settings is why it failed
+            everyone = self._entries + self._unverified
+            other_job = roll_call.other_jobs(everyone, self._call.me, self._endpoint)
+            if other_job is not None and not isinstance(err, RendezvousTimeoutError):
+                raise RendezvousDiagnosis(self._config.rdzv_endpoint, other_job) from err
+            if isinstance(err, RendezvousTimeoutError):
+                raise RendezvousDiagnosis(self._config.rdzv_endpoint, self._timed_out()) from err
+            raise err
+        self._check()  # the round may have taken in a mismatched peer
+        return outcome["info"]  # type: ignore[no-any-return]
+
+    def _read(self) -> list[roll_call.NodeEntry]:
+        try:
+            self._entries, self._unverified = self._call.entries()
+        except Exception:  # the store went away: keep the last view  # noqa: BLE001
+            log.debug("roll call not readable", exc_info=True)
+        return self._entries
+
+    @property
+    def _endpoint(self) -> str:
+        return str(self._config.rdzv_endpoint)
+
+    def _check(self) -> None:
+        entries = self._read()
+        me = self._call.me
+        mismatch = roll_call.settings_mismatch(entries, me)
+        if mismatch is not None:
+            if self._hosting:
+                time.sleep(HOST_LINGER_S)
+            raise RendezvousDiagnosis(self._config.rdzv_endpoint, mismatch)
+        warnings = [
+            roll_call.other_jobs(entries + self._unverified, me, self._endpoint),
+            roll_call.other_secret(self._unverified, me),
+        ]
+        warnings += roll_call.unresolvable_addresses(entries, me)
+        for problem in warnings:
+            if problem is not None and problem.cause not in self._said:
+                self._said.add(problem.cause)
+                say(f"warning: {problem.line()}")
+
+    def _peers(self) -> list[roll_call.NodeEntry]:
+        return roll_call.job_peers(self._entries, self._config.run_id)
+
+    def _report(self, until: str) -> None:
+        line = waiting_line(self._peers(), self._config, self._hosting, until)
+        say(line)
+        self._write_status(line)
+        if self._on_waiting is not None:
+            self._on_waiting(progress_line(self._peers(), self._config))
+
+    def _timed_out(self) -> Problem:
+        peers = self._peers()
+        here = ", ".join(peer.name for peer in peers) or "none"
+        return Problem(
+            f"only {len(peers)} of {self._config.min_nodes} nodes joined within"
+            f" {join_timeout_text(self._config)} (here: {here})",
+            f"start the missing node(s) with --rdzv-endpoint {self._config.rdzv_endpoint}"
+            f" --rdzv-id {self._config.run_id}, or {JOIN_TIMEOUT_HINT}",
+        )
+
+    def _write_status(self, line: str) -> None:
+        if self._config.log_dir:
+            try:
+                waiting_file.write(self._config.log_dir, line)
+            except OSError:
+                log.debug("cannot write the waiting state", exc_info=True)
+
+    def _clear_status(self) -> None:
+        if self._on_waiting is not None:
+            self._on_waiting(None)
+        if self._config.log_dir:
+            waiting_file.clear(self._config.log_dir)
+
+    def _leave(self) -> None:
+        try:
+            self._call.leave()
+        except Exception:  # noqa: BLE001 (only what the others' messages say)
+            log.debug("cannot update the roll call", exc_info=True)
+
+    def shutdown(self) -> bool:
+        self._leave()  # this node is gone for the others' messages
+        return self.handler.shutdown()
+
+
+def say_interface_problems(config: AgentConfig) -> None:
+    """GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME that name a missing interface, or another
+    than the one the rendezvous traffic leaves through (the doctor's checks), said once."""
+    from torchx_elastic.agent.doctor import interface_checks
+
+    for check in interface_checks(config):
+        if not check.ok:
+            say(f"warning: {check.text}")
+
+
+def explained(
+    handler: RendezvousHandler,
+    store: Any,
+    config: AgentConfig,
+    signer: StoreSigner,
+    hosting: bool,
+    join_timeout_s: float,
+    on_waiting: WaitingListener | None = None,
+) -> RendezvousHandler:
+    """``handler`` that says what its first round waits for (the roll call on ``store``);
+    on the host of the rendezvous, ``on_waiting`` gets the job-wide progress line too."""
+    try:
+        call = roll_call.RollCall(store, roll_call.NodeEntry.of_this_node(config), signer)
+    except Exception:  # noqa: BLE001 (an extra: the rendezvous goes on without it)
+        log.warning(
+            "cannot publish this node in the roll call at %s", config.rdzv_endpoint, exc_info=True
+        )
+        return handler
+    return ExplainedRendezvous(handler, call, config, hosting, join_timeout_s, on_waiting)

@@ -1,0 +1,70 @@
+"""The contract between the agent, the schedulers and the workers: the one place that names it.
+
+The agent (``torchx_elastic.agent``), the schedulers (``torchx_elastic.schedulers``, ``torchx
+status``), the timeline and the tests import it; nothing else spells these names.
+
+- the environment variables the agent, the workers and the schedulers set and read (below);
+- the files a node writes in its log directory, with a writer and a reader each:
+  :mod:`.events` (``events.jsonl``, and the summary ``summary_node<N>.json``),
+  :mod:`.job_progress` (``job_progress.json`` and the ``[job progress]`` log line),
+  :mod:`.error_file` (torch's error file, ``TORCHELASTIC_ERROR_FILE``);
+- the store keys the agents of a job exchange over their rendezvous store (below).
+
+Standard library only: the worker bootstrap imports it before the user's first import, and
+the schedulers import it without the agent (or ``rich``).
+"""
+
+from __future__ import annotations
+
+import os
+
+# --- environment variables ---------------------------------------------------------------
+# set by torchx-elastic
+LAUNCHER_PID_ENV = "TORCHX_ELASTIC_LAUNCHER_PID"  # a worker dies with this process
+AGENT_PID_ENV = "TORCHX_ELASTIC_AGENT_PID"  # the worker's agent
+SECRET_ENV = "TORCHX_ELASTIC_RDZV_SECRET"  # the job's rendezvous secret
+SECRET_FILE_ENV = "TORCHX_ELASTIC_RDZV_SECRET_FILE"  # ... or a file holding it
+RANK0_ENV = "TORCHX_RANK0_HOST"  # rank 0's host, as torchx's components name it
+
+
+def new_secret() -> str:
+    """A fresh per-job secret (what the schedulers hand to the nodes in ``SECRET_ENV``)."""
+    import secrets  # not on the workers' import path (torchx_elastic.worker)
+
+    return secrets.token_hex(32)
+
+
+# torch.distributed.elastic's (torchrun's), set by the agent or read by it
+ERROR_FILE_ENV = "TORCHELASTIC_ERROR_FILE"
+RESTART_COUNT_ENV = "TORCHELASTIC_RESTART_COUNT"
+MAX_RESTARTS_ENV = "TORCHELASTIC_MAX_RESTARTS"
+RUN_ID_ENV = "TORCHELASTIC_RUN_ID"
+USE_AGENT_STORE_ENV = "TORCHELASTIC_USE_AGENT_STORE"
+PREFIX_TEMPLATE_ENV = "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"
+FILE_TIMER_ENV = "TORCHELASTIC_ENABLE_FILE_TIMER"
+TIMER_FILE_ENV = "TORCHELASTIC_TIMER_FILE"
+SIGNALS_ENV = "TORCHELASTIC_SIGNALS_TO_HANDLE"
+SHUTDOWN_TIMEOUT_ENV = "TORCH_ELASTIC_SHUTDOWN_TIMEOUT"
+
+# --- the files of a node's log directory -------------------------------------------------
+EVENTS_FILE = "events.jsonl"  # events.py
+SUMMARY_PREFIX = "summary_node"  # summary_node<N>.json, the run on node N (events.py)
+JOB_PROGRESS_FILE = "job_progress.json"  # the rank-0 node's (job_progress.py)
+# waiting_for_nodes.<host>.<pid>.json while a node waits (agent/rendezvous/waiting_file.py)
+WAITING_FILE_PREFIX = "waiting_for_nodes."
+# torchx's local schedulers keep a role's agent logs in <app log dir>/torchelastic/<role>
+AGENTS_LOG_SUBDIR = "torchelastic"
+
+
+def agents_log_dir(app_log_dir: str, role: str) -> str:
+    """Where a local job's agents of ``role`` write their log directory."""
+    return os.path.join(app_log_dir, AGENTS_LOG_SUBDIR, role)
+
+
+# --- the store keys the agents of a job exchange ------------------------------------------
+PROGRESS_KEY_PREFIX = "torchx_elastic/progress/node"  # + node: its NodeReport
+PROGRESS_PUBLISHERS_KEY = "torchx_elastic/progress/publishers"  # nodes this round
+FAILURE_KEY_PREFIX = "torchx_elastic/failure/attempt"  # + attempt: the first failure
+WORKER_STORE_KEY = "torchx_elastic/worker_store/"  # + round: the workers' store
+MASTER_KEY = "torchx_elastic/master_addr_port"  # "<addr> <port>" of rank 0
+ROLL_CALL_KEY_PREFIX = "torchx_elastic/roll_call/"  # + index, "count": who came (roll_call.py)

@@ -1,0 +1,62 @@
+"""The values of the agent's options that every front-end reads the same way.
+
+The agent's command line (``agent/config``), ``launch(fn)`` (``torchx_elastic.launcher``) and
+the components (``dist.ddp``'s ``-j``, ``start_method``) all take a node range and a start
+method; this is the one parser of each.
+
+Standard library only.
+"""
+
+from __future__ import annotations
+
+# how the workers start: ours, then torchrun's three as torchrun means them (for a script
+# they change nothing: torch starts a script as a fresh interpreter whatever the method; for
+# a function they are multiprocessing's)
+FORK_SERVER = "fork-server"  # workers forked from a process that imported torch once
+TORCHRUN_START_METHODS = ("spawn", "fork", "forkserver")
+START_METHODS = (FORK_SERVER, *TORCHRUN_START_METHODS)
+START_METHODS_TEXT = (
+    f"{FORK_SERVER} (ours: workers forked from a process that imported torch once)"
+    f" or torchrun's {', '.join(TORCHRUN_START_METHODS)}"
+)
+NODE_RANGE_EXAMPLES = "N or MIN:MAX, e.g. 2 or 1:4"
+
+
+class StartMethodError(ValueError):
+    """A start method that is none of :data:`START_METHODS`."""
+
+    def __init__(self, value: str) -> None:
+        super().__init__(f"{value!r} is not a start method: {START_METHODS_TEXT}")
+
+
+class NodeRangeError(ValueError):
+    """A node range that is not ``N`` or ``MIN:MAX``; ``reason`` says why."""
+
+    def __init__(self, text: str, reason: str) -> None:
+        super().__init__(f"{text!r}: {reason} ({NODE_RANGE_EXAMPLES})")
+        self.reason = reason
+
+
+def check_start_method(value: str) -> str:
+    if value not in START_METHODS:
+        raise StartMethodError(value)
+    return value
+
+
+def parse_node_range(text: str | int, min_low: int = 1) -> tuple[int, int]:
+    """``"2"`` -> (2, 2), ``"1:4"`` -> (1, 4); ``min_low``: the smallest MIN (0 where a
+    scheduler may start a job with none of its nodes up). :class:`NodeRangeError` otherwise."""
+    text = str(text)
+    low, colon, high = text.partition(":")
+    try:
+        max_nodes = int(high if colon else low)
+        min_nodes = int(low)
+    except ValueError:
+        raise NodeRangeError(text, "not a number of nodes") from None
+    if max_nodes < 1:
+        raise NodeRangeError(text, "the node count (MAX) must be at least 1")
+    if min_nodes > max_nodes:
+        raise NodeRangeError(text, f"MIN nodes ({min_nodes}) is above MAX nodes ({max_nodes})")
+    if min_nodes < min_low:
+        raise NodeRangeError(text, f"MIN nodes must be at least {min_low}")
+    return min_nodes, max_nodes

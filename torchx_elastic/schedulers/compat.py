@@ -1,0 +1,37 @@
+"""What the schedulers read of torchx beyond its public API, and what differs between its
+releases: the one place that does (``tests/agent/test_private_names.py`` keeps it so).
+
+torchx's scheduler hooks (``_submit_dryrun``, ``_run_opts``, ``_validate``, ...) are how
+torchx documents implementing a scheduler, and are used as such everywhere. What is here
+instead is the local scheduler's inner state: ``local_cwd`` adds to torchx's
+``LocalScheduler``, whose running apps (``_apps``) and request layout (``PopenRequest``'s
+``role_params``) are its own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from torchx.schedulers.local_scheduler import LocalScheduler, PopenRequest, ReplicaParam
+from torchx.specs import CfgVal
+
+
+def local_app(scheduler: LocalScheduler, app_id: str) -> Any:
+    """torchx's record of a local app of this session (``log_dir``, ``state``,
+    ``role_replicas``); None when the session has none of that id."""
+    return scheduler._apps.get(app_id)
+
+
+def local_replicas(request: PopenRequest) -> Iterator[ReplicaParam]:
+    """The launch parameters (``env``, ``args``) of every replica of a local request, to
+    complete before its processes start."""
+    for replicas in request.role_params.values():
+        yield from replicas
+
+
+def as_torchx_cfg(torchx_cfg: Mapping[str, CfgVal], resolved: Mapping[str, CfgVal]) -> Any:
+    """``resolved`` in the form torchx handed its cfg over: torchx 0.7 a dict, its
+    development line its own options dataclass (``from_cfg``), read back the same way."""
+    from_cfg = getattr(type(torchx_cfg), "from_cfg", None)
+    return from_cfg(resolved) if from_cfg else resolved

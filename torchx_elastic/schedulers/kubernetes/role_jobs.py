@@ -1,0 +1,167 @@
+"""Apps of several roles on the ``job`` backend (``ft.ddp``: a Lighthouse and R replica
+groups): one Indexed Job per role, every pod behind the app's one headless Service.
+
+- the first role's Job is named as the app (``<job>``): its pod 0 is ``TORCHX_RANK0_HOST``
+  for every pod (the Lighthouse, for ``ft.ddp``); it owns the Service, the Secret, the
+  NetworkPolicy and the other roles' Jobs, so deleting it (``torchx cancel``, its TTL)
+  deletes the app;
+- role ``r`` runs as the Job ``<job>-<r>`` (pods ``<job>-<r>-<index>``), marked part of the
+  app (:data:`ANNOTATION_PART_OF`: ``torchx list`` shows the app once), with
+  ``TORCHX_ELASTIC_ROLE_RANK0_HOST`` set to its own pod 0 (a replica group's rendezvous
+  host);
+- each Job counts its own retries (``backoffLimitPerIndex``): a failed or deleted pod of one
+  replica group is replaced in that group's Job, and the other groups' pods never notice;
+- the pods' DNS search path has the Service's domain, so a pod's bare hostname (what
+  ``socket.gethostname()`` gives, which torchft's ``Manager`` advertises) resolves from
+  every pod of the app.
+
+The app's state (:func:`app_state`): FAILED when the first role's Job failed or every other
+role's Job did; SUCCEEDED when the first role's Job succeeded and every other one too
+(``ft.ddp``'s Lighthouse exits 0 once every group has ended); else RUNNING or PENDING.
+"""
+
+from __future__ import annotations
+
+from typing import Dict, List, Tuple
+
+from torchx.schedulers.api import DescribeAppResponse
+from torchx.schedulers.kubernetes_scheduler import LABEL_ROLE_NAME
+from torchx.specs import AppDef, AppState, ReplicaState, Role
+
+from torchx_elastic.ft.protocol import ROLE_RANK0_ENV
+from torchx_elastic.schedulers.kubernetes import job_access, status
+from torchx_elastic.schedulers.kubernetes.manifests import headless_service, labels, role_job
+from torchx_elastic.schedulers.kubernetes.names import JobNames
+from torchx_elastic.schedulers.kubernetes.options import KubernetesOptions
+from torchx_elastic.schedulers.kubernetes.pods import Manifest
+from torchx_elastic.schedulers.names import dns_label
+
+# on the first role's Job: the names of the app's other Jobs; on those: the first's name
+ANNOTATION_ROLE_JOBS = "torchx-elastic/role-jobs"
+ANNOTATION_PART_OF = "torchx-elastic/part-of"
+_PORT_NAME_MAX = 15
+
+
+def role_suffix(role: Role) -> str:
+    return dns_label(role.name, fallback="worker")
+
+
+def longest_child(app: AppDef) -> int:
+    """The longest part a pod hostname adds to the app's job name: ``-<role>-<index>``."""
+    return max(
+        len(f"-{role_suffix(role)}-{role.num_replicas - 1}" if i else f"-{role.num_replicas - 1}")
+        for i, role in enumerate(app.roles)
+    )
+
+
+def role_job_name(names: JobNames, role: Role) -> str:
+    return f"{names.job}-{role_suffix(role)}"
+
+
+def role_jobs(app: AppDef, options: KubernetesOptions, names: JobNames) -> List[Manifest]:
+    """The first role's Job (the owner of the rest), the Service, the Secret and the
+    NetworkPolicy, then one Job per other role."""
+    search = {"searches": [f"{names.service}.{names.namespace}.svc.cluster.local"]}
+    jobs: List[Manifest] = []
+    for index, role in enumerate(app.roles):
+        job_name = role_job_name(names, role) if index else names.job
+        own_rank0 = {"name": ROLE_RANK0_ENV, "value": names.pod_host(f"{job_name}-0")}
+        job = role_job(app, role, index, options, names, job_name, more_env=[own_rank0])
+        job["spec"]["template"]["spec"]["dnsConfig"] = search
+        jobs.append(job)
+    first, others = jobs[0], jobs[1:]
+    first["metadata"].setdefault("annotations", {})[ANNOTATION_ROLE_JOBS] = ",".join(
+        job["metadata"]["name"] for job in others
+    )
+    for job in others:
+        job["metadata"].setdefault("annotations", {})[ANNOTATION_PART_OF] = names.job
+    first_labels = labels(app, app.roles[0], 0, names)
+    service = headless_service(first_labels, _port_map(app), names)
+    access = job_access.manifests(names, first_labels, options.network_policy)
+    return [first, service, *access, *others]
+
+
+def _port_map(app: AppDef) -> Dict[str, int]:
+    """Every role's ports, each port once, under names unique in the Service."""
+    ports: Dict[str, int] = {}
+    for role in app.roles:
+        for name, port in role.port_map.items():
+            if port in ports.values():
+                continue
+            label = dns_label(name, _PORT_NAME_MAX, fallback="port")
+            ports[label if label not in ports else f"port-{port}"] = port
+    return ports
+
+
+def _role_label(pod: Manifest) -> str:
+    return str(((pod.get("metadata") or {}).get("labels") or {}).get(LABEL_ROLE_NAME, ""))
+
+
+def is_part(job: Manifest) -> bool:
+    """Whether a Job is one of an app's role Jobs other than the first."""
+    return ANNOTATION_PART_OF in ((job.get("metadata") or {}).get("annotations") or {})
+
+
+def first_role_name(job: Manifest) -> str:
+    """The role label of a Job's pods (the first role's, for the app's first Job)."""
+    template = (job.get("spec") or {}).get("template") or {}
+    return str(((template.get("metadata") or {}).get("labels") or {}).get(LABEL_ROLE_NAME, ""))
+
+
+def role_job_names(job: Manifest) -> List[str]:
+    """The other Jobs of the app whose first Job is ``job`` (none for a one-role app)."""
+    text = ((job.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_ROLE_JOBS, "")
+    return [name for name in str(text).split(",") if name]
+
+
+def app_state(states: List[Tuple[str, AppState]]) -> Tuple[AppState, str]:
+    """The app's state from its Jobs' (role name, state), the first role's first, and why."""
+    (first_role, first), groups = states[0], states[1:]
+    failed = [role for role, state in groups if state == AppState.FAILED]
+    if first == AppState.FAILED:
+        return AppState.FAILED, f"the {first_role} Job failed"
+    if groups and len(failed) == len(groups):
+        return AppState.FAILED, f"every role's Job failed ({', '.join(failed)})"
+    if first == AppState.SUCCEEDED:
+        if failed:
+            return AppState.FAILED, f"the Job of {', '.join(failed)} failed"
+        if all(state == AppState.SUCCEEDED for _, state in groups):
+            return AppState.SUCCEEDED, ""
+    if any(state != AppState.PENDING for _, state in states):
+        return AppState.RUNNING, ""
+    return AppState.PENDING, ""
+
+
+def describe_role_jobs(
+    app_id: str, jobs: List[Manifest], pods: List[Manifest]
+) -> DescribeAppResponse:
+    """torchx's description of an app of several role Jobs (the first role's Job first):
+    the roles' replicas, each role's Job state, and why pods stopped."""
+    roles = [
+        status.role_of(job, job["spec"]["template"], int(job["spec"].get("completions") or 1))
+        for job in jobs
+    ]
+    ended = [status.job_state(job, any_running=False)[0] for job in jobs]
+    finished = all(state in (AppState.SUCCEEDED, AppState.FAILED) for state in ended)
+    statuses, problems, _ = status.roles_and_problems(roles, pods, finished)
+    states: List[Tuple[str, AppState]] = []
+    lines: List[str] = []
+    for role, role_status, job in zip(roles, statuses, jobs, strict=True):
+        running = any(r.state == ReplicaState.RUNNING for r in role_status.replicas)
+        state, detail = status.job_state(job, running)
+        states.append((role.name, state))
+        restarts = status.attempts_restarted([p for p in pods if _role_label(p) == role.name])
+        lines.append(
+            f"{role.name}: {state.name}"
+            + (f", {restarts} restart(s)" if restarts else "")
+            + (f" ({detail})" if detail else "")
+        )
+    state, why = app_state(states)
+    return DescribeAppResponse(
+        app_id=app_id,
+        state=state,
+        num_restarts=status.attempts_restarted(pods),
+        msg="\n".join(x for x in [why, *lines, *problems] if x),
+        roles_statuses=statuses,
+        roles=roles,
+    )
