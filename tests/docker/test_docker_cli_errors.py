@@ -44,6 +44,7 @@ def test_no_engine(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFix
         [*RUN, *COMPONENT, "--image", "torchx-elastic:latest"],
         ["status", "docker://torchx/main-abc"],
         ["cancel", "docker://torchx/main-abc"],
+        ["log", "docker://torchx/main-abc"],
     ):
         message = _error(caplog, *argv)
         assert message.startswith("no Docker engine reachable (") and message.endswith(
@@ -73,4 +74,10 @@ def test_an_image_that_cannot_be_pulled_and_a_bad_option_value(
         "-cfg stop_timeout_s=ten: a docker run option has a value of the wrong type (invalid"
         " literal for int() with base 10: 'ten'); `torchx runopts docker` lists the options"
         " with their types and defaults"
+    )
+    message = _error(caplog, *RUN, "-cfg", "env=WANDB_MODE", *COMPONENT)
+    assert message == (
+        "-cfg env=WANDB_MODE: a docker run option has a value of the wrong type (a mapping"
+        " option takes KEY:VALUE items: KEY1:v1,KEY2:v2); `torchx runopts docker` lists the"
+        " options with their types and defaults"
     )

@@ -91,6 +91,24 @@ def _run(capsys: pytest.CaptureFixture[str], fake: FakeCluster) -> None:
     assert len(fake.pods(JOB)) == 4
 
 
+def test_run_wait_of_a_job_the_cluster_refuses_ends_with_the_reason(
+    fake: FakeCluster, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """run's first status deletes the refused Job; --wait still reads why it failed (torchx
+    raised 'unknown status, wait returned None' for a job that is gone)."""
+    fake.refuse_pods = f'pods "{JOB}-0-abcde" is forbidden: exceeded quota: team'
+    with pytest.raises(SystemExit) as exit_:
+        _torchx(capsys, *RUN[:1], "--wait", *RUN[1:], "--script", "main.py")
+    assert exit_.value.code == 1
+    errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+    assert len(errors) == 1, errors  # torchx's own: the final AppStatus, as YAML
+    status = " ".join(errors[0].split())
+    assert "state: FAILED" in status, status
+    assert "the cluster refused to create the job''s pods: pods" in status, status
+    assert "is forbidden: exceeded quota: team" in status, status
+    assert ("default", JOB) not in fake.objects["jobs"]
+
+
 def _start_all(fake: FakeCluster) -> None:
     for index in range(4):
         pod = fake.pod(JOB, index)
@@ -208,6 +226,22 @@ def test_a_bad_run_option_value_is_one_line_that_says_what_is_accepted(
         " for int() with base 10: 'soon'); `torchx runopts kubernetes` lists the options with"
         " their types and defaults"
     )
+    for bad in ("secret_env=WANDB_API_KEY", "node_selector=gpu"):
+        message = _error(capsys, caplog, *RUN[:5], "-cfg", bad, *RUN[5:], "--script", "m.py")
+        assert message == (
+            f"-cfg {bad}: a kubernetes run option has a value of the wrong type (a mapping"
+            " option takes KEY:VALUE items: KEY1:v1,KEY2:v2); `torchx runopts kubernetes`"
+            " lists the options with their types and defaults"
+        )
+
+
+def test_a_device_mount_without_the_privileged_option_is_one_line(
+    capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    message = _error(
+        capsys, caplog, *RUN, "--mounts", "type=device,src=/dev/fuse", "--script", "m.py"
+    )
+    assert message.startswith("device mount /dev/fuse needs a privileged container"), message
 
 
 def test_forbidden_through_the_cli(

@@ -21,6 +21,7 @@ from tests.kubernetes.validation import (
     validate_volcano,
 )
 from torchx_elastic.components.dist import ddp
+from torchx_elastic.schedulers.errors import UserError
 from torchx_elastic.schedulers.kubernetes.manifests import for_server
 from torchx_elastic.schedulers.kubernetes.names import JobNames, new_suffix, parse_app_id
 from torchx_elastic.schedulers.kubernetes.options import KubernetesOptions
@@ -212,7 +213,7 @@ def test_run_as_root_is_an_explicit_option() -> None:
 
 def test_a_device_mount_needs_the_privileged_option() -> None:
     app = ddp(script="main.py", j="2x1", mounts=["type=device", "src=/dev/fuse"])
-    with pytest.raises(ValueError) as error:
+    with pytest.raises(UserError) as error:  # said by the torchx CLI without a traceback
         build_request(app, KubernetesOptions(), SUFFIX)
     assert str(error.value) == (
         "device mount /dev/fuse needs a privileged container (Kubernetes has no --device):"

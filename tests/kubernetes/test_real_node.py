@@ -807,6 +807,7 @@ def test_a_job_refused_by_a_resource_quota_says_so_and_ends_wait(cluster: Cluste
     assert time.monotonic() - start < 60
     assert waited.returncode != 0, waited.stdout
     assert "exceeded quota: small" in waited.stdout + waited.stderr, waited.stdout
+    assert "Traceback" not in waited.stderr, waited.stderr
 
 
 def test_a_suspended_job_waits_for_kueue_and_runs_once_admitted(

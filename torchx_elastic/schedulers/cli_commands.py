@@ -36,6 +36,9 @@ EXIT_FAILURE = 1
 SCHEDULERS = ("kubernetes", "docker")
 
 
+MAPPING_ITEMS = "a mapping option takes KEY:VALUE items: KEY1:v1,KEY2:v2"
+
+
 class RunOptionValueError(UserError):
     def __init__(self, scheduler: str, cfg: str, detail: str) -> None:
         super().__init__(
@@ -74,6 +77,8 @@ def check_option_types(scheduler: str, cfg: str) -> None:
             options.cfg_from_str(cfg)
         except ValueError as err:
             raise RunOptionValueError(scheduler, cfg, str(err)) from None
+        except IndexError:  # torchx splits each item of a mapping option at its first ':'
+            raise RunOptionValueError(scheduler, cfg, MAPPING_ITEMS) from None
 
 
 class Status(CmdStatus):

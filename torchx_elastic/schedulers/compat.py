@@ -5,7 +5,8 @@ torchx's scheduler hooks (``_submit_dryrun``, ``_run_opts``, ``_validate``, ...)
 torchx documents implementing a scheduler, and are used as such everywhere. What is here
 instead is the local scheduler's inner state: ``local_cwd`` adds to torchx's
 ``LocalScheduler``, whose running apps (``_apps``) and request layout (``PopenRequest``'s
-``role_params``) are its own.
+``role_params``) are its own; and the app a dry run carries (``AppDryRunInfo._app``), which
+``torchx run --dryrun`` prints.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from torchx.schedulers.local_scheduler import LocalScheduler, PopenRequest, ReplicaParam
-from torchx.specs import CfgVal
+from torchx.specs import AppDef, AppDryRunInfo, CfgVal
 
 
 def local_app(scheduler: LocalScheduler, app_id: str) -> Any:
@@ -35,3 +36,9 @@ def as_torchx_cfg(torchx_cfg: Mapping[str, CfgVal], resolved: Mapping[str, CfgVa
     development line its own options dataclass (``from_cfg``), read back the same way."""
     from_cfg = getattr(type(torchx_cfg), "from_cfg", None)
     return from_cfg(resolved) if from_cfg else resolved
+
+
+def show_app_as(info: AppDryRunInfo[Any], app: AppDef) -> None:
+    """The app that ``torchx run --dryrun`` prints of ``info`` (and the runner remembers for
+    the handle) becomes ``app``; the request is not touched."""
+    info._app = app

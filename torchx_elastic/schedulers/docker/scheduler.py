@@ -23,7 +23,8 @@ from torchx.schedulers.ids import make_unique
 from torchx.specs import AppDef, AppDryRunInfo, AppState, CfgVal, is_terminal, runopts
 
 from torchx_elastic.contract import SECRET_ENV, new_secret
-from torchx_elastic.schedulers.credentials import warn_about_credentials
+from torchx_elastic.schedulers.compat import show_app_as
+from torchx_elastic.schedulers.credentials import masked_app, warn_about_credentials
 from torchx_elastic.schedulers.docker.errors import (
     ContainerStartError,
     EngineUnreachableError,
@@ -110,6 +111,11 @@ class DockerScheduler(ReplicaLogs, WorkspaceImages, Scheduler[Mapping[str, CfgVa
 
     def _validate(self, app: AppDef, scheduler: str) -> None:
         """Any resource is fine: a role without one runs without limits."""
+
+    def submit_dryrun(self, app: AppDef, cfg: Any) -> AppDryRunInfo[DockerJob]:
+        info = super().submit_dryrun(app, cfg)
+        show_app_as(info, masked_app(app))  # the dry run prints no credential
+        return info
 
     def _submit_dryrun(self, app: AppDef, cfg: Mapping[str, CfgVal]) -> AppDryRunInfo[DockerJob]:
         options = DockerOptions.from_cfg(cfg)

@@ -20,6 +20,7 @@ from torchx.specs import AppDef, AppState, CfgVal, runopts
 
 from torchx_elastic.ft.lighthouse import last_quorum_line
 from torchx_elastic.schedulers import credentials
+from torchx_elastic.schedulers.compat import show_app_as
 from torchx_elastic.schedulers.kubernetes import admission, job_access, manifests, role_jobs, status
 from torchx_elastic.schedulers.kubernetes import names as job_names
 from torchx_elastic.schedulers.kubernetes.client import (
@@ -92,6 +93,9 @@ class KubernetesScheduler(ReplicaLogs, WorkspaceImages, Scheduler[Cfg]):
         self._namespace = namespace
         self._suffix = suffix
         self._sleep = sleep
+        # jobs this process deleted because the cluster refused their pods: later calls
+        # (`torchx run --wait` after run's first status) still read why they failed
+        self._refused_jobs: Dict[str, DescribeAppResponse] = {}
 
     def _api(self) -> KubeApi:
         if self._client is None:
@@ -104,6 +108,11 @@ class KubernetesScheduler(ReplicaLogs, WorkspaceImages, Scheduler[Cfg]):
     def _validate(self, app: AppDef, scheduler: str) -> None:
         # a role without resources runs with none requested, as kubectl would
         pass
+
+    def submit_dryrun(self, app: AppDef, cfg: Any) -> AppDryRunInfo[KubernetesRequest]:
+        info = super().submit_dryrun(app, cfg)
+        show_app_as(info, credentials.masked_app(app))  # the dry run prints no credential
+        return info
 
     def _submit_dryrun(self, app: AppDef, cfg: Cfg) -> AppDryRunInfo[KubernetesRequest]:
         suffix = self._suffix() if self._suffix else job_names.new_suffix()
@@ -179,7 +188,7 @@ class KubernetesScheduler(ReplicaLogs, WorkspaceImages, Scheduler[Cfg]):
     def describe(self, app_id: str) -> Optional[DescribeAppResponse]:
         found = self._read(app_id)
         if found is None:
-            return None
+            return self._refused_jobs.get(app_id)
         backend, job = found
         pods = self._pods(app_id)
         if backend == BACKEND_VOLCANO:
@@ -216,6 +225,7 @@ class KubernetesScheduler(ReplicaLogs, WorkspaceImages, Scheduler[Cfg]):
         described = status.describe_job(app_id, job, pods)
         described.state = AppState.FAILED
         described.msg = admission.refused_message(reason)
+        self._refused_jobs[app_id] = described
         return described
 
     def _role_jobs(self, app_id: str, first: Obj) -> List[Obj]:

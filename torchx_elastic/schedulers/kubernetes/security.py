@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Dict
 
+from torchx_elastic.schedulers.errors import UserError
 from torchx_elastic.schedulers.kubernetes.options import KubernetesOptions
 
 Manifest = Dict[str, Any]
@@ -18,8 +19,8 @@ Manifest = Dict[str, Any]
 RUNTIME_DEFAULT_SECCOMP = {"type": "RuntimeDefault"}
 
 
-def device_mount_refused(path: str) -> ValueError:
-    return ValueError(
+def device_mount_refused(path: str) -> UserError:
+    return UserError(
         f"device mount {path} needs a privileged container (Kubernetes has no --device):"
         " run with -cfg privileged=True (the pods then pass only Pod Security 'privileged')"
         " or use a device plugin"
