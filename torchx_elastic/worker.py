@@ -20,13 +20,12 @@ from __future__ import annotations
 import os
 import time
 
-from torchx_elastic.contract import RESTART_COUNT_ENV
+from torchx_elastic.contract import CHANNEL_ENV, RESTART_COUNT_ENV
 
 TYPE_CHECKING = False  # not typing's: importing typing would cost more than this module
 if TYPE_CHECKING:
     import socket
 
-CHANNEL_ENV = "TORCHX_ELASTIC_CHANNEL"
 PROGRESS_INTERVAL_S = 0.1
 HEARTBEAT_INTERVAL_S = 0.5
 

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from torchx_elastic import worker
+from torchx_elastic import contract, worker
 from torchx_elastic.agent.console.progress.channel import (
     ActivityChannel,
     RankActivity,
@@ -36,7 +36,7 @@ def wait_for(condition: object, timeout_s: float = 5.0) -> None:
 def test_progress_is_a_no_op_outside_the_agent(
     fresh_sender: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.delenv(worker.CHANNEL_ENV, raising=False)
+    monkeypatch.delenv(contract.CHANNEL_ENV, raising=False)
     worker.progress(1, 10)
     worker.heartbeat()
     assert worker._sender is not None and not worker._sender.active
@@ -86,7 +86,7 @@ def test_heartbeat_counts_as_seen(
     channel = ActivityChannel(activity, abstract=abstract)
     assert channel.path.startswith("@torchx-elastic-") == abstract
     try:
-        monkeypatch.setenv(worker.CHANNEL_ENV, channel.path)
+        monkeypatch.setenv(contract.CHANNEL_ENV, channel.path)
         monkeypatch.setenv("LOCAL_RANK", "1")
         monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", "0")
         worker.heartbeat()
@@ -162,7 +162,7 @@ def test_importing_the_worker_api_is_cheap() -> None:
         "import sys; from torchx_elastic import progress, heartbeat; progress(1, 2); heartbeat();"
         " print(sorted(m for m in ('torch', 'socket', 'typing', 'rich') if m in sys.modules))"
     )
-    env = {k: v for k, v in os.environ.items() if k != worker.CHANNEL_ENV}
+    env = {k: v for k, v in os.environ.items() if k != contract.CHANNEL_ENV}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from torchx_elastic.agent.env_file import load_env_file, parse_env_file
 from torchx_elastic.components.dist import ddp
+from torchx_elastic.contract.env_file import load_env_file, parse_env_file
 from torchx_elastic.schedulers.credentials import looks_like_credential
 from torchx_elastic.schedulers.docker import DockerScheduler
 from torchx_elastic.schedulers.kubernetes.scheduler import KubernetesScheduler

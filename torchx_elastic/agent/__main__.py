@@ -20,9 +20,9 @@ def main(argv: list[str] | None = None) -> None:
     # a pod removed while the agent starts (importing torch takes seconds) exits in one line
     exit_on_stop_signals()
     from torchx_elastic.agent.config.cli import build_parser
-    from torchx_elastic.agent.env_file import load_env_file
     from torchx_elastic.agent.workers.bootstrap import die_with_parent
     from torchx_elastic.contract import LAUNCHER_PID_ENV
+    from torchx_elastic.contract.env_file import load_env_file
 
     # set by local_cwd: when the torchx process that started this agent dies (even by
     # SIGKILL), the agent gets SIGTERM and stops its workers instead of running on

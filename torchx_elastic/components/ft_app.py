@@ -17,12 +17,8 @@ import torchx.specs as specs
 
 from torchx_elastic.components.dist_app import DistApp
 from torchx_elastic.components.node_resource import node_resource
-from torchx_elastic.ft.protocol import (
-    GROUP_ID_ENV,
-    NUM_GROUPS_ENV,
-    ROLE_RANK0_ENV,
-    registry_port,
-)
+from torchx_elastic.contract import ROLE_RANK0_ENV
+from torchx_elastic.ft.protocol import GROUP_ID_ENV, NUM_GROUPS_ENV, registry_port
 
 LIGHTHOUSE_ROLE = "lighthouse"
 LIGHTHOUSE_MODULE = "torchx_elastic.ft.lighthouse"

@@ -7,7 +7,9 @@ status``), the timeline and the tests import it; nothing else spells these names
 - the files a node writes in its log directory, with a writer and a reader each:
   :mod:`.events` (``events.jsonl``, and the summary ``summary_node<N>.json``),
   :mod:`.job_progress` (``job_progress.json`` and the ``[job progress]`` log line),
-  :mod:`.error_file` (torch's error file, ``TORCHELASTIC_ERROR_FILE``);
+  :mod:`.error_file` (torch's error file, ``TORCHELASTIC_ERROR_FILE``),
+  :mod:`.waiting_file` (a node's wait for the others, for ``torchx status``);
+- the files a scheduler hands to the agent: :mod:`.env_file` (docker's ``secret_env_file``);
 - the store keys the agents of a job exchange over their rendezvous store (below).
 
 Standard library only: the worker bootstrap imports it before the user's first import, and
@@ -25,6 +27,9 @@ AGENT_PID_ENV = "TORCHX_ELASTIC_AGENT_PID"  # the worker's agent
 SECRET_ENV = "TORCHX_ELASTIC_RDZV_SECRET"  # the job's rendezvous secret
 SECRET_FILE_ENV = "TORCHX_ELASTIC_RDZV_SECRET_FILE"  # ... or a file holding it
 RANK0_ENV = "TORCHX_RANK0_HOST"  # rank 0's host, as torchx's components name it
+CHANNEL_ENV = "TORCHX_ELASTIC_CHANNEL"  # the agent's socket for progress() and heartbeat()
+ROLE_RANK0_ENV = "TORCHX_ELASTIC_ROLE_RANK0_HOST"  # its own role's replica 0 (ft.ddp's groups)
+ENV_FILE_ENV = "TORCHX_ELASTIC_ENV_FILE"  # a file of NAME=value lines to export (env_file.py)
 
 
 def new_secret() -> str:
@@ -50,10 +55,20 @@ SHUTDOWN_TIMEOUT_ENV = "TORCH_ELASTIC_SHUTDOWN_TIMEOUT"
 EVENTS_FILE = "events.jsonl"  # events.py
 SUMMARY_PREFIX = "summary_node"  # summary_node<N>.json, the run on node N (events.py)
 JOB_PROGRESS_FILE = "job_progress.json"  # the rank-0 node's (job_progress.py)
-# waiting_for_nodes.<host>.<pid>.json while a node waits (agent/rendezvous/waiting_file.py)
+# <log_dir>/attempt_<k>/rank_<r>/: a rank's output and error file (rank_dir below); torchx's
+# local schedulers name a replica's output files the same (<log_dir>/<role>/<replica>/)
+STDOUT_FILE = "stdout.log"
+STDERR_FILE = "stderr.log"
+RANK_ERROR_FILE = "error.json"  # the TORCHELASTIC_ERROR_FILE the agent gives the rank
+# waiting_for_nodes.<host>.<pid>.json while a node waits (waiting_file.py)
 WAITING_FILE_PREFIX = "waiting_for_nodes."
 # torchx's local schedulers keep a role's agent logs in <app log dir>/torchelastic/<role>
 AGENTS_LOG_SUBDIR = "torchelastic"
+
+
+def rank_dir(log_dir: str, attempt: int | str, rank: int | str) -> str:
+    """``<log_dir>/attempt_<attempt>/rank_<rank>``: the files of global rank ``rank``."""
+    return os.path.join(log_dir, f"attempt_{attempt}", f"rank_{rank}")
 
 
 def agents_log_dir(app_log_dir: str, role: str) -> str:

@@ -14,9 +14,6 @@ import json
 import urllib.request
 
 LIGHTHOUSE_ENV = "TORCHFT_LIGHTHOUSE"
-# in apps of several roles, every replica's own role's replica-0 host (set by torchx-elastic's
-# schedulers; torchx's rank0_env names the first role's): a replica group's rendezvous host
-ROLE_RANK0_ENV = "TORCHX_ELASTIC_ROLE_RANK0_HOST"
 GROUP_ID_ENV = "REPLICA_GROUP_ID"
 NUM_GROUPS_ENV = "NUM_REPLICA_GROUPS"
 DEFAULT_LIGHTHOUSE_PORT = 29510

@@ -56,15 +56,17 @@ from torchx.schedulers.local_scheduler import (
 )
 from torchx.specs import AppDef, CfgVal, is_terminal, runopts
 
-from torchx_elastic.agent.rendezvous import waiting_file
 from torchx_elastic.contract import (
     LAUNCHER_PID_ENV,
     RANK0_ENV,
+    ROLE_RANK0_ENV,
     SECRET_ENV,
+    STDERR_FILE,
+    STDOUT_FILE,
     agents_log_dir,
     new_secret,
+    waiting_file,
 )
-from torchx_elastic.ft.protocol import ROLE_RANK0_ENV
 from torchx_elastic.schedulers.compat import as_torchx_cfg, local_app, local_replicas
 from torchx_elastic.schedulers.file_lines import follow_lines
 from torchx_elastic.schedulers.job_bar import (
@@ -84,9 +86,9 @@ _PYTHON_ENTRYPOINTS = frozenset({"python", "python3"})
 STATUS_WAIT_S = 0.9
 # the files torchx's local scheduler writes per replica (``<log_dir>/<role>/<replica>/``)
 _STREAM_FILES = {
-    Stream.STDOUT: ("stdout.log",),
-    Stream.STDERR: ("stderr.log",),
-    Stream.COMBINED: ("stdout.log", "stderr.log"),
+    Stream.STDOUT: (STDOUT_FILE,),
+    Stream.STDERR: (STDERR_FILE,),
+    Stream.COMBINED: (STDOUT_FILE, STDERR_FILE),
 }
 
 

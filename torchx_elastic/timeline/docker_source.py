@@ -18,7 +18,12 @@ import tempfile
 from collections.abc import Iterable, Iterator
 from typing import IO, TYPE_CHECKING, Any, cast
 
-from torchx_elastic.contract import EVENTS_FILE, SUMMARY_PREFIX
+from torchx_elastic.contract import (
+    EVENTS_FILE,
+    RANK_ERROR_FILE,
+    STDERR_FILE,
+    SUMMARY_PREFIX,
+)
 from torchx_elastic.timeline.model import Timeline
 from torchx_elastic.timeline.source import SourceError, timeline_of_dir
 
@@ -28,7 +33,10 @@ if TYPE_CHECKING:
 AGENT_DIRS_IN = "/tmp"  # where the agent's default log directory is made (tempfile)
 AGENT_DIR_PREFIX = "torchx_elastic_"
 STDERR_TAIL_BYTES = 64 * 1024
-_RANK_FILE = re.compile(r"attempt_\d+/rank_\d+/(error\.json|stderr\.log)")
+# a rank's error file and the tail of its stderr, in contract.rank_dir's layout
+_RANK_FILE = re.compile(
+    rf"attempt_\d+/rank_\d+/({re.escape(RANK_ERROR_FILE)}|{re.escape(STDERR_FILE)})"
+)
 
 
 class _Chunks:
@@ -71,7 +79,7 @@ def copy_agent_files(chunks: Iterable[bytes], dest: str) -> int:
             if source is None:
                 continue
             data = source.read()
-            if name == "stderr.log":
+            if name == STDERR_FILE:
                 data = data[-STDERR_TAIL_BYTES:]
             path = os.path.join(dest, *inner.split("/"))
             os.makedirs(os.path.dirname(path), exist_ok=True)

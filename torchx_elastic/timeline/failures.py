@@ -12,6 +12,7 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from torchx_elastic.contract import RANK_ERROR_FILE, STDERR_FILE, STDOUT_FILE, rank_dir
 from torchx_elastic.timeline.model import ClassifyFailures, RankFailureView
 
 TRACEBACK_HEAD_LINES = 12
@@ -33,19 +34,18 @@ def classify_attempt(
     # torch is imported only when a job failed (the report takes torch's ProcessFailure)
     from torchx_elastic.agent.console.failure import report
     from torchx_elastic.agent.console.output.sinks import RankOutput
-    from torchx_elastic.agent.workers import logs
     from torchx_elastic.agent.workers.processes import process_failure
 
     facts: list[report.RankFailure] = []
     for entry in failed:
-        files = logs.rank_dir(log_dir, attempt, entry["rank"])
-        error_path = os.path.join(files, logs.ERROR_FILE)
+        files = rank_dir(log_dir, attempt, entry["rank"])
+        error_path = os.path.join(files, RANK_ERROR_FILE)
         output = RankOutput(
             local_rank=entry["local_rank"],
             global_rank=entry["rank"],
             node_rank=entry["node"],
-            stdout_path=os.path.join(files, logs.STDOUT_FILE),
-            stderr_path=os.path.join(files, logs.STDERR_FILE),
+            stdout_path=os.path.join(files, STDOUT_FILE),
+            stderr_path=os.path.join(files, STDERR_FILE),
         )
         # as the agent reads it: an empty or partial error file is reported, not raised
         failure = process_failure(entry["local_rank"], entry["pid"], entry["exitcode"], error_path)

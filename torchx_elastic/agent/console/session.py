@@ -41,8 +41,7 @@ from torchx_elastic.agent.console.output.sinks import (
 )
 from torchx_elastic.agent.console.progress.channel import ActivityChannel, RankActivity
 from torchx_elastic.agent.console.progress.exchange import JobProgressExchange
-from torchx_elastic.agent.workers.logs import ERROR_FILE
-from torchx_elastic.contract import ERROR_FILE_ENV
+from torchx_elastic.contract import ERROR_FILE_ENV, RANK_ERROR_FILE
 from torchx_elastic.contract import events as ev
 from torchx_elastic.contract.events import EventLog
 
@@ -207,7 +206,8 @@ class ConsoleSession:
         sink = self._sinks[-1] if self._sinks else None
         outputs = sink.outputs if sink else []
         error_paths = {
-            o.local_rank: os.path.join(os.path.dirname(o.stderr_path), ERROR_FILE) for o in outputs
+            o.local_rank: os.path.join(os.path.dirname(o.stderr_path), RANK_ERROR_FILE)
+            for o in outputs
         }
         facts = report.collect(result.failures, outputs, sink.ended_at if sink else {}, error_paths)
         return report.classify(facts)

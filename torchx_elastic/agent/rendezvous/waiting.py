@@ -26,7 +26,7 @@ from torch.distributed.elastic.rendezvous import (
 )
 
 from torchx_elastic.agent.config.launch import AgentConfig
-from torchx_elastic.agent.rendezvous import roll_call, waiting_file
+from torchx_elastic.agent.rendezvous import roll_call
 from torchx_elastic.agent.rendezvous.diagnosis import (
     JOIN_TIMEOUT_HINT,
     GrowingInterval,
@@ -37,6 +37,7 @@ from torchx_elastic.agent.rendezvous.diagnosis import (
 )
 from torchx_elastic.agent.rendezvous.observed import WrappedRendezvous
 from torchx_elastic.agent.rendezvous.signed_store import StoreSigner
+from torchx_elastic.contract import waiting_file
 from torchx_elastic.contract.job_progress import WAITING_LINE_PREFIX
 
 log = logging.getLogger(__name__)

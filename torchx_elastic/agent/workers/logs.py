@@ -6,16 +6,14 @@ import os
 
 from torch.distributed.elastic.multiprocessing.api import LogsDest, LogsSpecs
 
-from torchx_elastic.contract import ERROR_FILE_ENV, RESTART_COUNT_ENV
-
-STDOUT_FILE = "stdout.log"
-STDERR_FILE = "stderr.log"
-ERROR_FILE = "error.json"
-
-
-def rank_dir(log_dir: str, attempt: int | str, rank: int | str) -> str:
-    """``<log_dir>/attempt_<attempt>/rank_<rank>``: the files of global rank ``rank``."""
-    return os.path.join(log_dir, f"attempt_{attempt}", f"rank_{rank}")
+from torchx_elastic.contract import (
+    ERROR_FILE_ENV,
+    RANK_ERROR_FILE,
+    RESTART_COUNT_ENV,
+    STDERR_FILE,
+    STDOUT_FILE,
+    rank_dir,
+)
 
 
 class RankLogsSpecs(LogsSpecs):
@@ -36,7 +34,7 @@ class RankLogsSpecs(LogsSpecs):
             os.makedirs(files, exist_ok=True)
             dest.stdouts[local_rank] = os.path.join(files, STDOUT_FILE)
             dest.stderrs[local_rank] = os.path.join(files, STDERR_FILE)
-            error_file = os.path.join(files, ERROR_FILE)
+            error_file = os.path.join(files, RANK_ERROR_FILE)
             if os.path.exists(error_file):
                 os.remove(error_file)  # left from an earlier run with the same directory
             dest.error_files[local_rank] = error_file

@@ -17,8 +17,7 @@ import yaml
 from torchx.schedulers.devices import get_device_mounts
 from torchx.specs import AppDef, BindMount, DeviceMount, Role, VolumeMount, macros
 
-from torchx_elastic.contract import RANK0_ENV
-from torchx_elastic.ft.protocol import ROLE_RANK0_ENV
+from torchx_elastic.contract import RANK0_ENV, ROLE_RANK0_ENV
 from torchx_elastic.schedulers.credentials import MASK, looks_like_credential
 from torchx_elastic.schedulers.docker.options import DockerOptions
 from torchx_elastic.schedulers.names import DNS_LABEL_MAX, dns_label

@@ -13,7 +13,8 @@ import os
 import tarfile
 from typing import Mapping
 
-from torchx_elastic.agent.env_file import ENV_FILE_ENV, parse_env_file
+from torchx_elastic.contract import ENV_FILE_ENV
+from torchx_elastic.contract.env_file import parse_env_file
 from torchx_elastic.schedulers.docker.errors import DockerSchedulerError
 
 CONTAINER_DIR = "/tmp"

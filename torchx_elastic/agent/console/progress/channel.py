@@ -31,7 +31,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from torchx_elastic.worker import CHANNEL_ENV, socket_address
+from torchx_elastic.contract import CHANNEL_ENV
+from torchx_elastic.worker import socket_address
 
 log = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from typing import Dict, Mapping, MutableMapping
 
-ENV_FILE_ENV = "TORCHX_ELASTIC_ENV_FILE"
+from torchx_elastic.contract import ENV_FILE_ENV
 
 
 def parse_env_file(text: str, host_env: Mapping[str, str]) -> Dict[str, str]:

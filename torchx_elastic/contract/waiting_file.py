@@ -3,7 +3,7 @@
 While a node waits for the others, its agent keeps ``waiting_for_nodes.<host>.<pid>.json``
 in its log directory up to date (the line it prints: ``waiting for nodes: 1 of 2 joined;
 ...``) and removes it once the round is complete. local_cwd's status reads it from the
-job's log directory (standard library only: the schedulers import this, not torch).
+job's log directory.
 """
 
 from __future__ import annotations
