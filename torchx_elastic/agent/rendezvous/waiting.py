@@ -52,8 +52,15 @@ HOST_LINGER_S = 2.0
 
 
 def joined_text(peers: list[roll_call.NodeEntry], config: AgentConfig) -> str:
-    """``1 of 2 joined (starts with ...)``: how many of the job's nodes are here."""
+    """``1 of 2 joined (starts with ...)``: how many of the job's nodes are here; once an
+    elastic job has its minimum, ``2 joined, enough to start (...)``: the round waits its
+    last call for more, up to the maximum."""
     needed = config.min_nodes
+    if len(peers) >= needed and config.max_nodes > needed:
+        return (
+            f"{len(peers)} joined, enough to start (takes up to {config.max_nodes}; the round"
+            " closes after its last call)"
+        )
     text = f"{len(peers)} of {needed} joined"
     if config.max_nodes > needed:
         text += f" (starts with {needed}, takes up to {config.max_nodes})"
@@ -62,6 +69,8 @@ def joined_text(peers: list[roll_call.NodeEntry], config: AgentConfig) -> str:
 
 def missing_text(peers: list[roll_call.NodeEntry], config: AgentConfig) -> str:
     missing = max(0, config.min_nodes - len(peers))
+    if missing == 0:
+        return "missing: none"
     return f"missing: {missing} node{'s' if missing != 1 else ''}"
 
 
