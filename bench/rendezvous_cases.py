@@ -1,6 +1,6 @@
 """The misconfigured-rendezvous cases of docs/troubleshooting.md, torchrun beside the agent.
 
-    python -m bench.rendezvous_cases [--seconds 25]
+    python -m bench.rendezvous_cases [--seconds 25] [--case TEXT]
 
 Each case runs ``torchrun`` and ``python -m torchx_elastic.agent`` with the same flags
 (``--nnodes 2 --nproc-per-node 1 --rdzv-backend c10d``, one host, a port of its own) for at
@@ -25,6 +25,7 @@ from pathlib import Path
 
 BASE = ["--nnodes", "2", "--nproc-per-node", "1", "--rdzv-backend", "c10d", "--rdzv-id", "j"]
 NOISE = ("frame #", "Exception raised from", "<omitting python frames>", "NOT authenticated")
+STATIC_3 = ["--rdzv-backend=static", "--nnodes=3"]  # after BASE's: the last flag counts
 LAUNCHERS = {
     "torchrun": [sys.executable, "-m", "torch.distributed.run"],
     "agent": [sys.executable, "-m", "torchx_elastic.agent"],
@@ -109,6 +110,13 @@ CASES = [
         lambda p: [[f"--rdzv-endpoint=127.0.0.1:{p}"]],
         setup=occupy,
     ),
+    Case(
+        "static, --nnodes 3, nodes given --node-rank 0, 1, 1",
+        lambda p: [
+            [f"--rdzv-endpoint=localhost:{p}", *STATIC_3, f"--node-rank={rank}"]
+            for rank in (0, 1, 1)
+        ],
+    ),
 ]
 
 
@@ -150,18 +158,19 @@ def cell(seen: Seen, seconds: float) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=25.0)
+    parser.add_argument("--case", default="", help="only the cases whose name has this text")
     args = parser.parse_args()
     os.environ["TORCHX_ELASTIC_RDZV_SECRET"] = "table"  # the same for every agent node
     with tempfile.TemporaryDirectory() as tmp:
         cwd = Path(tmp)
         (cwd / "ok.py").write_text("print('trained')\n")
         print("| case | node | torchrun | agent |\n|---|---|---|---|")
-        for case in CASES:
+        for case in (c for c in CASES if args.case in c.name):
             found = {
                 name: run_case(case, argv, cwd, args.seconds) for name, argv in LAUNCHERS.items()
             }
             for node in range(len(found["agent"])):
-                name = "AB"[node] if len(found["agent"]) > 1 else "-"
+                name = "ABC"[node] if len(found["agent"]) > 1 else "-"
                 torchrun = cell(found["torchrun"][node], args.seconds)
                 agent = cell(found["agent"][node], args.seconds)
                 print(f"| {case.name} | {name} | {torchrun} | {agent} |", flush=True)

@@ -96,7 +96,8 @@ class Scenarios:
 def cases(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Agent]]:
     s = Scenarios(tmp_path_factory.mktemp("diagnosis"))
     ports = {
-        name: free_port() for name in ("alone", "mismatch", "shared", "taken", "addr", "secret")
+        name: free_port()
+        for name in ("alone", "mismatch", "shared", "taken", "addr", "secret", "static")
     }
     s.blocker.bind(("127.0.0.1", ports["taken"]))
     s.blocker.listen()
@@ -116,6 +117,12 @@ def cases(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Agent]
         "addr_a": s.agent("addr_a", f"localhost:{ports['addr']}", *timeout),
         "secret_a": s.agent("secret_a", f"localhost:{ports['secret']}", *timeout),
     }
+    static = ("--rdzv-backend", "static", "--node-rank")
+    for name, rank in (("static_0", "0"), ("static_1a", "1"), ("static_1b", "1")):
+        found[name] = s.agent(name, f"localhost:{ports['static']}", *static, rank, nnodes="3")
+    found["static_refused"] = s.agent(
+        "static_refused", f"127.0.0.1:{free_port()}", *static, "1", *timeout
+    )
     time.sleep(1.0)  # the hosts first (each would also wait for the other)
     found["mismatch_b"] = s.agent(
         "mismatch_b", f"localhost:{ports['mismatch']}", *timeout, nnodes="3"
@@ -175,8 +182,10 @@ def test_an_endpoint_that_does_not_resolve_is_named_retried_then_the_error(
     assert agent.exit_code() == 1
 
 
-def test_nothing_listening_is_named_refused(cases: dict[str, Agent]) -> None:
-    agent = cases["refused"]
+@pytest.mark.parametrize("name", ["refused", "static_refused"])
+def test_nothing_listening_is_named_refused(cases: dict[str, Agent], name: str) -> None:
+    """c10d, and a static node of --node-rank 1 whose rank 0 never started."""
+    agent = cases[name]
     agent.wait_for("(connection refused); start the node that hosts the rendezvous", START_S)
     agent.wait_for("; retrying until ", 0)
     agent.wait_for("torchx-elastic: error: rendezvous at 127.0.0.1:", START_S + 20)
@@ -245,3 +254,25 @@ def test_a_node_given_another_secret_is_named(cases: dict[str, Agent]) -> None:
         START_S,
         cases["secret_b"],
     )
+
+
+def test_a_node_rank_given_twice_is_named_by_every_node(cases: dict[str, Agent]) -> None:
+    """Static rendezvous, --nnodes 3, node ranks 0, 1, 1: torchrun's nodes wait silently."""
+    host = socket.gethostname()
+    nodes = [cases["static_0"], cases["static_1a"], cases["static_1b"]]
+    last = max(nodes, key=Agent.up)  # detectable once all three are up
+    fix = "; give each node its own --node-rank, 0 to --nnodes - 1"
+    nodes[0].wait_for(f"failed: --node-rank 1 was given to {host} (pid ", START_S, last)
+    assert f"; no node has --node-rank 2 of 3{fix}" in nodes[0].output()
+    ones = nodes[1:]
+    late = [a for a in ones if "is taken by" in a.output()] or [ones[0]]
+    (first,) = [a for a in ones if a is not late[0]]
+    late[0].wait_for(
+        f"failed: --node-rank 1 is taken by {host} (pid {first.proc.pid}), which joined first{fix}",
+        START_S,
+        last,
+    )
+    first.wait_for(f"failed: --node-rank 1 was given to {host} (pid ", START_S, last)
+    for agent in nodes:
+        assert agent.exit_code() == 1, agent.output()
+        assert "Traceback" not in agent.output()

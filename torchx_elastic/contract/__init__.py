@@ -83,3 +83,5 @@ FAILURE_KEY_PREFIX = "torchx_elastic/failure/attempt"  # + attempt: the first fa
 WORKER_STORE_KEY = "torchx_elastic/worker_store/"  # + round: the workers' store
 MASTER_KEY = "torchx_elastic/master_addr_port"  # "<addr> <port>" of rank 0
 ROLL_CALL_KEY_PREFIX = "torchx_elastic/roll_call/"  # + index, "count": who came (roll_call.py)
+# + round "/" rank "/count" and "/" claim: who took which --node-rank (static_ranks.py)
+STATIC_RANK_KEY_PREFIX = "torchx_elastic/static_rank/"

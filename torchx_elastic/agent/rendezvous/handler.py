@@ -20,7 +20,7 @@ from torch.distributed.elastic.rendezvous.registry import get_rendezvous_handler
 from torchx_elastic.agent import compat
 from torchx_elastic.agent.config.endpoint import Endpoint
 from torchx_elastic.agent.config.launch import AgentConfig
-from torchx_elastic.agent.rendezvous import diagnosis, listen, liveness, waiting
+from torchx_elastic.agent.rendezvous import diagnosis, listen, liveness, static_ranks, waiting
 from torchx_elastic.agent.rendezvous.signed_backend import SignedRendezvousBackend
 from torchx_elastic.agent.rendezvous.signed_store import StoreSigner
 from torchx_elastic.contract import SECRET_ENV, SECRET_FILE_ENV
@@ -128,10 +128,16 @@ def create_handler(
     hosting = hosts_rendezvous(config)
     waiting.say_interface_problems(config)
     # said out loud while it fails; at the join timeout the diagnosis is the error
-    diagnosis.wait_until_reachable(endpoint, join_timeout_s(params), connect=tcp and not hosting)
+    # a static node other than rank 0 is a client of rank 0's store, as c10d's peers are
+    static_peer = params.backend == "static" and int(config.rdzv_configs.get("rank", 0)) != 0
+    connect = (tcp and not hosting) or static_peer
+    diagnosis.wait_until_reachable(endpoint, join_timeout_s(params), connect=connect)
     try:
         if not tcp:
-            return get_rendezvous_handler(params)
+            created = get_rendezvous_handler(params)
+            if params.backend == "static":
+                return static_ranks.CheckedStaticRanks(created, config)
+            return created
         store = rendezvous_store(params, endpoint)
     except RendezvousConnectionError:
         raise  # the host went away as this node reached it (late_for_the_job)

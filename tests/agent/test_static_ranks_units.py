@@ -1,0 +1,67 @@
+"""Duplicate and missing ``--node-rank`` of a static rendezvous, named from the claims in the
+agents' store."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from torch.distributed import HashStore  # type: ignore[attr-defined]
+
+from torchx_elastic.agent.rendezvous.diagnosis import Problem
+from torchx_elastic.agent.rendezvous.static_ranks import check_claims
+
+FIX = "give each node its own --node-rank, 0 to --nnodes - 1"
+
+
+def claim_together(ranks: list[int], nodes: int, round_: int = 0, store: Any = None) -> list[str]:
+    """Every node's check, at once: the line each would print ('' for none)."""
+    store = store or HashStore()
+    found = [""] * len(ranks)
+
+    def node(i: int) -> None:
+        problem = check_claims(store, round_, ranks[i], nodes, f"h{i} (pid {i})", wait_s=10)
+        found[i] = problem.line() if isinstance(problem, Problem) else ""
+
+    threads = [threading.Thread(target=node, args=(i,)) for i in range(len(ranks))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    return found
+
+
+def test_distinct_ranks_pass_every_round() -> None:
+    store = HashStore()
+    assert claim_together([1, 0, 2], 3, store=store) == ["", "", ""]
+    assert claim_together([1, 0, 2], 3, round_=1, store=store) == ["", "", ""]  # a restart
+
+
+def test_a_rank_given_twice_and_one_given_to_nobody_is_named_by_every_node() -> None:
+    lines = claim_together([0, 1, 1], 3)
+    assert lines[0] == (
+        "--node-rank 1 was given to h1 (pid 1) and h2 (pid 2); no node has --node-rank 2 of 3;"
+        f" {FIX}"
+    ) or lines[0] == (
+        "--node-rank 1 was given to h2 (pid 2) and h1 (pid 1); no node has --node-rank 2 of 3;"
+        f" {FIX}"
+    )
+    late = 1 if lines[1].startswith("--node-rank 1 is taken") else 2
+    first = 3 - late
+    assert (
+        lines[late]
+        == f"--node-rank 1 is taken by h{first} (pid {first}), which joined first; {FIX}"
+    )
+    assert lines[first] == lines[0]
+
+
+def test_an_extra_node_with_a_taken_rank_is_the_only_one_told() -> None:
+    store = HashStore()
+    assert claim_together([0, 1], 2, store=store) == ["", ""]
+    line = check_claims(store, 0, 1, 2, "h9 (pid 9)", wait_s=0)
+    assert line is not None
+    assert line.line() == f"--node-rank 1 is taken by h1 (pid 1), which joined first; {FIX}"
+
+
+def test_a_peer_that_claims_nothing_leaves_the_check_silent() -> None:
+    assert check_claims(HashStore(), 0, 0, 2, "h0 (pid 0)", wait_s=0.2) is None
