@@ -124,3 +124,18 @@ def test_the_app_state_from_its_jobs(
     states: List[AppState], expected: tuple[AppState, str]
 ) -> None:
     assert app_state(list(zip(["lighthouse", "group0", "group1"], states, strict=True))) == expected
+
+
+def test_pods_refused_by_admission_fail_an_app_of_several_jobs_with_the_reason(
+    scheduler: KubernetesScheduler, fake: FakeCluster
+) -> None:
+    fake.refuse_pods = f'pods "{JOB}-group0-0-abcde" is forbidden: exceeded quota: team'
+    assert scheduler.schedule(scheduler.submit_dryrun(_ft(), {})) == APP_ID
+    desc = scheduler.describe(APP_ID)
+    assert desc is not None and desc.state == AppState.FAILED
+    assert desc.msg.startswith(
+        f"the cluster refused to create the job's pods: {fake.refuse_pods}\nThe Job was deleted"
+    )
+    assert not fake.objects["jobs"]  # every role's Job
+    again = scheduler.describe(APP_ID)  # as torchx run --wait's next status
+    assert again is not None and again.state == AppState.FAILED

@@ -108,6 +108,12 @@ def first_role_name(job: Manifest) -> str:
     return str(((template.get("metadata") or {}).get("labels") or {}).get(LABEL_ROLE_NAME, ""))
 
 
+def pods_of(job: Manifest, pods: List[Manifest]) -> List[Manifest]:
+    """The pods of one role Job of an app, among the app's."""
+    role = first_role_name(job)
+    return [pod for pod in pods if _role_label(pod) == role]
+
+
 def role_job_names(job: Manifest) -> List[str]:
     """The other Jobs of the app whose first Job is ``job`` (none for a one-role app)."""
     text = ((job.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_ROLE_JOBS, "")

@@ -194,35 +194,41 @@ class KubernetesScheduler(ReplicaLogs, WorkspaceImages, Scheduler[Cfg]):
         if backend == BACKEND_VOLCANO:
             described = status.describe_volcano_job(app_id, job, pods)
         elif role_jobs.role_job_names(job):
-            described = role_jobs.describe_role_jobs(app_id, self._role_jobs(app_id, job), pods)
+            jobs = self._role_jobs(app_id, job)
+            described = role_jobs.describe_role_jobs(app_id, jobs, pods)
+            reasons = (self._refusal(j, role_jobs.pods_of(j, pods)) for j in jobs)
+            reason = next((r for r in reasons if r is not None), None)
+            if reason is not None:
+                return self._refused(app_id, described, reason)
             quorum = self._log_tail_line(app_id, pods, role_jobs.first_role_name(job))
             described.msg = join_message(described.msg, quorum)
         else:
-            refused = self._refused(app_id, job, pods)
-            if refused is not None:
-                return refused
             described = status.describe_job(app_id, job, pods)
+            reason = self._refusal(job, pods)
+            if reason is not None:
+                return self._refused(app_id, described, reason)
         described.msg = join_message(described.msg, self._progress(app_id, pods))
         return described
 
-    def _refused(self, app_id: str, job: Obj, pods: List[Obj]) -> Optional[DescribeAppResponse]:
-        """FAILED with the reason, once admission refused pods of the Job, which is deleted:
-        the Job controller would retry in vain and hold the job's name and Service."""
+    def _refusal(self, job: Obj, pods: List[Obj]) -> Optional[str]:
+        """Why admission refuses pods of ``job`` (its ``pods``), if it does."""
         if not admission.pods_missing(job, pods):
             return None
-        namespace, name = parse_app_id(app_id)
-        api = self._api()
+        namespace, name = job["metadata"]["namespace"], job["metadata"]["name"]
         try:
-            events = api.list_events(namespace, admission.job_events_selector(name))
+            events = self._api().list_events(namespace, admission.job_events_selector(name))
         except KubernetesError as e:  # not allowed to read events: the status says the rest
             logger.debug("no events of job %s: %s", name, e)
             return None
         uid = str(job["metadata"].get("uid") or "")
-        reason = admission.refusal(events, uid, since=admission.newest_pod_created(pods))
-        if reason is None:
-            return None
+        return admission.refusal(events, uid, since=admission.newest_pod_created(pods))
+
+    def _refused(
+        self, app_id: str, described: DescribeAppResponse, reason: str
+    ) -> DescribeAppResponse:
+        """FAILED with the reason; the app's Jobs are deleted: the Job controller would
+        retry in vain and hold the job's name and Service."""
         self._cancel_existing(app_id)
-        described = status.describe_job(app_id, job, pods)
         described.state = AppState.FAILED
         described.msg = admission.refused_message(reason)
         self._refused_jobs[app_id] = described
