@@ -221,6 +221,24 @@ def two_nodes_torchrun(s: Settings, run_dir: Path) -> Sample:
     return _launch(agents, s, run_dir, 2 * _per_node(s))
 
 
+# 10. rendezvous of N nodes -----------------------------------------------------------------
+
+SCALE_NODES = (2, 4, 8, 16)
+SCALE_SECRET = {"TORCHX_ELASTIC_RDZV_SECRET": "bench"}  # every node the same (docs/security.md)
+
+
+def _scale(nodes: int, ours: bool) -> RunVariant:
+    """N nodes of one worker each on this machine, the short job (c10d rendezvous)."""
+
+    def run(s: Settings, run_dir: Path) -> Sample:
+        make = commands.ours_nodes if ours else commands.torchrun_nodes
+        agents = make(nodes, 1, SHORT_SCRIPT, _world(nodes), rdzv_port=procs.free_port())
+        envs = [{**s.env, **SCALE_SECRET}] * nodes
+        return _launch(agents, s, run_dir, nodes, envs)
+
+    return run
+
+
 # 3. restart after a crash ------------------------------------------------------------------
 
 
@@ -539,6 +557,25 @@ BENCHMARKS: dict[str, Benchmark] = {
                 Ratio("ours", "torchrun", goal_max=0.5),
                 Ratio("ours_agent", "torchrun", goal_max=0.45),
                 Ratio("ours", "floor"),
+            ),
+        ),
+        Benchmark(
+            "rendezvous_scale",
+            "10. rendezvous of N nodes (1 worker each, one machine)",
+            "s",
+            {
+                **{
+                    f"ours_{n}": (f"ours: {n} agents, --nnodes {n}, short job", _scale(n, True))
+                    for n in SCALE_NODES
+                },
+                **{
+                    f"torchrun_{n}": (f"{n} torchrun agents, --nnodes {n}", _scale(n, False))
+                    for n in SCALE_NODES
+                },
+            },
+            tuple(
+                Ratio(f"ours_{n}", f"torchrun_{n}", goal_max=0.5 if n == 8 else None)
+                for n in SCALE_NODES
             ),
         ),
         Benchmark(

@@ -142,6 +142,23 @@ def torchrun_nodes(
     return [list(agent) for _ in range(nnodes)]
 
 
+def ours_nodes(
+    nnodes: int,
+    nproc_per_node: int,
+    script: str,
+    script_args: Sequence[str] = (),
+    *,
+    rdzv_port: int,
+    rdzv_id: str | None = None,
+) -> list[list[str]]:
+    """One of our agents per node, all on this machine, with :func:`torchrun_nodes`' flags."""
+    run_id = rdzv_id or uuid.uuid4().hex
+    flags = ["--nnodes", str(nnodes), "--nproc-per-node", str(nproc_per_node)]
+    flags += ["--rdzv-backend", "c10d", "--rdzv-endpoint", f"localhost:{rdzv_port}"]
+    agent = [PYTHON, "-m", AGENT_MODULE, *flags, "--rdzv-id", run_id, script, *script_args]
+    return [list(agent) for _ in range(nnodes)]
+
+
 def floor_envs(base_env: Mapping[str, str], nproc: int, master_port: int) -> list[dict[str, str]]:
     """The environment torch.distributed's ``env://`` needs, set by hand for each rank."""
     return [

@@ -166,6 +166,16 @@ def test_two_torchrun_agents_share_one_rendezvous() -> None:
     assert first[first.index("--nnodes") + 1] == "2"
 
 
+def test_our_agents_share_one_rendezvous_with_torchruns_flags() -> None:
+    ours = commands.ours_nodes(3, 1, "s.py", ["--world-size", "3"], rdzv_port=1234)
+    theirs = commands.torchrun_nodes(3, 1, "s.py", ["--world-size", "3"], rdzv_port=1234)
+    assert len(ours) == 3 and ours[0] == ours[2]
+    assert ours[0][1:3] == ["-m", "torchx_elastic.agent"]
+    for flag, value in (("--nnodes", "3"), ("--rdzv-endpoint", "localhost:1234")):
+        assert ours[0][ours[0].index(flag) + 1] == theirs[0][theirs[0].index(flag) + 1] == value
+    assert ours[0][-3:] == theirs[0][-3:] == ["s.py", "--world-size", "3"]
+
+
 def test_floor_sets_the_distributed_environment_by_hand() -> None:
     envs = commands.floor_envs({"A": "1"}, nproc=2, master_port=4321)
     assert [env["RANK"] for env in envs] == ["0", "1"]
