@@ -393,6 +393,23 @@ def test_pods_refused_by_admission_fail_the_job_with_the_reason_and_delete_it(
     assert not fake.objects["services"] and not fake.objects["secrets"]
 
 
+def test_a_refused_job_that_status_may_not_delete_still_fails_with_the_reason(
+    scheduler: KubernetesScheduler, fake: FakeCluster
+) -> None:
+    fake.refuse_pods = QUOTA_REFUSAL
+    _submit(scheduler, j="2x1")
+    fake.forbid("delete", "jobs")
+    desc = scheduler.describe(APP_ID)
+    assert desc is not None
+    assert (desc.state, desc.msg) == (
+        AppState.FAILED,
+        f"the cluster refused to create the job's pods: {QUOTA_REFUSAL}\nThe Job could not be"
+        " deleted (Kubernetes retries in vain): cancel it with torchx cancel or kubectl delete"
+        " job; change the request or the namespace's policy and run it again",
+    )
+    assert ("default", JOB) in fake.objects["jobs"]
+
+
 def test_a_transient_failed_create_or_one_of_another_job_is_no_refusal(
     scheduler: KubernetesScheduler, fake: FakeCluster
 ) -> None:

@@ -54,8 +54,15 @@ def refusal(events: List[Obj], uid: str, since: str = "") -> Optional[str]:
     return message.removeprefix(_ERROR_PREFIX)
 
 
-def refused_message(reason: str) -> str:
-    """The status message of a Job deleted because its pods were refused."""
+def refused_message(reason: str, deleted: bool = True) -> str:
+    """The status message of a Job whose pods were refused (and which was deleted)."""
+    if not deleted:
+        return (
+            f"the cluster refused to create the job's pods: {reason}"
+            "\nThe Job could not be deleted (Kubernetes retries in vain): cancel it with"
+            " torchx cancel or kubectl delete job; change the request or the namespace's policy"
+            " and run it again"
+        )
     return (
         f"the cluster refused to create the job's pods: {reason}"
         "\nThe Job was deleted (Kubernetes would retry in vain); change the request or the"

@@ -228,9 +228,14 @@ class KubernetesScheduler(ReplicaLogs, WorkspaceImages, Scheduler[Cfg]):
     ) -> DescribeAppResponse:
         """FAILED with the reason; the app's Jobs are deleted: the Job controller would
         retry in vain and hold the job's name and Service."""
-        self._cancel_existing(app_id)
+        try:
+            self._cancel_existing(app_id)
+            deleted = True
+        except KubernetesError as e:  # e.g. not allowed to delete Jobs: the reason still counts
+            logger.warning("could not delete the refused job %s: %s", app_id, e)
+            deleted = False
         described.state = AppState.FAILED
-        described.msg = admission.refused_message(reason)
+        described.msg = admission.refused_message(reason, deleted)
         self._refused_jobs[app_id] = described
         return described
 
