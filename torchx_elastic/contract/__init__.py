@@ -80,6 +80,7 @@ def agents_log_dir(app_log_dir: str, role: str) -> str:
 PROGRESS_KEY_PREFIX = "torchx_elastic/progress/node"  # + node: its NodeReport
 PROGRESS_PUBLISHERS_KEY = "torchx_elastic/progress/publishers"  # nodes this round
 FAILURE_KEY_PREFIX = "torchx_elastic/failure/attempt"  # + attempt: the first failure
+LEFT_KEY = "torchx_elastic/left"  # in a round's store: its nodes done with it (closing.py)
 WORKER_STORE_KEY = "torchx_elastic/worker_store/"  # + round: the workers' store
 MASTER_KEY = "torchx_elastic/master_addr_port"  # "<addr> <port>" of rank 0
 ROLL_CALL_KEY_PREFIX = "torchx_elastic/roll_call/"  # + index, "count": who came (roll_call.py)

@@ -21,6 +21,7 @@ from torchx_elastic.agent import compat
 from torchx_elastic.agent.config.endpoint import Endpoint
 from torchx_elastic.agent.config.launch import AgentConfig
 from torchx_elastic.agent.rendezvous import diagnosis, listen, liveness, static_ranks, waiting
+from torchx_elastic.agent.rendezvous.observed import WrappedRendezvous
 from torchx_elastic.agent.rendezvous.signed_backend import SignedRendezvousBackend
 from torchx_elastic.agent.rendezvous.signed_store import StoreSigner
 from torchx_elastic.contract import SECRET_ENV, SECRET_FILE_ENV
@@ -138,7 +139,7 @@ def create_handler(
             if params.backend == "static":
                 return static_ranks.CheckedStaticRanks(created, config)
             return created
-        store = rendezvous_store(params, endpoint)
+        store, hosted = rendezvous_store(params, endpoint)
     except RendezvousConnectionError:
         raise  # the host went away as this node reached it (late_for_the_job)
     except (RendezvousError, RuntimeError, TimeoutError, ValueError, OSError) as err:
@@ -146,9 +147,23 @@ def create_handler(
             raise diagnosis.RendezvousDiagnosis(endpoint, diagnosis.port_taken(endpoint)) from None
         raise RendezvousFailure(endpoint, describe_error(err)) from None
     handler = handler_on_store(store, params, signer, endpoint)
-    return waiting.explained(
-        handler, store, config, signer, hosting, join_timeout_s(params), on_waiting
+    explained = waiting.explained(
+        handler, store, config, signer, hosted, join_timeout_s(params), on_waiting
     )
+    return StoreHost(explained) if hosted else explained
+
+
+class StoreHost(WrappedRendezvous):
+    """The handler of the node whose agent hosts the rendezvous store (its peers need the
+    store until they are done with it: :func:`closing.leave_last`)."""
+
+    hosts_store = True
+
+
+def hosts_store(handler: RendezvousHandler) -> bool:
+    """Whether this node's agent hosts the store of ``handler`` (a :class:`StoreHost`,
+    however wrapped since)."""
+    return bool(getattr(handler, "hosts_store", False))
 
 
 def handler_on_store(
@@ -169,9 +184,10 @@ def handler_on_store(
         raise RendezvousFailure(endpoint, describe_error(err)) from None
 
 
-def rendezvous_store(params: RendezvousParameters, endpoint: Endpoint) -> Any:
+def rendezvous_store(params: RendezvousParameters, endpoint: Endpoint) -> tuple[Any, bool]:
     """The c10d rendezvous store as torch's c10d backend makes it (``is_host``,
-    ``read_timeout``), hosted on the peers' address only (listen.py)."""
+    ``read_timeout``), hosted on the peers' address only (listen.py); and whether this
+    process hosts it (not when another agent of this host took the port first)."""
     from torch.distributed import TCPStore  # type: ignore[attr-defined]
 
     read_timeout = params.get_as_int("read_timeout", 60)
@@ -183,12 +199,12 @@ def rendezvous_store(params: RendezvousParameters, endpoint: Endpoint) -> Any:
     # machine, would race for the port)
     if given if given is not None else compat.is_this_machine(endpoint.host):
         try:
-            return listen.hosted_store(endpoint.host, endpoint.port, read_timeout, True)
+            return listen.hosted_store(endpoint.host, endpoint.port, read_timeout, True), True
         except OSError:
             if given is not None:
                 raise
             # another agent of this host hosts it (several nodes on one host)
-    return diagnosis.store_client(
+    client = diagnosis.store_client(
         lambda: TCPStore(
             endpoint.host,
             endpoint.port,
@@ -198,6 +214,7 @@ def rendezvous_store(params: RendezvousParameters, endpoint: Endpoint) -> Any:
         ),
         endpoint,
     )
+    return client, False
 
 
 UNREADABLE_STATE_HINT = (

@@ -16,6 +16,7 @@ from torch.distributed.elastic.rendezvous import RendezvousClosedError, Rendezvo
 
 from torchx_elastic.agent.config.launch import AgentConfig, UsageError, apply_process_environment
 from torchx_elastic.agent.console.session import ConsoleSession
+from torchx_elastic.agent.rendezvous.closing import leave_last
 from torchx_elastic.agent.rendezvous.diagnosis import RendezvousDiagnosis
 from torchx_elastic.agent.rendezvous.handler import (
     JobAlreadyFinished,
@@ -23,7 +24,7 @@ from torchx_elastic.agent.rendezvous.handler import (
     create_handler,
     describe_error,
     finished_grace_s,
-    hosts_rendezvous,
+    hosts_store,
     late_for_the_job,
     lost_nodes,
 )
@@ -173,10 +174,12 @@ def launch(
     if isinstance(failure, JobAlreadyFinished):
         raise failure
     session.finish(result, code, attempt=supervisor.attempt)
+    if shutdown_rendezvous and code == 0:  # the job succeeded: its store's host leaves last
+        leave_last(supervisor.last_round, hosts_store(handler))
     if failure is not None:
         raise failure
     if code == 0:
-        keep_closed_rendezvous_up(config, supervisor)
+        keep_closed_rendezvous_up(config, supervisor, hosts_store(handler))
     return code
 
 
@@ -193,14 +196,14 @@ def warn_on_node0(warning: str, on_round: RoundListener) -> RoundListener:
     return listener
 
 
-def keep_closed_rendezvous_up(config: AgentConfig, supervisor: Supervisor) -> None:
+def keep_closed_rendezvous_up(config: AgentConfig, supervisor: Supervisor, hosting: bool) -> None:
     """After an elastic job that ran with fewer than its maximum of nodes, the host of the
     closed rendezvous stays up a little: a node still on its way (a pod that found no room
     until now) learns that the job has finished instead of waiting for a host that is gone."""
     last_round = supervisor.last_round
     if last_round is None or last_round.world_size >= config.max_nodes:
         return
-    if not hosts_rendezvous(config):
+    if not hosting:
         return
     try:
         time.sleep(finished_grace_s(config))
