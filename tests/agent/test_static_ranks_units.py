@@ -4,6 +4,7 @@ agents' store."""
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any
 
 from torch.distributed import HashStore  # type: ignore[attr-defined]
@@ -61,6 +62,18 @@ def test_an_extra_node_with_a_taken_rank_is_the_only_one_told() -> None:
     line = check_claims(store, 0, 1, 2, "h9 (pid 9)", wait_s=0)
     assert line is not None
     assert line.line() == f"--node-rank 1 is taken by h1 (pid 1), which joined first; {FIX}"
+
+
+def test_a_node_that_replaces_a_lost_one_is_not_a_duplicate() -> None:
+    """A new pod of the same index starts its rounds at 0 again, long after the job began:
+    its predecessor's claim is no mistake, and neither are the others' round-0 claims."""
+    store = HashStore()
+    assert claim_together([0, 1], 2, store=store) == ["", ""]
+    later = lambda: time.time() + 3600  # noqa: E731
+    assert check_claims(store, 0, 1, 2, "h7 (pid 7)", wait_s=0, clock=later) is None
+    # the same rank claimed twice within the minute is a mistake
+    line = check_claims(store, 0, 0, 2, "h8 (pid 8)", wait_s=0)
+    assert line is not None and line.line().startswith("--node-rank 0 is taken by h0 (pid 0)")
 
 
 def test_a_peer_that_claims_nothing_leaves_the_check_silent() -> None:

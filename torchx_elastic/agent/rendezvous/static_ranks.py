@@ -10,7 +10,9 @@ in, a node that sees a rank claimed twice or not at all names them, with the hos
 
 from __future__ import annotations
 
+import json
 import time
+from collections.abc import Callable
 from typing import Any
 
 from torch.distributed.elastic.rendezvous import RendezvousHandler, RendezvousInfo
@@ -24,6 +26,7 @@ from torchx_elastic.agent.rendezvous.waiting import HOST_LINGER_S
 from torchx_elastic.contract import STATIC_RANK_KEY_PREFIX
 
 CLAIMS_WAIT_S = 10.0  # a peer that claims nothing (torchrun's) only delays this check
+FRESH_S = 60.0  # claims further apart than this are of different starts of the job
 POLL_S = 0.1
 FIX = "give each node its own --node-rank, 0 to --nnodes - 1"
 
@@ -39,30 +42,53 @@ def wrong_ranks(claimed_twice: dict[int, list[str]], missing: list[int], nodes: 
     return Problem("; ".join(parts), FIX)
 
 
+def _claim(me: str, at: float) -> str:
+    return json.dumps({"who": me, "at": at})
+
+
+def _read_claim(store: Any, key: str) -> tuple[str, float]:
+    found = json.loads(store.get(key))
+    return str(found["who"]), float(found["at"])
+
+
 def check_claims(
-    store: Any, round_: int, rank: int, nodes: int, me: str, wait_s: float = CLAIMS_WAIT_S
+    store: Any,
+    round_: int,
+    rank: int,
+    nodes: int,
+    me: str,
+    wait_s: float = CLAIMS_WAIT_S,
+    clock: Callable[[], float] = time.time,
 ) -> Problem | None:
     """Claim ``rank`` for ``me`` in round ``round_``; the problem with the job's node ranks,
-    if there is one."""
+    if there is one.
+
+    Only claims made within ``FRESH_S`` of this one count: a node that replaces a lost one
+    (a new pod of the same index) starts its rounds at 0 again and meets the claims its
+    predecessor made at the job's start, which name no mistake."""
+    at = clock()
     prefix = f"{STATIC_RANK_KEY_PREFIX}{round_}/"
     claim = int(store.add(f"{prefix}{rank}/count", 1))
-    store.set(f"{prefix}{rank}/{claim}", me)
+    store.set(f"{prefix}{rank}/{claim}", _claim(me, at))
     claims = int(store.add(f"{prefix}count", 1))  # counted before all else: peers wait for it
     if claim > 1:
-        return duplicate(rank, store.get(f"{prefix}{rank}/1").decode())
+        first, first_at = _read_claim(store, f"{prefix}{rank}/1")
+        return duplicate(rank, first) if abs(first_at - at) <= FRESH_S else None
     deadline = time.monotonic() + wait_s
     while claims < nodes:
         if time.monotonic() >= deadline:
             return None  # a peer that claims nothing: nothing to compare
         time.sleep(POLL_S)
         claims = int(store.add(f"{prefix}count", 0))
-    counts = {r: int(store.add(f"{prefix}{r}/count", 0)) for r in range(nodes)}
-    claimed_twice = {
-        r: [store.get(f"{prefix}{r}/{i}").decode() for i in range(1, count + 1)]
-        for r, count in counts.items()
-        if count > 1
+    found = {
+        r: [_read_claim(store, f"{prefix}{r}/{i}") for i in range(1, count + 1)]
+        for r in range(nodes)
+        if (count := int(store.add(f"{prefix}{r}/count", 0)))
     }
-    missing = [r for r, count in counts.items() if count == 0]
+    if any(abs(when - at) > FRESH_S for entries in found.values() for _, when in entries):
+        return None  # claims of an earlier start of the job: no verdict on this one
+    claimed_twice = {r: [who for who, _ in e] for r, e in found.items() if len(e) > 1}
+    missing = [r for r in range(nodes) if r not in found]
     if not claimed_twice and not missing:
         return None
     return wrong_ranks(claimed_twice, missing, nodes)
