@@ -119,26 +119,14 @@ def torchrun_nodes(
     *,
     rdzv_port: int,
     rdzv_id: str | None = None,
+    module: str = TORCHRUN_MODULE,
 ) -> list[list[str]]:
-    """One torchrun agent per node, all on this machine, meeting through c10d rendezvous."""
+    """One torchrun agent per node (``module``: ours instead, :func:`ours_nodes`), all on
+    this machine, meeting through c10d rendezvous."""
     run_id = rdzv_id or uuid.uuid4().hex
-    agent = [
-        PYTHON,
-        "-m",
-        TORCHRUN_MODULE,
-        "--nnodes",
-        str(nnodes),
-        "--nproc_per_node",
-        str(nproc_per_node),
-        "--rdzv-backend",
-        "c10d",
-        "--rdzv-endpoint",
-        f"localhost:{rdzv_port}",
-        "--rdzv-id",
-        run_id,
-        script,
-        *script_args,
-    ]
+    flags = ["--nnodes", str(nnodes), "--nproc_per_node", str(nproc_per_node)]
+    flags += ["--rdzv-backend", "c10d", "--rdzv-endpoint", f"localhost:{rdzv_port}"]
+    agent = [PYTHON, "-m", module, *flags, "--rdzv-id", run_id, script, *script_args]
     return [list(agent) for _ in range(nnodes)]
 
 
@@ -149,14 +137,11 @@ def ours_nodes(
     script_args: Sequence[str] = (),
     *,
     rdzv_port: int,
-    rdzv_id: str | None = None,
 ) -> list[list[str]]:
-    """One of our agents per node, all on this machine, with :func:`torchrun_nodes`' flags."""
-    run_id = rdzv_id or uuid.uuid4().hex
-    flags = ["--nnodes", str(nnodes), "--nproc-per-node", str(nproc_per_node)]
-    flags += ["--rdzv-backend", "c10d", "--rdzv-endpoint", f"localhost:{rdzv_port}"]
-    agent = [PYTHON, "-m", AGENT_MODULE, *flags, "--rdzv-id", run_id, script, *script_args]
-    return [list(agent) for _ in range(nnodes)]
+    """Our agents with :func:`torchrun_nodes`' flags (the agent takes torchrun's)."""
+    return torchrun_nodes(
+        nnodes, nproc_per_node, script, script_args, rdzv_port=rdzv_port, module=AGENT_MODULE
+    )
 
 
 def floor_envs(base_env: Mapping[str, str], nproc: int, master_port: int) -> list[dict[str, str]]:
