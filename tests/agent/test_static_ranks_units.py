@@ -7,10 +7,11 @@ import threading
 import time
 from typing import Any
 
+import pytest
 from torch.distributed import HashStore  # type: ignore[attr-defined]
 
 from torchx_elastic.agent.rendezvous.diagnosis import Problem
-from torchx_elastic.agent.rendezvous.static_ranks import check_claims
+from torchx_elastic.agent.rendezvous.static_ranks import UnreadableClaim, check_claims
 
 FIX = "give each node its own --node-rank, 0 to --nnodes - 1"
 
@@ -76,5 +77,37 @@ def test_a_node_that_replaces_a_lost_one_is_not_a_duplicate() -> None:
     assert line is not None and line.line().startswith("--node-rank 0 is taken by h0 (pid 0)")
 
 
+def test_a_claim_that_is_not_ours_gives_no_verdict() -> None:
+    store = HashStore()
+    store.set("torchx_elastic/static_rank/0/1/count", "1")
+    store.set("torchx_elastic/static_rank/0/1/1", "not json")
+    with pytest.raises(UnreadableClaim, match=r"^torchx_elastic/static_rank/0/1/1: "):
+        check_claims(store, 0, 1, 2, "h1 (pid 1)", wait_s=0)
+
+
 def test_a_peer_that_claims_nothing_leaves_the_check_silent() -> None:
     assert check_claims(HashStore(), 0, 0, 2, "h0 (pid 0)", wait_s=0.2) is None
+
+
+def test_the_handler_goes_on_with_a_warning_past_an_unreadable_claim(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from torchx_elastic.agent.config.cli import build_parser
+    from torchx_elastic.agent.config.launch import config_from_args
+    from torchx_elastic.agent.rendezvous.static_ranks import CheckedStaticRanks
+
+    store = HashStore()
+    store.set("torchx_elastic/static_rank/0/1/count", "1")
+    store.set("torchx_elastic/static_rank/0/1/1", "not json")
+
+    class Static:
+        def next_rendezvous(self) -> Any:
+            return (store, 1, 2)
+
+    argv = ["--nnodes", "2", "--rdzv-backend", "static", "--rdzv-endpoint", "n0:29500"]
+    config = config_from_args(build_parser().parse_args([*argv, "--node-rank", "1", "x.py"]))
+    assert CheckedStaticRanks(Static(), config).next_rendezvous() == (store, 1, 2)  # type: ignore[arg-type]
+    assert caplog.messages == [
+        "node ranks not checked: unreadable claim torchx_elastic/static_rank/0/1/1:"
+        " Expecting value: line 1 column 1 (char 0)"
+    ]

@@ -445,18 +445,23 @@ def test_a_node_that_arrives_after_the_job_finished_exits_at_once_saying_so(
     assert first.wait(timeout=60) == 0, logs[0].read_text()
 
 
+def _agent_of_an_unresolvable_host(tmp_path: Path, log: Path) -> subprocess.Popen[bytes]:
+    """An elastic node whose rank-0 host never resolves (it waits up to 600 s)."""
+    return start_agent(
+        "--nnodes", "1:3", "--rdzv-backend", "c10d", "--rdzv-endpoint",
+        "no-such-node.invalid:29500", "--rdzv-id", "job", "x.py",
+        cwd=tmp_path,
+        log=log,
+    )  # fmt: skip
+
+
 def test_a_node_stopped_while_it_waits_for_the_host_name_exits_in_one_line(
     tmp_path: Path,
 ) -> None:
     """A Job that succeeded removes its pods still waiting for the rank-0 host's name: the
     agent exits 128 + SIGTERM with one line, no traceback."""
     log = tmp_path / "waiting.log"
-    agent = start_agent(
-        "--nnodes", "1:3", "--rdzv-backend", "c10d", "--rdzv-endpoint",
-        "no-such-node.invalid:29500", "--rdzv-id", "job", "x.py",
-        cwd=tmp_path,
-        log=log,
-    )  # fmt: skip
+    agent = _agent_of_an_unresolvable_host(tmp_path, log)
     # in the wait for the host name (join_timeout: 600 s), which it says after 2 s
     wait_for_text(log, "rendezvous at no-such-node.invalid:29500: host 'no-such-node.invalid'")
     agent.send_signal(signal.SIGTERM)
@@ -478,12 +483,7 @@ def test_a_node_stopped_while_it_starts_exits_in_one_line(tmp_path: Path) -> Non
     """A pod removed while its agent imports torch or forks its fork server (seconds on a
     loaded node) exits 128 + SIGTERM with the same line, and leaves no process behind."""
     log = tmp_path / "starting.log"
-    agent = start_agent(
-        "--nnodes", "1:3", "--rdzv-backend", "c10d", "--rdzv-endpoint",
-        "no-such-node.invalid:29500", "--rdzv-id", "job", "x.py",
-        cwd=tmp_path,
-        log=log,
-    )  # fmt: skip
+    agent = _agent_of_an_unresolvable_host(tmp_path, log)
     deadline = time.monotonic() + 30
     while not _catches(agent.pid, signal.SIGTERM):  # the agent's first line ran: before torch
         assert time.monotonic() < deadline, log.read_text()

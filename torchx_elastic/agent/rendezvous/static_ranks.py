@@ -11,6 +11,7 @@ in, a node that sees a rank claimed twice or not at all names them, with the hos
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import Callable
 from typing import Any
@@ -24,6 +25,8 @@ from torchx_elastic.agent.rendezvous.observed import WrappedRendezvous
 from torchx_elastic.agent.rendezvous.roll_call import NodeEntry
 from torchx_elastic.agent.rendezvous.waiting import HOST_LINGER_S
 from torchx_elastic.contract import STATIC_RANK_KEY_PREFIX
+
+log = logging.getLogger(__name__)
 
 CLAIMS_WAIT_S = 10.0  # a peer that claims nothing (torchrun's) only delays this check
 FRESH_S = 60.0  # claims further apart than this are of different starts of the job
@@ -46,9 +49,16 @@ def _claim(me: str, at: float) -> str:
     return json.dumps({"who": me, "at": at})
 
 
+class UnreadableClaim(Exception):
+    """A claim that is not ours (another program's key, another version): no verdict."""
+
+
 def _read_claim(store: Any, key: str) -> tuple[str, float]:
-    found = json.loads(store.get(key))
-    return str(found["who"]), float(found["at"])
+    try:
+        found = json.loads(store.get(key))
+        return str(found["who"]), float(found["at"])
+    except (ValueError, KeyError, TypeError) as err:
+        raise UnreadableClaim(f"{key}: {err}") from None
 
 
 def check_claims(
@@ -106,7 +116,11 @@ class CheckedStaticRanks(WrappedRendezvous):
         info = self.handler.next_rendezvous()
         store, rank, nodes = compat.round_placement(info)
         me = NodeEntry.of_this_node(self._config).name
-        problem = check_claims(store, self._rounds, rank, nodes, me)
+        try:
+            problem = check_claims(store, self._rounds, rank, nodes, me)
+        except UnreadableClaim as err:  # nothing to name: the job goes on as torch's would
+            log.warning("node ranks not checked: unreadable claim %s", err)
+            problem = None
         self._rounds += 1
         if problem is not None:
             if rank == 0:  # node rank 0 hosts the store: its peers read their claims there
