@@ -24,12 +24,13 @@ from torch.distributed import HashStore  # type: ignore[attr-defined]
 from torch.distributed.elastic.agent.server.api import WorkerState
 from torch.distributed.elastic.multiprocessing.api import RunProcsResult
 from torch.distributed.elastic.multiprocessing.errors import ProcessFailure
-from torch.distributed.elastic.rendezvous import RendezvousHandler
+from torch.distributed.elastic.rendezvous import RendezvousError, RendezvousHandler
 
 from torchx_elastic.agent.compat import ROLE_INFO_PREFIX
 from torchx_elastic.agent.config.cli import build_parser
 from torchx_elastic.agent.config.launch import AgentConfig, config_from_args
 from torchx_elastic.agent.console.progress.channel import RankActivity
+from torchx_elastic.agent.rendezvous.failover import HostLost
 from torchx_elastic.agent.supervision import loop
 from torchx_elastic.agent.supervision.loop import Supervision, Supervisor
 from torchx_elastic.agent.supervision.watchdog import HangWatchdog
@@ -165,6 +166,8 @@ class Harness:
     plans: list[Plan]
     watchdog: HangWatchdog | None = None
     attempts: list[FakeWorkers] = field(default_factory=list)
+    move_rendezvous: Callable[[HostLost, dict[int, str]], str] | None = None
+    on_rendezvous_lost: Callable[[], None] = lambda: None
 
     def make_workers(self, *, envs: dict[int, dict[str, str]], **_: Any) -> FakeWorkers:
         assert self.plans, "the loop started more attempts than the test planned"
@@ -184,7 +187,11 @@ class Harness:
             make_sink=lambda outputs: None,  # type: ignore[arg-type,return-value]
             events=events,
             worker_extra_env={},
-            supervision=Supervision(watchdog=self.watchdog),
+            supervision=Supervision(
+                watchdog=self.watchdog,
+                move_rendezvous=self.move_rendezvous,
+                on_rendezvous_lost=self.on_rendezvous_lost,
+            ),
             make_workers=self.make_workers,
         )
         return supervisor, supervisor.run()
@@ -283,6 +290,57 @@ def test_ranks_that_fail_with_a_lost_peer_re_form_without_it_and_no_restart_is_c
         "torchx-elastic: node 1: 10.0.0.2 (agent pid 200) stopped answering (no rendezvous"
         " heartbeat for "
     )
+
+
+def test_a_lost_rendezvous_host_moves_the_rendezvous_and_re_forms_without_a_restart(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(loop, "ABANDON_GRACE_S", 0.0)
+    said: list[str] = []
+
+    def host_lost(workers: FakeWorkers) -> None:
+        if workers.polls == 2:
+            h.rendezvous.num_nodes_waiting = lost  # type: ignore[method-assign]
+
+    def lost() -> int:
+        del h.rendezvous.num_nodes_waiting  # the moved rendezvous answers again
+        raise HostLost("h0:29500 did not answer for 20s")
+
+    def move(news: HostLost, last_round: dict[int, str]) -> str:
+        said.append(f"move {news} from {last_round}")
+        return "torchx-elastic: moved"
+
+    h = harness(tmp_path, 0, [host_lost, running_for(1, succeed)], peers=1)
+    h.move_rendezvous = move
+    h.on_rendezvous_lost = lambda: said.append("round's store forgotten")
+    supervisor, result = h.run()
+    assert result.state == WorkerState.SUCCEEDED
+    assert said == [
+        "round's store forgotten",
+        "move h0:29500 did not answer for 20s from {0: '10.0.0.1', 1: '10.0.0.2'}",
+    ]
+    # SIGTERM, then SIGKILL: ranks blocked in a collective with the lost host may not heed
+    # the first; then the attempt is closed before the next one starts
+    assert h.attempts[0].signals == [signal.SIGTERM, signal.SIGKILL]
+    assert h.rendezvous.rounds == [2, 2]
+    (restart,) = h.events(ev.RESTART)
+    assert (restart["reason"], restart["attempt"]) == ("rendezvous host lost", 0)
+    assert restart["lost"] == "h0:29500 did not answer for 20s"
+    assert supervisor.remaining_restarts == 0  # max_restarts 0 and still a second attempt
+    assert capsys.readouterr().err.splitlines() == ["torchx-elastic: moved"]
+
+
+def test_a_lost_rendezvous_host_without_a_move_ends_the_run(tmp_path: Path) -> None:
+    def host_lost(workers: FakeWorkers) -> None:
+        if workers.polls == 2:
+            h.rendezvous.num_nodes_waiting = lost  # type: ignore[method-assign]
+
+    def lost() -> int:
+        raise HostLost("h0:29500 did not answer for 20s")
+
+    h = harness(tmp_path, 0, [host_lost], peers=1)
+    with pytest.raises(RendezvousError, match="h0:29500 did not answer for 20s"):
+        h.run()
 
 
 def test_a_rank_silent_past_the_hang_timeout_dumps_stacks_and_fails_the_attempt(

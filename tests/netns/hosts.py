@@ -49,19 +49,23 @@ class Job:
 
     def start(self, *extra: str) -> None:
         for i in range(self.n):
-            host = f"h{i}"
-            command = [
-                "bash", str(HOSTS_SH), "exec", host,
-                "env", f"GLOO_SOCKET_IFNAME=veth-{host}",
-                sys.executable, "-m", "torchx_elastic.agent",
-                f"--nnodes=2:{self.n}", "--nproc-per-node=1", "--max-restarts=3",
-                "--rdzv-backend=c10d", "--rdzv-endpoint=h0:29500", "--rdzv-id=job",
-                *extra, str(LOOP), str(self.steps), str(self.step_s),
-            ]  # fmt: skip
-            with open(self.log(host), "wb") as out:
-                self.agents[host] = subprocess.Popen(
-                    command, cwd=self.workdir, env=_env(), stdout=out, stderr=subprocess.STDOUT
-                )
+            self.start_host(f"h{i}", *extra)
+
+    def start_host(self, host: str, *extra: str) -> None:
+        """The agent of ``host`` (again: its log goes on, its end is forgotten)."""
+        self.ended_s.pop(host, None)
+        command = [
+            "bash", str(HOSTS_SH), "exec", host,
+            "env", f"GLOO_SOCKET_IFNAME=veth-{host}",
+            sys.executable, "-m", "torchx_elastic.agent",
+            f"--nnodes=2:{self.n}", "--nproc-per-node=1", "--max-restarts=3",
+            "--rdzv-backend=c10d", "--rdzv-endpoint=h0:29500", "--rdzv-id=job",
+            *extra, str(LOOP), str(self.steps), str(self.step_s),
+        ]  # fmt: skip
+        with open(self.log(host), "ab") as out:
+            self.agents[host] = subprocess.Popen(
+                command, cwd=self.workdir, env=_env(), stdout=out, stderr=subprocess.STDOUT
+            )
 
     def text(self) -> str:
         return "".join(self.log(h).read_text(errors="replace") for h in self.agents)

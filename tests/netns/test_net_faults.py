@@ -6,8 +6,11 @@ rendezvous on h0, a lockstep all_reduce loop, the default command line otherwise
   preempted VM): h0 and h1 train again with world 2 within 45 s and finish; h2's agent
   stops its worker and exits 1 within 60 s, saying what it lost.
 - h2's processes SIGKILLed: h0 and h1 train again with world 2 within 30 s and finish.
-- h0, the rendezvous host, cut off: the agent does not move the rendezvous (docs/agent.md),
-  so every agent stops its workers and exits 1 within 60 s, each saying what it lost.
+- h0, the rendezvous host, cut off: h1 and h2 move the rendezvous to h1, train again with
+  world 2 within 90 s and finish; h0's agent exits 1 within 60 s, saying it is cut off.
+- h0's processes SIGKILLed: h1 and h2 move the rendezvous to h1, train again with world 2
+  within 30 s and finish.
+- h0 cut off, then back with a new agent: it learns where the job went and joins it there.
 
 Nothing of the job is left running on any host afterwards.
 """
@@ -72,8 +75,8 @@ def assert_nothing_left(job: Job) -> None:
         time.sleep(0.2)
 
 
-def assert_no_exit_errors(job: Job) -> None:
-    text = job.log("h0").read_text() + job.log("h1").read_text()
+def assert_no_exit_errors(job: Job, *survivors: str) -> None:
+    text = "".join(job.log(host).read_text() for host in survivors or ("h0", "h1"))
     for error in ("recvVector", "RendezvousConnectionError", "RendezvousError"):
         assert error not in text, text
 
@@ -116,19 +119,35 @@ def test_killed_host_is_left_behind(job: Job) -> None:
     assert_nothing_left(job)
 
 
-def test_lost_rendezvous_host_ends_every_node(job: Job) -> None:
+def assert_moved_to_h1(job: Job, how: str) -> None:
+    """h1 and h2 followed the rendezvous to h1 (the lowest-ranked survivor), each saying so."""
+    for host in ("h1", "h2"):
+        assert (
+            f"torchx-elastic: the rendezvous host is lost: {how}; the rendezvous moves from"
+            " h0:29500 to h1:29500 ("
+        ) in job.log(host).read_text(), job.text()
+    assert (
+        "(this node hosts it) and the job re-forms without the lost host"
+        in job.log("h1").read_text()
+    )
+    assert "(its host is a node of the last round) and the job re-forms without the lost" in (
+        job.log("h2").read_text()
+    )
+
+
+def test_lost_rendezvous_host_moves_to_a_survivor(job: Job) -> None:
     job.start()
     job.wait_for_step(STEP_BEFORE_FAULT)
     cut_s = time.time()
     hosts("cut", "h0")
-    codes = job.wait(list(HOSTS), 90)
-    assert codes == dict.fromkeys(HOSTS, 1), job.text()
-    assert max(job.ended_s.values()) - cut_s < 60
-    for host in ("h1", "h2"):
-        assert (
-            "torchx-elastic: error: the rendezvous host is lost: h0:29500 did not answer for"
-            " 20s, though other peers of this node did;"
-        ) in job.log(host).read_text()
+    codes = job.wait(list(HOSTS), 150)
+    assert codes == {"h0": 1, "h1": 0, "h2": 0}, job.text()
+    resumed_s = resumed_after_s(job, cut_s)
+    assert resumed_s < 90, f"world 2 trains {resumed_s:.1f}s after the cut"
+    assert job.ended_s["h0"] - cut_s < 60
+    assert_moved_to_h1(job, "h0:29500 did not answer for 20s, though other peers of this node did")
+    assert "done world 2" in job.text()
+    assert_no_exit_errors(job, "h1", "h2")
     # h0 may first drop a peer whose heartbeats stopped (then re-form without it): its
     # last round's peers are then one or both of h1 and h2
     assert re.search(
@@ -136,4 +155,41 @@ def test_lost_rendezvous_host_ends_every_node(job: Job) -> None:
         r" answered for 20s; its workers were stopped and it exits so that it can be replaced",
         job.log("h0").read_text(),
     ), job.text()
+    assert_nothing_left(job)
+
+
+def test_killed_rendezvous_host_moves_to_a_survivor(job: Job) -> None:
+    job.start()
+    job.wait_for_step(STEP_BEFORE_FAULT)
+    kill_s = time.time()
+    job.kill_host("h0")
+    codes = job.wait(["h1", "h2"], 90)
+    assert codes == {"h1": 0, "h2": 0}, job.text()
+    resumed_s = resumed_after_s(job, kill_s)
+    assert resumed_s < 30, f"world 2 trains {resumed_s:.1f}s after the kill"
+    assert_moved_to_h1(job, "the connection to the rendezvous store at h0:29500 failed")
+    assert "done world 2" in job.text()
+    assert_no_exit_errors(job, "h1", "h2")
+    assert_nothing_left(job)
+
+
+def test_the_lost_rendezvous_host_comes_back_and_joins_the_moved_job(job: Job) -> None:
+    """h0 is cut off, gives up, comes back (as Kubernetes recreates pod 0 with its name) and
+    hosts a rendezvous at the original endpoint: the new host tells it where the job went,
+    and it joins as a new node."""
+    job.steps = 600  # 30 s of training after the move: time for h0 to come back
+    job.start()
+    job.wait_for_step(STEP_BEFORE_FAULT)
+    hosts("cut", "h0")
+    assert job.wait(["h0"], 60) == {"h0": 1}, job.text()
+    hosts("heal", "h0")
+    job.start_host("h0")
+    codes = job.wait(list(HOSTS), 150)
+    assert codes == dict.fromkeys(HOSTS, 0), job.text()
+    assert (
+        "torchx-elastic: the job's rendezvous moved from h0:29500 to h1:29500 while its host"
+        " was lost; this node joins the job there"
+    ) in job.log("h0").read_text(), job.text()
+    assert "done world 3" in job.log("h0").read_text(), job.text()
+    assert_no_exit_errors(job, "h0", "h1", "h2")
     assert_nothing_left(job)

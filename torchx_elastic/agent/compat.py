@@ -135,6 +135,32 @@ def round_members(handler: RendezvousHandler) -> dict[int, str]:
     return {rank: _node_name(node) for node, rank in participants.items()}
 
 
+def round_addresses(handler: RendezvousHandler) -> dict[int, str]:
+    """Node rank -> the address each member of the handler's last known round published."""
+    _, participants, _ = _participants(handler)
+    return {rank: str(getattr(node, "addr", "?")) for node, rank in participants.items()}
+
+
+def this_node_address(handler: RendezvousHandler) -> str | None:
+    """The address this node published in the handler's rendezvous."""
+    this_node, _, _ = _participants(handler)
+    addr = getattr(this_node, "addr", None)
+    return None if addr is None else str(addr)
+
+
+def handler_store(handler: RendezvousHandler) -> Any:
+    """The store torch's dynamic rendezvous handler runs on (None if it does not tell)."""
+    return getattr(handler, "_store", None)
+
+
+def stop_heartbeats(handler: RendezvousHandler) -> None:
+    """Stop the keep-alive heartbeats of a rendezvous this node left (its host is lost:
+    torch's handler would warn at every failed one)."""
+    stop = getattr(handler, "_stop_heartbeats", None)
+    if callable(stop):
+        stop()
+
+
 def heartbeats(handler: RendezvousHandler) -> dict[str, datetime.datetime]:
     """Node name -> its last keep-alive heartbeat (UTC, timezone-aware) in the handler's
     rendezvous state (torch before 2.5 keeps naive ``utcnow()`` times, later ones aware)."""

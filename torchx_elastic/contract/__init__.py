@@ -86,3 +86,6 @@ MASTER_KEY = "torchx_elastic/master_addr_port"  # "<addr> <port>" of rank 0
 ROLL_CALL_KEY_PREFIX = "torchx_elastic/roll_call/"  # + index, "count": who came (roll_call.py)
 # + round "/" rank "/count" and "/" claim: who took which --node-rank (static_ranks.py)
 STATIC_RANK_KEY_PREFIX = "torchx_elastic/static_rank/"
+# + run id, in a store at the job's original endpoint: "<host> <port>" where the survivors
+# moved the rendezvous when its host was lost (rendezvous/failover.py)
+MOVED_TO_KEY_PREFIX = "torchx_elastic/rendezvous_moved_to/"

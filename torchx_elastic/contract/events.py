@@ -42,14 +42,16 @@ HANG: Final = "hang"
 # workers failed: attempt, failures (global rank -> local_rank, pid, exitcode)
 FAILURE: Final = "failure"
 # the worker group restarts: attempt (the one that starts: +1 after a failure, the same after a
-# membership change), reason ("failure", "membership change" or "peer lost": members of the
-# running round stopped answering, named in lost), next_round; after a failure
+# membership change), reason ("failure", "membership change", "peer lost": members of the
+# running round stopped answering, named in lost, or "rendezvous host lost": the rendezvous
+# moved to a survivor, how the loss showed in lost), next_round; after a failure
 # also the facts of the restart line: failed_rank, failed_node, failure, max_restarts,
 # restarts_left
 RESTART: Final = "restart"
 RESTART_AFTER_FAILURE: Final = "failure"  # a restart's reason
 RESTART_MEMBERSHIP_CHANGE: Final = "membership change"
 RESTART_PEER_LOST: Final = "peer lost"
+RESTART_HOST_LOST: Final = "rendezvous host lost"  # the rendezvous moved to a survivor
 # the job's progress as the rank-0 node sums it up when it changed, at most every
 # PROGRESS_INTERVAL_S, and at the end of an attempt: step, total, slowest/fastest rank and
 # node, fastest_step, rate_per_s, ranks_reporting, ranks

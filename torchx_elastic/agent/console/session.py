@@ -90,6 +90,11 @@ class ConsoleSession:
         self._round = (store, node_rank, num_nodes)
         self.job_progress.start_round(store, node_rank, num_nodes)
 
+    def rendezvous_lost(self) -> None:
+        """The rendezvous host is lost: nothing more is exchanged through its store."""
+        self._round = None
+        self.job_progress.store_lost()
+
     def waiting_for_nodes(self, line: str | None) -> None:
         """The job-wide progress line while the first round waits (None: it is complete)."""
         self.console.waiting_for_nodes(line)

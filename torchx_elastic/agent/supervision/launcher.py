@@ -18,6 +18,7 @@ from torchx_elastic.agent.config.launch import AgentConfig, UsageError, apply_pr
 from torchx_elastic.agent.console.session import ConsoleSession
 from torchx_elastic.agent.rendezvous.closing import leave_last
 from torchx_elastic.agent.rendezvous.diagnosis import RendezvousDiagnosis
+from torchx_elastic.agent.rendezvous.failover import NoSuccessor
 from torchx_elastic.agent.rendezvous.handler import (
     JobAlreadyFinished,
     RendezvousFailure,
@@ -34,6 +35,7 @@ from torchx_elastic.agent.rendezvous.signed_store import StoreSigner, signed_rou
 from torchx_elastic.agent.supervision.elastic_events import check_handler, record_agent_end
 from torchx_elastic.agent.supervision.loop import Supervision, Supervisor
 from torchx_elastic.agent.supervision.network_watch import watch_network
+from torchx_elastic.agent.supervision.rendezvous_move import movable_rendezvous
 from torchx_elastic.agent.supervision.stop_signals import (
     absorb_stop_signals,
     raise_on_stop_signals,
@@ -107,7 +109,8 @@ def launch(
         if node0_warning is not None:
             on_round = warn_on_node0(node0_warning, on_round)
         created = create_handler(config, signer, session.waiting_for_nodes)
-        handler = ObservedRendezvous(created, on_round)
+        move = movable_rendezvous(config, signer, created)
+        handler = ObservedRendezvous(move.movable if move else created, on_round)
     except RendezvousError as err:
         session.close()
         if late_for_the_job(err, config):  # its host went away as this node reached it
@@ -133,11 +136,21 @@ def launch(
             fork_server=fork_server,
             on_failure=session.attempt_failed,
             signer=signer,
+            move_rendezvous=move.move if move else None,
+            on_rendezvous_lost=session.rendezvous_lost,
         ),
     )
-    watch = watch_network(config, handler, supervisor.abandon_workers)
+    if move is None:
+        watch = watch_network(config, handler, supervisor.abandon_workers)
+    else:
+        move.attach(
+            lambda: supervisor.last_round_addresses, lambda: supervisor.remaining_restarts > 0
+        )
+        watch = move.watch = watch_network(
+            config, handler, supervisor.abandon_workers, move.on_host_lost
+        )
     result: RunResult | None = None
-    failure: RendezvousFailure | JobAlreadyFinished | None = None
+    failure: RendezvousFailure | JobAlreadyFinished | NoSuccessor | None = None
     shutdown_rendezvous = True
     code = 1
     try:
@@ -148,6 +161,9 @@ def launch(
         # other nodes can go on with a replacement (shutdown() would close it for all)
         shutdown_rendezvous = False
         code = 128 + int(err.sigval)
+    except NoSuccessor as err:  # the rendezvous host is lost, and the job with it
+        shutdown_rendezvous = False
+        failure = err
     except RendezvousError as err:
         if supervisor.last_round is None and late_for_the_job(err, config):
             # arrived after the job's end: nothing to do, and nothing of the job to close
@@ -230,7 +246,7 @@ def run(config: AgentConfig, fork_server: ForkServer | None = None) -> None:
     except UsageError as err:
         print(f"torchx-elastic: error: {err}", file=sys.stderr)
         code = 1
-    except (RendezvousFailure, RendezvousDiagnosis) as err:
+    except (RendezvousFailure, RendezvousDiagnosis, NoSuccessor) as err:
         print(f"torchx-elastic: error: {err}", file=sys.stderr)
         code = 1
     except JobAlreadyFinished as err:

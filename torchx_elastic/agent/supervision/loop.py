@@ -38,8 +38,10 @@ from torchx_elastic.agent.config.launch import AgentConfig
 from torchx_elastic.agent.console.failure.first_failure import FirstFailure, RestartNotice
 from torchx_elastic.agent.console.output.sinks import OutputSink, RankOutput
 from torchx_elastic.agent.rendezvous import listen, liveness
+from torchx_elastic.agent.rendezvous.failover import HostLost
 from torchx_elastic.agent.rendezvous.signed_store import StoreSigner
 from torchx_elastic.agent.rendezvous.worker_store import WorkerStoreHost
+from torchx_elastic.agent.supervision.network_watch import ABANDON_GRACE_S
 from torchx_elastic.agent.supervision.stop_signals import absorb_stop_signals
 from torchx_elastic.agent.supervision.watchdog import HangWatchdog
 from torchx_elastic.agent.workers.bootstrap import DUMP_STACKS_SIGNAL
@@ -116,6 +118,10 @@ class Supervision:
     signer: StoreSigner | None = None  # of the job's store entries; None: unauthenticated
     # (result, attempt) -> the job's first failure, agreed with the other nodes
     on_failure: Callable[[RunResult, int], FirstFailure | None] | None = None
+    # (the lost host's news, the last round's addresses by node rank) -> the line that says
+    # where the rendezvous went (rendezvous/failover.py); None: a lost host ends the node
+    move_rendezvous: Callable[[HostLost, dict[int, str]], str] | None = None
+    on_rendezvous_lost: Callable[[], None] = lambda: None  # before the workers' end
 
 
 def assign_ranks(
@@ -221,6 +227,7 @@ class Supervisor:
         self.remaining_restarts = config.max_restarts
         self._silent_peers = liveness.SilentPeers(config.rdzv_configs)
         self.last_round_members: dict[int, str] = {}
+        self.last_round_addresses: dict[int, str] = {}  # node rank -> published address
         self._rounds = 0  # rendezvous rounds this node completed
         self._exits_seen: int | None = None  # the fork server's count at the last check
         self._group: Group | None = None
@@ -262,7 +269,31 @@ class Supervisor:
                 self._file_timer.stop()
 
     def _run(self) -> RunResult:
-        self._start_round()
+        lost: HostLost | None = None
+        while True:
+            try:
+                if lost is None:
+                    self._start_round()
+                else:
+                    self._follow_the_rendezvous(lost)
+                return self._supervise()
+            except HostLost as err:
+                lost = err
+
+    def _follow_the_rendezvous(self, lost: HostLost) -> None:
+        """The rendezvous host is lost: stop the workers, move the rendezvous to a survivor
+        and re-form there (a membership change: no restart counted)."""
+        move = self._supervision.move_rendezvous
+        if move is None:
+            raise RendezvousError(str(lost))
+        # workers blocked in a collective with the lost host may not heed SIGTERM for long
+        self.abandon_workers(ABANDON_GRACE_S)
+        self._supervision.on_rendezvous_lost()
+        self.stop_workers()
+        print(move(lost, self.last_round_addresses), file=sys.stderr, flush=True)
+        self._restart(ev.RESTART_HOST_LOST, lost=str(lost), next_round=self._rounds + 1)
+
+    def _supervise(self) -> RunResult:
         while True:
             self._pause()
             result = self._monitor()
@@ -351,6 +382,7 @@ class Supervisor:
             master_addr, master_port = self._worker_store.address(rnd, master_addr, master_port)
         self._group = Group(rnd, workers, master_addr, master_port)
         self.last_round_members = compat.round_members(self.handler)
+        self.last_round_addresses = compat.round_addresses(self.handler)
         self._silent_peers.new_round(self.handler)
         self._rounds += 1
         self._events.node = rnd.rank

@@ -7,17 +7,18 @@ rendezvous endpoint and the hosts of the last round's peers with a TCP connect (
 connection proves the host answers as well as an accepted one). Once, for ``lost_after_s``,
 
 - none answered: the node is cut off;
-- the rendezvous host did not, though a peer did: the rendezvous is lost for every node
-  (the agent does not move it to another node: docs/agent.md);
+- the rendezvous host did not, though a peer did: the rendezvous is lost for every node;
+  the survivors move it to one of them (rendezvous/failover.py) where the job's minimum of
+  nodes is left, and follow it there;
 
-the node stops its workers and exits non-zero with one line saying what it lost, so that a
-scheduler (or a person) replaces it or restarts the job. An endpoint on this machine proves
-nothing about the network, so it does not count: the rendezvous host gives up when every
-peer of its last round is silent. Nothing counts before the first round (nodes start in any
-order, and the rendezvous' own ``join_timeout`` covers the wait). A peer whose name the
-name service says no longer exists (a deleted pod) is gone, but the answer came over the
-network: the node is not cut off, and the rendezvous host waits for a replacement in the
-next round, as long as the join timeout allows.
+otherwise the node stops its workers and exits non-zero with one line saying what it lost,
+so that a scheduler (or a person) replaces it or restarts the job. An endpoint on this
+machine proves nothing about the network, so it does not count: the rendezvous host gives
+up when every peer of its last round is silent. Nothing counts before the first round
+(nodes start in any order, and the rendezvous' own ``join_timeout`` covers the wait). A
+peer whose name the name service says no longer exists (a deleted pod) is gone, but the
+answer came over the network: the node is not cut off, and the rendezvous host waits for
+a replacement in the next round, as long as the join timeout allows.
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ PROBE_TIMEOUT_S = 2.0
 LOST_AFTER_HEARTBEATS = 2
 ABANDON_GRACE_S = 2.0  # for the workers of a node that gives up, between SIGTERM and SIGKILL
 PEERS_PER_PROBE = 3  # a few peers a second, in turn: a round of many nodes probes in time
+NO_MOVE = "the agent does not move the rendezvous to another node (docs/agent.md)"
 
 
 def answers(host: str, port: int, timeout_s: float = PROBE_TIMEOUT_S) -> bool:
@@ -89,8 +91,13 @@ class NetworkWatch:
         lost_after_s: float,
         give_up: Callable[[str], None],
         peer_heartbeat_age_s: Callable[[], float | None] = lambda: None,
+        on_host_lost: Callable[[str], str | None] = lambda what: NO_MOVE,
     ) -> None:
+        """``on_host_lost(what)``: None once the rendezvous moves (the watch then waits for
+        :meth:`follow`), else why it cannot (the node gives up)."""
         self._endpoint = endpoint
+        self._on_host_lost = on_host_lost
+        self._moving = False
         self._peer_heartbeat_age_s = peer_heartbeat_age_s
         self._endpoint_is_local = endpoint_is_local
         self._peers = peers
@@ -106,6 +113,11 @@ class NetworkWatch:
     def close(self) -> None:
         self._stop.set()
 
+    def follow(self, endpoint: Endpoint, endpoint_is_local: bool) -> None:
+        """Watch the moved rendezvous at ``endpoint`` from now on."""
+        self._endpoint, self._endpoint_is_local = endpoint, endpoint_is_local
+        self._moving = False
+
     def _run(self) -> None:
         heard_endpoint_s = heard_peer_s = time.monotonic()
         known_peers: list[str] = []
@@ -119,7 +131,7 @@ class NetworkWatch:
                 heard_endpoint_s = heard_peer_s = now_s + NEW_PEER_GRACE_S
             if peers:  # the last round's peers stay known while the next one forms
                 known_peers = peers
-            if not known_peers:  # no round yet: nothing to lose
+            if not known_peers or self._moving:  # no round yet, or moving: nothing to lose
                 heard_endpoint_s = heard_peer_s = now_s
                 continue
             if self._endpoint_is_local or answers(self._endpoint.host, self._endpoint.port):
@@ -132,20 +144,45 @@ class NetworkWatch:
             if beat_age_s is not None:
                 heard_peer_s = max(heard_peer_s, now_s - beat_age_s)
                 heard_endpoint_s = max(heard_endpoint_s, now_s - beat_age_s)
-            message = self.message(known_peers, now_s - heard_endpoint_s, now_s - heard_peer_s)
-            if message is not None and not self._stop.is_set():
+            endpoint_silent_s, peers_silent_s = now_s - heard_endpoint_s, now_s - heard_peer_s
+            message = self.message(known_peers, endpoint_silent_s, peers_silent_s)
+            if message is None or self._stop.is_set():
+                continue
+            if self._cut_off(endpoint_silent_s, peers_silent_s):
                 self._give_up(message)
                 return
+            self._moving = True
+            why_not = self._on_host_lost(self.host_silence())
+            if why_not is not None:
+                self._give_up(self.host_lost_message(why_not))
+                return
+
+    def _cut_off(self, endpoint_silent_s: float, peers_silent_s: float) -> bool:
+        return peers_silent_s >= self.lost_after_s and (
+            self._endpoint_is_local or endpoint_silent_s >= self.lost_after_s
+        )
+
+    def host_silence(self) -> str:
+        return (
+            f"{self._endpoint} did not answer for {self.lost_after_s:g}s, though other peers"
+            " of this node did"
+        )
+
+    def host_lost_message(self, why_not: str) -> str:
+        """The last line of a node that cannot follow its lost rendezvous host."""
+        return (
+            f"the rendezvous host is lost: {self.host_silence()}; {why_not}, so its workers"
+            " were stopped and it exits so that the job can be restarted"
+        )
 
     def message(
         self, peers: list[str], endpoint_silent_s: float, peers_silent_s: float
     ) -> str | None:
-        """What this node lost, once it is lost; None while it is not."""
+        """What this node lost, once it is lost; None while it is not (for the rendezvous
+        host, the line of a node that does not move the rendezvous)."""
         lost = f"its peers ({', '.join(peers)})"
         limit = f"{self.lost_after_s:g}s"
-        if peers_silent_s >= self.lost_after_s and (
-            self._endpoint_is_local or endpoint_silent_s >= self.lost_after_s
-        ):
+        if self._cut_off(endpoint_silent_s, peers_silent_s):
             what = (
                 f"none of {lost}"
                 if self._endpoint_is_local
@@ -156,12 +193,7 @@ class NetworkWatch:
                 " stopped and it exits so that it can be replaced"
             )
         if not self._endpoint_is_local and endpoint_silent_s >= self.lost_after_s:
-            return (
-                f"the rendezvous host is lost: {self._endpoint} did not answer for {limit},"
-                " though other peers of this node did; the agent does not move the rendezvous"
-                " to another node (docs/agent.md), so its workers were stopped and it exits"
-                " so that the job can be restarted"
-            )
+            return self.host_lost_message(NO_MOVE)
         return None
 
     def _peer_hosts(self) -> list[str]:
@@ -180,11 +212,14 @@ class NetworkWatch:
 
 
 def watch_network(
-    config: AgentConfig, handler: RendezvousHandler, abandon_workers: Callable[[float], None]
+    config: AgentConfig,
+    handler: RendezvousHandler,
+    abandon_workers: Callable[[float], None],
+    on_host_lost: Callable[[str], str | None] = lambda what: NO_MOVE,
 ) -> NetworkWatch | None:
     """The started watch of a multi-host job (None on one host): once cut off, the node
     stops its workers, says so on stderr and exits 1 (from the watch's thread: the main one
-    may wait on the network for minutes)."""
+    may wait on the network for minutes). ``on_host_lost``: see :class:`NetworkWatch`."""
     if config.max_nodes <= 1 or listen.is_loopback_host(config.rdzv_endpoint.host):
         return None
 
@@ -201,6 +236,7 @@ def watch_network(
         LOST_AFTER_HEARTBEATS * liveness.dead_after_s(config.rdzv_configs),
         give_up,
         lambda: compat.freshest_peer_heartbeat_age_s(handler),
+        on_host_lost,
     )
     watch.start()
     return watch

@@ -381,6 +381,15 @@ class JobProgressExchange:
         with self._store_lock:
             self._exchange(final=False)
 
+    def store_lost(self) -> None:
+        """The round's store went away with its host (the rendezvous moves): end this
+        round's exchange now. A call stuck on that store keeps the old lock until the
+        store's timeout; the next round's exchange does not wait for it."""
+        with self._lock:
+            self._stopped = True
+            self._store = None
+            self._store_lock = threading.Lock()
+
     def workers_ended(self) -> None:
         """The attempt's workers are gone: publish the final report; node rank 0 waits
         (up to ``final_wait_s``) for every node's, sums up once more, and the exchange of
@@ -426,7 +435,8 @@ class JobProgressExchange:
         except Exception as err:  # the store went away (the job is ending): best effort
             log.debug("job progress exchange failed: %s", err)
             with self._lock:
-                self._stopped = True
+                if self._store is store:  # not a later round's
+                    self._stopped = True
             return True
         summary, all_final = self._sum_up(reports, num_nodes)
         with self._lock:

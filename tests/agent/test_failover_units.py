@@ -1,0 +1,224 @@
+"""The rendezvous host lost: who succeeds it, how a waiting call returns, the move itself
+(two nodes on loopback addresses with real stores; no processes)."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from typing import Any
+
+import pytest
+from torch.distributed.elastic.rendezvous import RendezvousConnectionError, RendezvousHandler
+
+from torchx_elastic.agent.config.cli import build_parser
+from torchx_elastic.agent.config.endpoint import Endpoint
+from torchx_elastic.agent.config.launch import AgentConfig, config_from_args
+from torchx_elastic.agent.rendezvous.failover import (
+    Failover,
+    HostLost,
+    MovableRendezvous,
+    NoSuccessor,
+    successors,
+)
+from torchx_elastic.agent.rendezvous.handler import StoreHost, hosts_store
+from torchx_elastic.agent.rendezvous.signed_store import StoreSigner
+from torchx_elastic.agent.supervision.network_watch import NetworkWatch
+from torchx_elastic.agent.supervision.rendezvous_move import RendezvousMove, can_move
+
+LOST = Endpoint("h0", 29500)
+
+
+def config(*argv: str) -> AgentConfig:
+    args = ["--nnodes", "2:3", "--rdzv-backend", "c10d", "--rdzv-endpoint", "h0:29500"]
+    return config_from_args(build_parser().parse_args([*args, *argv, "train.py"]))
+
+
+def test_the_successor_is_the_lowest_ranked_member_that_is_not_the_lost_host() -> None:
+    members = {2: "h2", 0: "h0.cluster.local", 1: "h1"}
+    assert successors(members, LOST, set()) == ["h1", "h2"]
+    # a member published by address: matched by what the endpoint resolved to while it was up
+    assert successors({0: "127.0.0.1", 1: "h1"}, Endpoint("lost", 1), {"127.0.0.1"}) == ["h1"]
+
+
+def test_a_move_needs_the_jobs_minimum_of_nodes_among_the_survivors() -> None:
+    failover = Failover(config(), StoreSigner(None), MovableRendezvous(Handler(), LOST))
+    assert failover.refusal({0: "h0", 1: "h1", 2: "h2"}) is None
+    assert failover.refusal({0: "h0", 1: "h1"}) == (
+        "the 1 other node(s) of its last round are fewer than the job's minimum of 2"
+    )
+    with pytest.raises(NoSuccessor, match="fewer than the job's minimum of 2"):
+        failover.move({0: "h0", 1: "h1"}, "h1")
+
+
+def test_only_an_elastic_c10d_job_between_hosts_moves_its_rendezvous() -> None:
+    assert can_move(config())
+    assert not can_move(config("--nnodes", "3"))  # the survivors could never form a round
+    assert not can_move(config("--rdzv-endpoint", "localhost:29500"))  # one host
+    assert not can_move(config("--rdzv-backend", "static", "--node-rank", "0"))
+
+
+class Handler(RendezvousHandler):
+    """A handler whose ``num_nodes_waiting`` waits on ``release`` or raises ``error``."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+        self.error: BaseException | None = None
+
+    def num_nodes_waiting(self) -> int:
+        if self.error is not None:
+            raise self.error
+        self.release.wait(30)
+        return 0
+
+    def next_rendezvous(self) -> Any:
+        raise NotImplementedError
+
+    def get_backend(self) -> str:
+        return "c10d"
+
+    def is_closed(self) -> bool:
+        return False
+
+    def set_closed(self) -> None:
+        pass
+
+    def get_run_id(self) -> str:
+        return "job"
+
+    def shutdown(self) -> bool:
+        return True
+
+
+def test_a_call_waiting_on_the_lost_host_returns_when_the_loss_is_known() -> None:
+    handler = Handler()
+    movable = MovableRendezvous(handler, LOST)
+    threading.Timer(0.3, movable.lose, ["h0:29500 did not answer for 20s"]).start()
+    started = time.monotonic()
+    with pytest.raises(HostLost, match="h0:29500 did not answer for 20s"):
+        movable.num_nodes_waiting()
+    assert time.monotonic() - started < 5  # not the store's read timeout
+    with pytest.raises(HostLost):  # every later call too, until it moves
+        movable.num_nodes_waiting()
+    assert movable.shutdown() is False  # nothing to close on a lost host
+    handler.release.set()
+    moved = Handler()
+    moved.release.set()
+    movable.move_to(moved, Endpoint("h1", 29500))
+    assert movable.num_nodes_waiting() == 0 and movable.endpoint == Endpoint("h1", 29500)
+
+
+def test_a_failed_store_connection_is_a_lost_host_while_restarts_are_left() -> None:
+    handler = Handler()
+    handler.error = RendezvousConnectionError("The connection to the C10d store has failed.")
+    movable = MovableRendezvous(handler, LOST)
+    with pytest.raises(
+        HostLost, match=r"^the connection to the rendezvous store at h0:29500 failed$"
+    ):
+        movable.num_nodes_waiting()
+    # a host that exits on purpose (the job failed) does so only with no restart left
+    movable.restarts_left = lambda: False
+    with pytest.raises(RendezvousConnectionError):
+        movable.num_nodes_waiting()
+
+
+def test_the_node_that_hosts_the_store_never_loses_it() -> None:
+    handler = Handler()
+    handler.error = RendezvousConnectionError("gone")
+    movable = MovableRendezvous(StoreHost(handler), LOST)
+    assert hosts_store(movable) and not movable.armed
+    movable.lose("silent")
+    assert not movable.lost
+    with pytest.raises(RendezvousConnectionError):
+        movable.num_nodes_waiting()
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def test_the_survivors_meet_at_the_successor_and_form_a_round_there() -> None:
+    port = free_port()
+    members = {0: "lost.invalid", 1: "127.0.0.1", 2: "127.0.0.2"}
+    moved: dict[str, Any] = {}
+    movables = {
+        addr: MovableRendezvous(Handler(), Endpoint("lost.invalid", port))
+        for addr in ("127.0.0.1", "127.0.0.2")
+    }
+
+    def node(addr: str) -> None:
+        followed: list[tuple[Endpoint, bool]] = []
+        failover = Failover(
+            config("--local-addr", addr, "--rdzv-endpoint", f"lost.invalid:{port}"),
+            StoreSigner(None),
+            movables[addr],
+            lambda endpoint, hosting: followed.append((endpoint, hosting)),
+        )
+        moved[addr] = (failover.move(members, addr), followed)
+        moved[addr + " round"] = movables[addr].next_rendezvous()
+
+    threads = [threading.Thread(target=node, args=(a,)) for a in ("127.0.0.2", "127.0.0.1")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    successor = Endpoint("127.0.0.1", port)
+    assert moved["127.0.0.1"] == ((successor, True), [(successor, True)])
+    assert moved["127.0.0.2"] == ((successor, False), [(successor, False)])
+    assert hosts_store(movables["127.0.0.1"]) and not hosts_store(movables["127.0.0.2"])
+    ranks = sorted(moved[f"{a} round"].rank for a in ("127.0.0.1", "127.0.0.2"))
+    assert ranks == [0, 1] and moved["127.0.0.1 round"].world_size == 2
+
+
+def test_the_watch_hands_a_lost_host_to_the_move_or_gives_up_with_the_reason() -> None:
+    given_up: list[str] = []
+    watch = NetworkWatch(LOST, False, list, 20.0, given_up.append)
+    assert watch.host_lost_message("the 1 other node(s) of its last round are fewer") == (
+        "the rendezvous host is lost: h0:29500 did not answer for 20s, though other peers of"
+        " this node did; the 1 other node(s) of its last round are fewer, so its workers were"
+        " stopped and it exits so that the job can be restarted"
+    )
+    move = RendezvousMove(config(), StoreSigner(None), MovableRendezvous(Handler(), LOST))
+    move.attach(lambda: {0: "h0", 1: "h1", 2: "h2"}, lambda: True)
+    assert move.on_host_lost(watch.host_silence()) is None
+    assert move.movable.lost
+    move.attach(lambda: {0: "h0", 1: "h1"}, lambda: True)
+    assert move.on_host_lost(watch.host_silence()) == (
+        "the 1 other node(s) of its last round are fewer than the job's minimum of 2"
+    )
+
+
+def test_a_node_waiting_at_the_original_endpoint_learns_where_the_job_went(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The lost host came back and hosts the original endpoint again: the new host's beacon
+    writes where the rendezvous went into its store, and its waiting round gives way."""
+    from torchx_elastic.agent.rendezvous import failover
+    from torchx_elastic.agent.rendezvous.failover import Beacon, RendezvousMoved
+    from torchx_elastic.agent.rendezvous.listen import hosted_store
+
+    monkeypatch.setattr(failover, "BEACON_INTERVAL_S", 0.2)
+    monkeypatch.setattr(failover, "MOVED_CHECK_S", 0.2)
+    port = free_port()
+    original = Endpoint("127.0.0.1", port)
+    handler = Handler()
+    handler._store = hosted_store("127.0.0.1", port, 10, True)  # type: ignore[attr-defined]
+    handler.next_rendezvous = lambda: handler.release.wait(30)  # type: ignore[method-assign]
+    secret = StoreSigner(b"s" * 32)
+    movable = MovableRendezvous(StoreHost(handler), original, secret)
+    beacon = Beacon(original, Endpoint("h1", 29500), secret, "job")
+    beacon.start()
+    started = time.monotonic()
+    with pytest.raises(RendezvousMoved) as moved:
+        movable.next_rendezvous()
+    beacon.close()
+    beacon.join(10)
+    assert time.monotonic() - started < 10
+    assert moved.value.endpoint == Endpoint("h1", 29500)
+    assert str(moved.value) == (
+        f"the job's rendezvous moved from 127.0.0.1:{port} to h1:29500 while its host was lost"
+    )
+    handler.release.set()
+    time.sleep(2 * failover.MOVED_CHECK_S)  # its moved-watch ends with the first round

@@ -1,0 +1,347 @@
+"""The rendezvous host lost: the survivors move the rendezvous to one of them and go on.
+
+torch's c10d rendezvous lives in one ``TCPStore``, hosted by the agent of the endpoint's
+host. When that host vanishes (the network watch hears nothing from it for twice the
+dead-node time while peers answer) or its agent dies (its store's connection fails while
+restarts are left), the other nodes of the last round elect a successor: the lowest-ranked
+member of that round that is not the lost host. The successor hosts a fresh store on its
+own address and the endpoint's port; the others connect to it, the candidates in rank order
+(a candidate that does not host within :data:`CANDIDATE_WAIT_S` is passed over). Each node
+then swaps a new c10d handler on that store (same run id, same node range, signed with the
+job's secret) into its :class:`MovableRendezvous`, and the supervision loop re-forms the
+round there, without the lost host (a membership change: no restart counted), as long as
+the survivors make the job's minimum of nodes.
+
+A call on the old rendezvous that is waiting on the lost host (torch's store calls wait
+up to ``read_timeout``) is abandoned the moment the loss is known: every call of the
+handler runs on a helper thread, and the caller waits for it or for the loss.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import socket
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, TypeVar
+
+from torch.distributed.elastic.rendezvous import (
+    RendezvousConnectionError,
+    RendezvousHandler,
+    RendezvousInfo,
+)
+
+from torchx_elastic.agent import compat
+from torchx_elastic.agent.config.endpoint import Endpoint
+from torchx_elastic.agent.config.launch import AgentConfig
+from torchx_elastic.agent.rendezvous import listen, liveness
+from torchx_elastic.agent.rendezvous.handler import (
+    StoreHost,
+    handler_on_store,
+    hosts_store,
+    rendezvous_parameters,
+)
+from torchx_elastic.agent.rendezvous.observed import WrappedRendezvous
+from torchx_elastic.agent.rendezvous.signed_store import SignedStore, StoreSigner
+from torchx_elastic.contract import MOVED_TO_KEY_PREFIX
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+CANDIDATE_WAIT_S = 30.0  # how long a candidate may take to notice the loss and host
+WAIT_POLL_S = 0.2
+MOVED_CHECK_S = 1.0  # how often a waiting call reads whether the rendezvous moved
+BEACON_INTERVAL_S = 2.0  # how often the new host looks for a store at the original endpoint
+BEACON_CONNECT_S = 5.0
+
+
+class HostLost(Exception):
+    """The rendezvous host of a running job is lost; the message says how it was noticed."""
+
+
+class RendezvousMoved(HostLost):
+    """The job's survivors moved its rendezvous while this node's host of it was lost
+    (or before this node came): this node joins it at ``endpoint``."""
+
+    def __init__(self, endpoint: Endpoint, original: Endpoint) -> None:
+        super().__init__(
+            f"the job's rendezvous moved from {original} to {endpoint} while its host was lost"
+        )
+        self.endpoint = endpoint
+
+
+class NoSuccessor(Exception):
+    """The rendezvous cannot move: the message says why."""
+
+
+def moved_to_key(run_id: str) -> str:
+    return f"{MOVED_TO_KEY_PREFIX}{run_id}"
+
+
+class MovableRendezvous(WrappedRendezvous):
+    """The rendezvous handler that the supervision loop keeps while the rendezvous moves.
+
+    ``lose(why)`` (the network watch's verdict) makes a call waiting on the lost host, and
+    every later one, raise :class:`HostLost`; a store connection that fails during a call
+    does the same while ``restarts_left()`` (a host that exits on purpose, at the job's
+    end, does so only with none left). ``move_to`` swaps in the handler of the new host.
+    """
+
+    def __init__(
+        self, handler: RendezvousHandler, endpoint: Endpoint, signer: StoreSigner | None = None
+    ) -> None:
+        super().__init__(handler)
+        self.endpoint = endpoint
+        self.restarts_left: Callable[[], bool] = lambda: True
+        self._original = endpoint
+        self._signer = signer or StoreSigner(None)
+        self._lost = threading.Event()
+        self._why = ""
+        self._calls = ThreadPoolExecutor(1, thread_name_prefix="rendezvous")
+        self._rounds = 0  # rounds this node completed through this handler
+        self._moved: Endpoint | None = None  # where the job went, read before the first round
+        self._moved_watch: threading.Thread | None = None
+        # the handlers this node left: the store one of them hosts at the original endpoint
+        # tells nodes that come later where the job went
+        self._left: list[RendezvousHandler] = []
+
+    @property
+    def armed(self) -> bool:
+        """Whether the host can be lost from here (not on the node that hosts the store)."""
+        return not hosts_store(self.handler)
+
+    def lose(self, why: str) -> None:
+        if self.armed:
+            self._why = why
+            self._lost.set()
+
+    @property
+    def lost(self) -> bool:
+        return self._lost.is_set()
+
+    def move_to(self, handler: RendezvousHandler, endpoint: Endpoint) -> None:
+        self._calls.shutdown(wait=False)  # a call stuck on the lost host ends on its own
+        self._calls = ThreadPoolExecutor(1, thread_name_prefix="rendezvous")
+        compat.stop_heartbeats(self.handler)
+        self._left.append(self.handler)
+        self.handler = handler
+        self.endpoint = endpoint
+        self._lost.clear()
+
+    def _call(self, call: Callable[[], T]) -> T:
+        if self._lost.is_set():
+            raise HostLost(self._why)
+        future: Future[T] = self._calls.submit(call)
+        while True:
+            try:
+                return future.result(timeout=WAIT_POLL_S)
+            except TimeoutError:
+                if self._lost.is_set():
+                    raise HostLost(self._why) from None
+                moved, self._moved = self._moved, None
+                if moved is not None:
+                    raise RendezvousMoved(moved, self._original) from None
+            except RendezvousConnectionError:
+                if self.armed and self.restarts_left():
+                    raise HostLost(
+                        f"the connection to the rendezvous store at {self.endpoint} failed"
+                    ) from None
+                raise
+
+    def _watch_for_a_move(self) -> None:
+        """Until this node's first round: read every :data:`MOVED_CHECK_S` whether the
+        survivors moved the job, as they write it into the store at the original endpoint
+        (on a thread of its own: a store call may wait on a lost host)."""
+        while self._rounds == 0:
+            time.sleep(MOVED_CHECK_S)
+            store = compat.handler_store(self.handler)
+            key = moved_to_key(self.get_run_id())
+            try:
+                if store is None or not store.check([key]):
+                    continue
+                value = SignedStore(store, self._signer).read(key, "the moved rendezvous")
+                if value is None:
+                    continue
+                host, _, port = value.decode().rpartition(" ")
+                moved = Endpoint(host, int(port))
+            except Exception:  # noqa: BLE001 - the store is going: the call says so itself
+                continue
+            if moved != self.endpoint:
+                self._moved = moved
+
+    def next_rendezvous(self) -> RendezvousInfo:
+        if self._moved_watch is None and self._rounds == 0:
+            self._moved_watch = threading.Thread(
+                target=self._watch_for_a_move, name="rendezvous-moved", daemon=True
+            )
+            self._moved_watch.start()
+        info = self._call(self.handler.next_rendezvous)
+        self._rounds += 1
+        return info
+
+    def num_nodes_waiting(self) -> int:
+        return self._call(self.handler.num_nodes_waiting)
+
+    def shutdown(self) -> bool:
+        return False if self.lost else self.handler.shutdown()
+
+
+def is_endpoint_host(addr: str, endpoint: Endpoint, endpoint_ips: set[str]) -> bool:
+    """Whether a member's address names the endpoint's host (by its first label, or by an
+    address the endpoint resolved to while it was up)."""
+    if addr.split(".")[0] == endpoint.host.split(".")[0]:
+        return True
+    return bool(endpoint_ips & resolved(addr))
+
+
+def resolved(host: str) -> set[str]:
+    try:
+        return {str(info[4][0]) for info in socket.getaddrinfo(host, None)}
+    except (OSError, UnicodeError):
+        return set()
+
+
+def successors(members: dict[int, str], endpoint: Endpoint, endpoint_ips: set[str]) -> list[str]:
+    """The addresses that may host the moved rendezvous, in the order they are tried."""
+    order = [members[rank] for rank in sorted(members)]
+    return [addr for addr in order if not is_endpoint_host(addr, endpoint, endpoint_ips)]
+
+
+class Failover:
+    """Moves a :class:`MovableRendezvous` to a successor (see the module's docstring)."""
+
+    def __init__(
+        self,
+        config: AgentConfig,
+        signer: StoreSigner,
+        movable: MovableRendezvous,
+        on_moved: Callable[[Endpoint, bool], None] = lambda endpoint, hosting: None,
+    ) -> None:
+        self._config = config
+        self._signer = signer
+        self._movable = movable
+        self._on_moved = on_moved
+        self._endpoint_ips = resolved(movable.endpoint.host)
+
+    def successors(self, members: dict[int, str]) -> list[str]:
+        return successors(members, self._movable.endpoint, self._endpoint_ips)
+
+    def refusal(self, members: dict[int, str]) -> str | None:
+        """Why the rendezvous cannot move with these last-round members (None: it can)."""
+        left = len(self.successors(members))
+        if left < self._config.min_nodes:
+            return (
+                f"the {left} other node(s) of its last round are fewer than the job's"
+                f" minimum of {self._config.min_nodes}"
+            )
+        return None
+
+    def join(self, endpoint: Endpoint) -> None:
+        """Join the job where its survivors moved the rendezvous (as a new node)."""
+        params = rendezvous_parameters(self._config)
+        read_timeout = float(params.get_as_int("read_timeout", 60) or 60)
+        try:
+            store = connect(endpoint, datetime.timedelta(seconds=read_timeout))
+        except (OSError, RuntimeError, TimeoutError) as err:
+            raise NoSuccessor(f"this node cannot reach it at {endpoint}: {err}") from None
+        handler = handler_on_store(store, params, self._signer, endpoint)
+        self._movable.move_to(handler, endpoint)
+        self._on_moved(endpoint, False)
+
+    def move(self, members: dict[int, str], this_addr: str) -> tuple[Endpoint, bool]:
+        """Host or join the successor's rendezvous; (its endpoint, whether this node hosts)."""
+        why = self.refusal(members)
+        if why is not None:
+            raise NoSuccessor(why)
+        port = self._movable.endpoint.port
+        params = rendezvous_parameters(self._config)
+        timeout = datetime.timedelta(seconds=float(params.get_as_int("read_timeout", 60) or 60))
+        for addr in self.successors(members):
+            endpoint = Endpoint(addr, port)
+            hosting = addr == this_addr
+            try:
+                store = (
+                    listen.hosted_store(addr, port, timeout.total_seconds(), True)
+                    if hosting
+                    else connect(endpoint, timeout)
+                )
+            except (OSError, RuntimeError, TimeoutError) as err:
+                log.warning("the rendezvous cannot move to %s: %s", endpoint, err)
+                if hosting:
+                    raise NoSuccessor(f"this node cannot host it at {endpoint}: {err}") from None
+                continue
+            handler = handler_on_store(store, params, self._signer, endpoint)
+            liveness.shorten_reform_last_call(handler, self._config.rdzv_configs)
+            self._movable.move_to(StoreHost(handler) if hosting else handler, endpoint)
+            self._on_moved(endpoint, hosting)
+            if hosting:
+                Beacon(self._config.rdzv_endpoint, endpoint, self._signer, params.run_id).start()
+            return endpoint, hosting
+        raise NoSuccessor("no other node of its last round hosts it")
+
+
+def connect(
+    endpoint: Endpoint, timeout: datetime.timedelta, wait_s: float = CANDIDATE_WAIT_S
+) -> Any:
+    """A client of the store at ``endpoint``, once one answers there (within ``wait_s``)."""
+    from torch.distributed import TCPStore  # type: ignore[attr-defined]
+
+    outcome: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            store = TCPStore(
+                endpoint.host,
+                endpoint.port,
+                is_master=False,
+                multi_tenant=True,
+                timeout=datetime.timedelta(seconds=wait_s),
+            )
+            store.num_keys()  # a store answers this
+            store.set_timeout(timeout)
+            outcome["store"] = store
+        except BaseException as err:  # noqa: BLE001 (handed to the caller's thread)
+            outcome["error"] = err
+
+    thread = threading.Thread(target=run, name="rendezvous-successor", daemon=True)
+    thread.start()
+    thread.join(wait_s + 5)
+    if "store" in outcome:
+        return outcome["store"]
+    raise TimeoutError(str(outcome.get("error", f"no store at {endpoint}")).splitlines()[0])
+
+
+class Beacon(threading.Thread):
+    """On the new host: whenever something hosts a store at the job's original endpoint
+    again (the lost host came back: Kubernetes recreates pod 0 with its name), write where
+    the rendezvous went into it, so that the node there (and any node that starts later,
+    knowing only the original endpoint) joins the job at the new host."""
+
+    def __init__(
+        self, original: Endpoint, moved: Endpoint, signer: StoreSigner, run_id: str
+    ) -> None:
+        super().__init__(name="rendezvous-beacon", daemon=True)
+        self._original = original
+        self._value = f"{moved.host} {moved.port}"
+        self._signer = signer
+        self._key = moved_to_key(run_id)
+        self._closed = threading.Event()
+
+    def close(self) -> None:
+        self._closed.set()
+
+    def run(self) -> None:
+        timeout = datetime.timedelta(seconds=BEACON_CONNECT_S)
+        while not self._closed.wait(BEACON_INTERVAL_S):
+            try:
+                with socket.create_connection(
+                    (self._original.host, self._original.port), timeout=BEACON_CONNECT_S
+                ):
+                    pass  # something listens there again
+                store = connect(self._original, timeout, wait_s=BEACON_CONNECT_S)
+                SignedStore(store, self._signer).set(self._key, self._value)
+            except Exception as err:  # noqa: BLE001 - nothing there (yet): try again later
+                log.debug("no rendezvous at %s to tell: %s", self._original, err)

@@ -1,0 +1,100 @@
+"""The rendezvous host lost while the job runs: what the watch, the loop and the failover
+each do (rendezvous/failover.py has the move itself).
+
+- The network watch's thread hears the host go silent: if the survivors of the last round
+  make the job's minimum, it marks the rendezvous lost (the loop's waiting call returns at
+  once), else it gives up with the reason.
+- The loop's thread then (or when the store's connection fails) stops the workers, moves
+  the rendezvous, says where to, and the watch follows it there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from torch.distributed.elastic.rendezvous import RendezvousHandler
+
+from torchx_elastic.agent import compat
+from torchx_elastic.agent.config.endpoint import Endpoint
+from torchx_elastic.agent.config.launch import AgentConfig
+from torchx_elastic.agent.rendezvous import listen
+from torchx_elastic.agent.rendezvous.failover import (
+    Failover,
+    HostLost,
+    MovableRendezvous,
+    NoSuccessor,
+    RendezvousMoved,
+)
+from torchx_elastic.agent.rendezvous.signed_store import StoreSigner
+from torchx_elastic.agent.supervision.network_watch import NetworkWatch
+
+
+def can_move(config: AgentConfig) -> bool:
+    """A c10d rendezvous over TCP between hosts, whose node count may shrink."""
+    tcp = config.rdzv_configs.get("store_type", "tcp").strip().lower() == "tcp"
+    return (
+        config.rdzv_backend == "c10d"
+        and tcp
+        and config.min_nodes < config.max_nodes
+        and not listen.is_loopback_host(config.rdzv_endpoint.host)
+    )
+
+
+class RendezvousMove:
+    """Moves ``movable`` off a lost host: ``on_host_lost`` for the watch, ``move`` for the
+    supervision loop (``last_round``: the loop's last round's addresses by node rank)."""
+
+    def __init__(
+        self, config: AgentConfig, signer: StoreSigner, movable: MovableRendezvous
+    ) -> None:
+        self.movable = movable
+        self.watch: NetworkWatch | None = None
+        self._last_round: Callable[[], dict[int, str]] = dict
+        self._failover = Failover(config, signer, movable, self._follow)
+
+    def attach(
+        self, last_round: Callable[[], dict[int, str]], restarts_left: Callable[[], bool]
+    ) -> None:
+        """The loop's last round (addresses by node rank) and whether it has restarts left."""
+        self._last_round = last_round
+        self.movable.restarts_left = restarts_left
+
+    def _follow(self, endpoint: Endpoint, hosting: bool) -> None:
+        if self.watch is not None:
+            self.watch.follow(endpoint, hosting)
+
+    def on_host_lost(self, what: str) -> str | None:
+        """The watch's news: None once the loop was told, else why the node gives up."""
+        why_not = self._failover.refusal(self._last_round())
+        if why_not is None:
+            self.movable.lose(what)
+        return why_not
+
+    def move(self, lost: HostLost, last_round: dict[int, str]) -> str:
+        """Move the rendezvous; the line that says so (:class:`NoSuccessor` if it cannot)."""
+        this_addr = compat.this_node_address(self.movable) or ""
+        old = self.movable.endpoint
+        try:
+            if isinstance(lost, RendezvousMoved):
+                self._failover.join(lost.endpoint)
+                return f"torchx-elastic: {lost}; this node joins the job there"
+            endpoint, hosting = self._failover.move(last_round, this_addr)
+        except NoSuccessor as err:
+            raise NoSuccessor(
+                f"the rendezvous host is lost: {lost}; {err}, so its workers were stopped and"
+                " it exits so that the job can be restarted"
+            ) from None
+        where = "this node hosts it" if hosting else "its host is a node of the last round"
+        return (
+            f"torchx-elastic: the rendezvous host is lost: {lost}; the rendezvous moves from"
+            f" {old} to {endpoint} ({where}) and the job re-forms without the lost host"
+        )
+
+
+def movable_rendezvous(
+    config: AgentConfig, signer: StoreSigner, handler: RendezvousHandler
+) -> RendezvousMove | None:
+    """The move of ``handler``'s rendezvous, where it can move (:func:`can_move`)."""
+    if not can_move(config):
+        return None
+    return RendezvousMove(config, signer, MovableRendezvous(handler, config.rdzv_endpoint, signer))
