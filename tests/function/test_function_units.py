@@ -144,8 +144,9 @@ def test_a_launch_while_a_worker_imports_the_main_script(
         ),
         (
             {"start_method": "thread"},
-            "start_method='thread' is not a start method: fork-server (ours: workers forked from"
-            " a process that imported torch once) or torchrun's spawn, fork, forkserver",
+            "start_method='thread' is not a start method: fork-server (ours, with a hyphen:"
+            " workers forked from a process that imported torch once) or torchrun's spawn,"
+            " fork, forkserver (as torchrun means them)",
         ),
         ({"console": "fancy"}, "console='fancy' is not one of auto, plain, live"),
     ],

@@ -13,7 +13,14 @@ import pytest
 import torchx_elastic
 from torchx_elastic import contract
 from torchx_elastic.contract import events
-from torchx_elastic.contract.agent_args import FORK_SERVER, START_METHODS, parse_node_range
+from torchx_elastic.contract.agent_args import (
+    FORK_SERVER,
+    FORKSERVER,
+    START_METHODS,
+    StartMethodError,
+    check_start_method,
+    parse_node_range,
+)
 from torchx_elastic.contract.error_file import read_error_file, write_error_file
 
 PACKAGE = Path(torchx_elastic.__file__).parent
@@ -151,3 +158,12 @@ def test_each_start_method_has_one_spelling_and_torchruns_are_kept() -> None:
         assert args.start_method == method
     with pytest.raises(SystemExit):
         build_parser().parse_args(["--start-method", "fork_server", "train.py"])
+
+
+def test_ours_and_torchruns_fork_server_are_both_taken_and_a_near_miss_names_both() -> None:
+    assert check_start_method(FORK_SERVER) == FORK_SERVER
+    assert check_start_method(FORKSERVER) == FORKSERVER
+    with pytest.raises(StartMethodError) as err:
+        check_start_method("fork_server")
+    assert "fork-server (ours, with a hyphen:" in str(err.value)
+    assert "torchrun's spawn, fork, forkserver (as torchrun means them)" in str(err.value)

@@ -130,8 +130,9 @@ def test_bad_start_method_and_hang_timeout_say_what_is_accepted() -> None:
     with pytest.raises(ValueError) as err:
         ddp(script="main.py", start_method="fork_server")
     assert str(err.value) == (
-        "start_method 'fork_server' is not a start method: fork-server (ours: workers forked"
-        " from a process that imported torch once) or torchrun's spawn, fork, forkserver"
+        "start_method 'fork_server' is not a start method: fork-server (ours, with a hyphen:"
+        " workers forked from a process that imported torch once) or torchrun's spawn, fork,"
+        " forkserver (as torchrun means them)"
     )
     with pytest.raises(ValueError) as err:
         ddp(script="main.py", hang_timeout_s=-1)

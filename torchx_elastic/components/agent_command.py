@@ -7,11 +7,14 @@ from dataclasses import dataclass
 from torchx.specs import macros
 
 from torchx_elastic.components.job_size import JobSize
-from torchx_elastic.contract.agent_args import FORK_SERVER, StartMethodError, check_start_method
+from torchx_elastic.contract.agent_args import (
+    DEFAULT_START_METHOD,
+    StartMethodError,
+    check_start_method,
+)
 
 AGENT_MODULE = "torchx_elastic.agent"
 PYTHON = "python3"
-DEFAULT_START_METHOD = FORK_SERVER  # the agent's own default
 CONSOLES = ("auto", "plain", "live")  # the agent's --console
 DEFAULT_CONSOLE = "auto"
 

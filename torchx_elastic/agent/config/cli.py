@@ -16,9 +16,13 @@ from typing import Any, Protocol
 from torchx_elastic.agent import compat
 from torchx_elastic.agent.console.output.display import CONSOLE_MODES, DEFAULT_STATUS_INTERVAL_S
 from torchx_elastic.contract import PREFIX_TEMPLATE_ENV, SHUTDOWN_TIMEOUT_ENV
-from torchx_elastic.contract.agent_args import FORK_SERVER, START_METHODS, START_METHODS_TEXT
+from torchx_elastic.contract.agent_args import (
+    DEFAULT_START_METHOD,
+    FORK_SERVER,
+    START_METHODS,
+    START_METHODS_TEXT,
+)
 
-DEFAULT_START_METHOD = FORK_SERVER  # torchrun's: spawn
 TORCHRUN_GROUP = "torchrun's flags"
 NUMA_BINDING_MODES = ("node", "socket", "exclusive", "core-complex")
 COMPLETION_SHELLS = ("bash", "zsh", "tcsh")  # torchrun's choices without shtab installed

@@ -19,7 +19,6 @@ from typing import Any
 from torch.distributed.elastic.multiprocessing.api import Std
 
 from torchx_elastic.agent import compat
-from torchx_elastic.agent.config.cli import DEFAULT_START_METHOD
 from torchx_elastic.agent.config.endpoint import Endpoint
 from torchx_elastic.agent.console.output.display import ConsoleMode, parse_rank_filter
 from torchx_elastic.agent.console.output.sinks import DEFAULT_PREFIX, format_prefix
@@ -32,7 +31,7 @@ from torchx_elastic.contract import (
     SHUTDOWN_TIMEOUT_ENV,
     SIGNALS_ENV,
 )
-from torchx_elastic.contract.agent_args import parse_node_range
+from torchx_elastic.contract.agent_args import DEFAULT_START_METHOD, parse_node_range
 
 log = logging.getLogger(__name__)
 

@@ -6,13 +6,6 @@ from dataclasses import dataclass
 
 from torchx_elastic.agent.console.output.display import CONSOLE_MODES, DEFAULT_STATUS_INTERVAL_S
 
-# what each start method (contract/agent_args.py) means for a function:
-# spawn: a fresh interpreter per worker (the caller's main script re-run as __mp_main__);
-# fork: workers forked from a copy of the caller (even with threads running, as
-#   multiprocessing's fork does): functions of a notebook work;
-# forkserver, fork-server: the same when the caller runs no other thread, else spawn.
-DEFAULT_START_METHOD = "spawn"
-
 
 @dataclass(frozen=True)
 class AgentOptions:
