@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 
 from torchx_elastic.agent.console.output.display import (
-    ConsoleMode,
     PlainConsole,
     parse_rank_filter,
     wants_live,
@@ -27,6 +26,7 @@ from torchx_elastic.agent.console.output.sinks import (
 )
 from torchx_elastic.agent.console.progress.channel import RankActivity
 from torchx_elastic.contract import STDERR_FILE, STDOUT_FILE
+from torchx_elastic.contract.agent_args import ConsoleMode
 
 
 class RecordingConsole:

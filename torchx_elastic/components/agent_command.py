@@ -8,6 +8,8 @@ from torchx.specs import macros
 
 from torchx_elastic.components.job_size import JobSize
 from torchx_elastic.contract.agent_args import (
+    CONSOLE_MODES,
+    DEFAULT_CONSOLE,
     DEFAULT_START_METHOD,
     StartMethodError,
     check_start_method,
@@ -15,8 +17,6 @@ from torchx_elastic.contract.agent_args import (
 
 AGENT_MODULE = "torchx_elastic.agent"
 PYTHON = "python3"
-CONSOLES = ("auto", "plain", "live")  # the agent's --console
-DEFAULT_CONSOLE = "auto"
 
 
 def _literal(arg: str) -> str:
@@ -47,8 +47,10 @@ class AgentCommand:
     reached_from_outside: bool = False
 
     def __post_init__(self) -> None:
-        if self.console not in CONSOLES:
-            raise ValueError(f"invalid console {self.console!r}; accepted: {', '.join(CONSOLES)}")
+        if self.console not in CONSOLE_MODES:
+            raise ValueError(
+                f"invalid console {self.console!r}; accepted: {', '.join(CONSOLE_MODES)}"
+            )
         try:
             check_start_method(self.start_method)
         except StartMethodError as err:

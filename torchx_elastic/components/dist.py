@@ -19,10 +19,9 @@ from typing import Dict, List, Optional
 
 import torchx.specs as specs
 
-from torchx_elastic.components.agent_command import DEFAULT_CONSOLE
 from torchx_elastic.components.dist_app import DEFAULT_IMAGE, DistApp, host_gpus
 from torchx_elastic.components.job_size import JobSize, parse_nnodes
-from torchx_elastic.contract.agent_args import DEFAULT_START_METHOD
+from torchx_elastic.contract.agent_args import DEFAULT_CONSOLE, DEFAULT_START_METHOD
 
 __all__ = ["ddp", "parse_nnodes", "spmd", "torchrun"]
 

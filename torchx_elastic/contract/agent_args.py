@@ -1,13 +1,15 @@
 """The values of the agent's options that every front-end reads the same way.
 
 The agent's command line (``agent/config``), ``launch(fn)`` (``torchx_elastic.launcher``) and
-the components (``dist.ddp``'s ``-j``, ``start_method``) all take a node range and a start
-method; this is the one parser of each.
+the components (``dist.ddp``'s ``-j``, ``start_method``, ``console``) all take a node range, a
+start method and a console mode; this is the one list or parser of each.
 
 Standard library only.
 """
 
 from __future__ import annotations
+
+from typing import Literal, get_args
 
 # How the workers start: the one list, each name spelled once. Mind the hyphen:
 # ``fork-server`` is ours, ``forkserver`` is torchrun's (multiprocessing's) and means what it
@@ -27,6 +29,11 @@ START_METHODS_TEXT = (
     f"{FORK_SERVER} (ours, with a hyphen: workers forked from a process that imported torch"
     f" once) or torchrun's {', '.join(TORCHRUN_START_METHODS)} (as torchrun means them)"
 )
+# the agent's console (--console, dist.ddp's console, launch(console=)): auto: a live progress
+# bar on a person's terminal, plain lines in files, pipes and batch jobs; plain; live
+ConsoleMode = Literal["auto", "plain", "live"]
+CONSOLE_MODES: tuple[ConsoleMode, ...] = get_args(ConsoleMode)
+DEFAULT_CONSOLE: ConsoleMode = "auto"
 NODE_RANGE_EXAMPLES = "N or MIN:MAX, e.g. 2 or 1:4"
 
 

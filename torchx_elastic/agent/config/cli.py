@@ -14,9 +14,10 @@ import os
 from typing import Any, Protocol
 
 from torchx_elastic.agent import compat
-from torchx_elastic.agent.console.output.display import CONSOLE_MODES, DEFAULT_STATUS_INTERVAL_S
+from torchx_elastic.agent.console.output.display import DEFAULT_STATUS_INTERVAL_S
 from torchx_elastic.contract import PREFIX_TEMPLATE_ENV, SHUTDOWN_TIMEOUT_ENV
 from torchx_elastic.contract.agent_args import (
+    CONSOLE_MODES,
     DEFAULT_START_METHOD,
     FORK_SERVER,
     START_METHODS,
