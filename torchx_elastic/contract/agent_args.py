@@ -17,8 +17,8 @@ from typing import Literal, get_args
 # (the agent, dist.ddp): fork-server forks each worker from a process that imported torch
 # once; torchrun's three each start a fresh interpreter, as torchrun does. For a function
 # (launch(fn)): spawn is a fresh interpreter; fork, forkserver and fork-server fork the
-# workers from the caller (fork even while other threads run). docs/agent.md, "How workers
-# start", is the account for users.
+# workers from the caller (fork even while other threads run, the other two only where none
+# does, else they spawn). docs/agent.md, "How workers start", is the account for users.
 FORK_SERVER = "fork-server"  # ours
 SPAWN, FORK, FORKSERVER = "spawn", "fork", "forkserver"  # torchrun's
 TORCHRUN_START_METHODS = (SPAWN, FORK, FORKSERVER)
