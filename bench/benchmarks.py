@@ -12,6 +12,7 @@ from pathlib import Path
 
 from bench import commands, logcheck, phases, procs, restart
 from bench.report import Ratio
+from torchx_elastic.contract import SECRET_ENV
 
 BENCH_DIR = Path(__file__).resolve().parent
 REPO = BENCH_DIR.parent
@@ -224,7 +225,7 @@ def two_nodes_torchrun(s: Settings, run_dir: Path) -> Sample:
 # 10. rendezvous of N nodes -----------------------------------------------------------------
 
 SCALE_NODES = (2, 4, 8, 16)
-SCALE_SECRET = {"TORCHX_ELASTIC_RDZV_SECRET": "bench"}  # every node the same (docs/security.md)
+SCALE_SECRET = {SECRET_ENV: "bench"}  # every node the same (docs/security.md)
 
 
 def _scale(nodes: int, ours: bool) -> RunVariant:

@@ -11,6 +11,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from torchx_elastic.contract import STDOUT_FILE
+
 LINE = re.compile(rb"bench-line rank=(\d+) i=(\d+) x{48}")
 
 
@@ -56,7 +58,7 @@ class LogCheck:
 
 def check_log_dir(log_dir: Path, expected_per_rank: int) -> LogCheck:
     check = LogCheck(expected_per_rank)
-    for path in sorted(log_dir.rglob("stdout.log")):
+    for path in sorted(log_dir.rglob(STDOUT_FILE)):
         check.feed(path.read_bytes())
     return check
 

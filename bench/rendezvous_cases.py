@@ -23,6 +23,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from torchx_elastic.contract import SECRET_ENV
+
 BASE = ["--nnodes", "2", "--nproc-per-node", "1", "--rdzv-backend", "c10d", "--rdzv-id", "j"]
 NOISE = ("frame #", "Exception raised from", "<omitting python frames>", "NOT authenticated")
 STATIC_3 = ["--rdzv-backend=static", "--nnodes=3"]  # after BASE's: the last flag counts
@@ -160,7 +162,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=25.0)
     parser.add_argument("--case", default="", help="only the cases whose name has this text")
     args = parser.parse_args()
-    os.environ["TORCHX_ELASTIC_RDZV_SECRET"] = "table"  # the same for every agent node
+    os.environ[SECRET_ENV] = "table"  # the same for every agent node
     with tempfile.TemporaryDirectory() as tmp:
         cwd = Path(tmp)
         (cwd / "ok.py").write_text("print('trained')\n")

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from torchx_elastic.contract import RANK_ERROR_FILE, STDERR_FILE
 from torchx_elastic.contract import events as ev
 from torchx_elastic.contract.error_file import write_error_file
 
@@ -130,6 +131,6 @@ def write_crash_files(log_dir: Path, crash_rank: int = 1) -> None:
     """The crashed rank's error file (its traceback) and its stderr."""
     rank_dir = log_dir / "attempt_0" / f"rank_{crash_rank}"
     write_error_file(
-        str(rank_dir / "error.json"), "ValueError: bad batch on rank 1", TRACEBACK, T0 + 9
+        str(rank_dir / RANK_ERROR_FILE), "ValueError: bad batch on rank 1", TRACEBACK, T0 + 9
     )
-    (rank_dir / "stderr.log").write_text(TRACEBACK)
+    (rank_dir / STDERR_FILE).write_text(TRACEBACK)

@@ -25,7 +25,8 @@ the root-cause report, and no orphans: workers die with the calling process even
 SIGKILLed. A function raising on a rank raises one :class:`FunctionFailedError` (a torch
 ``ChildFailedError``) in the caller, naming the rank, the exception and its traceback.
 The function and its arguments are pickled by reference (as ``multiprocessing`` does);
-``start_method`` is torch's: ``spawn`` (default), ``fork``, ``forkserver`` (see docs/agent.md).
+``start_method``: torch's ``spawn`` (the default), ``fork``, ``forkserver``, or our ``fork-server``
+(the same as ``forkserver`` for a function; docs/agent.md, "How workers start").
 """
 
 from __future__ import annotations
@@ -38,8 +39,9 @@ from torch.distributed.launcher.api import LaunchConfig
 from torchx_elastic.agent.function.call import CallPicklingError
 from torchx_elastic.agent.function.errors import FunctionFailedError
 from torchx_elastic.agent.function.launch import Entrypoint, launch_agent
-from torchx_elastic.agent.function.options import DEFAULT_START_METHOD, AgentOptions
+from torchx_elastic.agent.function.options import AgentOptions
 from torchx_elastic.contract.agent_args import (
+    FUNCTION_DEFAULT_START_METHOD,
     NodeRangeError,
     StartMethodError,
     check_start_method,
@@ -88,7 +90,7 @@ def launch(
     rdzv_endpoint: str = "localhost:0",
     rdzv_backend: str = "c10d",
     run_id: str = "",
-    start_method: str = DEFAULT_START_METHOD,
+    start_method: str = FUNCTION_DEFAULT_START_METHOD,
     log_dir: str | None = None,
     console: str = "auto",
     console_ranks: str = "all",

@@ -19,6 +19,8 @@ from torchx_elastic.agent.config.launch import (
 )
 from torchx_elastic.agent.console.output.sinks import format_prefix
 from torchx_elastic.agent.workers import bootstrap
+from torchx_elastic.contract import PREFIX_TEMPLATE_ENV, RANK0_ENV, SHUTDOWN_TIMEOUT_ENV
+from torchx_elastic.contract.agent_args import FORK_SERVER
 
 
 def config(*argv: str) -> AgentConfig:
@@ -30,8 +32,8 @@ def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in list(os.environ):
         if name.startswith("PET_") or name in (
             "OMP_NUM_THREADS",
-            "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE",
-            "TORCH_ELASTIC_SHUTDOWN_TIMEOUT",
+            PREFIX_TEMPLATE_ENV,
+            SHUTDOWN_TIMEOUT_ENV,
             "PYTHON_EXEC",
         ):
             monkeypatch.delenv(name)
@@ -159,9 +161,7 @@ def prefix_of(c: AgentConfig, node: int, rank: int, local_rank: int) -> str:
 
 
 def test_torchelastic_log_line_prefix_template(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(
-        "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE", "[${role_name}:${rank}:$local_rank@${hostname}]"
-    )
+    monkeypatch.setenv(PREFIX_TEMPLATE_ENV, "[${role_name}:${rank}:$local_rank@${hostname}]")
     assert prefix_of(config(), 1, 5, 1) == "[trainer:5:1@n7]"
     # the flag wins over the variable (torchrun 2.14+), in either syntax
     assert prefix_of(config("--log-line-prefix-template", "<{rank}> "), 1, 5, 1) == "<5> "
@@ -181,7 +181,7 @@ def test_torchrun_prefix_template_is_filled_in_as_torchs_string_template() -> No
 
 def test_shutdown_timeout_from_flag_or_torch_variable(monkeypatch: pytest.MonkeyPatch) -> None:
     assert config().shutdown_timeout_s == 30
-    monkeypatch.setenv("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "7")
+    monkeypatch.setenv(SHUTDOWN_TIMEOUT_ENV, "7")
     assert config().shutdown_timeout_s == 7
     assert config("--shutdown-timeout", "3").shutdown_timeout_s == 3
 
@@ -247,7 +247,7 @@ def test_parser_is_read_once_into_the_config(monkeypatch: pytest.MonkeyPatch) ->
 
 
 def test_the_default_start_method_is_the_fork_server_and_torchrun_values_are_kept() -> None:
-    assert config().start_method == "fork-server"
+    assert config().start_method == FORK_SERVER
     for method in ("spawn", "fork", "forkserver"):
         assert config("--start-method", method).start_method == method
 
@@ -290,7 +290,7 @@ def test_under_torchx_the_omp_warning_waits_for_node_0(
     from torchx_elastic.agent.config.launch import OMP_WARNING
     from torchx_elastic.agent.supervision.launcher import warn_on_node0
 
-    monkeypatch.setenv("TORCHX_RANK0_HOST", "127.0.0.1")
+    monkeypatch.setenv(RANK0_ENV, "127.0.0.1")
     warnings: list[str] = []
     deferred = apply_process_environment(config("--nproc-per-node", "2"), warnings.append)
     assert warnings == [] and deferred == OMP_WARNING and os.environ["OMP_NUM_THREADS"] == "1"

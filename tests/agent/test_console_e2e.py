@@ -17,6 +17,8 @@ import pytest
 from tests.conftest import REPO, _env, run_agent, run_torchx
 from torchx_elastic.agent.config.cli import build_parser
 from torchx_elastic.agent.config.launch import UsageError, config_from_args
+from torchx_elastic.contract import EVENTS_FILE, STDOUT_FILE, SUMMARY_PREFIX
+from torchx_elastic.contract.job_progress import LINE_PREFIX
 
 LINES_PER_RANK = 10_000
 
@@ -87,7 +89,7 @@ def test_every_line_of_four_chatty_ranks_arrives_whole_once_in_order(tmp_path: P
     assert len(stderr_lines) == 4 * LINES_PER_RANK // 1000
     assert all(re.fullmatch(r"\[n0 r(\d)\] stderr rank=\1 i=\d+", ln) for ln in stderr_lines)
     for rank in range(4):
-        stdout_file = (tmp_path / "logs" / "attempt_0" / f"rank_{rank}" / "stdout.log").read_text()
+        stdout_file = (tmp_path / "logs" / "attempt_0" / f"rank_{rank}" / STDOUT_FILE).read_text()
         assert stdout_file.count("\n") == LINES_PER_RANK
         assert stdout_file.endswith("no newline at exit")
 
@@ -110,7 +112,7 @@ def test_rank_filter_shows_chosen_ranks_and_files_keep_all(tmp_path: Path) -> No
     assert result.returncode == 0, result.stderr
     assert sorted(result.stdout.splitlines()) == ["<0/0@0> hello from 0", "<2/2@0> hello from 2"]
     for rank in range(3):
-        path = tmp_path / "logs" / "attempt_0" / f"rank_{rank}" / "stdout.log"
+        path = tmp_path / "logs" / "attempt_0" / f"rank_{rank}" / STDOUT_FILE
         assert path.read_text() == f"hello from {rank}\n"
 
 
@@ -147,9 +149,9 @@ def test_carriage_returns_and_a_restart(tmp_path: Path) -> None:
         assert result.stdout.count(f"[n0 r{rank}] 100%|##########\n") == 2, result.stdout
         assert result.stdout.count(f"[n0 r{rank}] after the bar\n") == 2, result.stdout
     assert "10%" not in result.stdout and "50%" not in result.stdout
-    raw = (log_dir / "attempt_0" / "rank_0" / "stdout.log").read_bytes()
+    raw = (log_dir / "attempt_0" / "rank_0" / STDOUT_FILE).read_bytes()
     assert raw.startswith(b"\r 10%|#\r 50%|#####\r100%|##########\n")
-    events = [json.loads(ln) for ln in (log_dir / "events.jsonl").read_text().splitlines()]
+    events = [json.loads(ln) for ln in (log_dir / EVENTS_FILE).read_text().splitlines()]
     assert [(e["event"], e["attempt"]) for e in events] == [
         ("rendezvous", 0),
         ("start", 0),
@@ -161,7 +163,7 @@ def test_carriage_returns_and_a_restart(tmp_path: Path) -> None:
     ]
     assert events[2]["failures"]["1"]["exitcode"] == 3
     assert events[3]["reason"] == "failure"
-    summary = json.loads((log_dir / "summary_node0.json").read_text())
+    summary = json.loads((log_dir / f"{SUMMARY_PREFIX}0.json").read_text())
     assert (summary["state"], summary["exit_code"], summary["attempt"]) == ("SUCCEEDED", 0, 1)
     assert summary["root_cause"] is None
     assert "Root cause" not in result.stderr
@@ -209,7 +211,7 @@ def test_rank1_value_error_is_the_root_cause_and_rank0_a_victim(tmp_path: Path) 
     assert result.returncode == 1, result.stderr
     report_text = result.stderr[result.stderr.index("Root cause") - 74 :]
     _check_rank1_report(report_text, log_dir)
-    summary = json.loads((log_dir / "summary_node0.json").read_text())
+    summary = json.loads((log_dir / f"{SUMMARY_PREFIX}0.json").read_text())
     assert summary["state"] == "FAILED" and summary["exit_code"] == 1
     root = summary["root_cause"]
     assert (root["rank"], root["exitcode"], root["message"]) == (
@@ -219,7 +221,7 @@ def test_rank1_value_error_is_the_root_cause_and_rank0_a_victim(tmp_path: Path) 
     )
     assert 'raise ValueError("bad value on rank 1")' in root["traceback"]
     assert [v["rank"] for v in summary["victims"]] == [0]
-    events = [json.loads(ln) for ln in (log_dir / "events.jsonl").read_text().splitlines()]
+    events = [json.loads(ln) for ln in (log_dir / EVENTS_FILE).read_text().splitlines()]
     assert [e["event"] for e in events] == ["rendezvous", "start", "failure", "exit"]
     assert events[2]["failures"]["1"]["exitcode"] == 1
     assert events[3]["root_cause_rank"] == 1
@@ -242,7 +244,7 @@ def test_torchx_run_local_cwd_prints_the_root_cause(tmp_path: Path) -> None:
     _check_rank1_report(report_text, None)
     # the agent's reply file: torchx's own failure status names the root cause
     assert "message: 'rank 1 (node 0) failed first: ValueError: bad value on rank 1'" in output
-    summaries = list(tmp_path.glob("torchx_logs/**/summary_node0.json"))
+    summaries = list(tmp_path.glob(f"torchx_logs/**/{SUMMARY_PREFIX}0.json"))
     assert len(summaries) == 1
     assert json.loads(summaries[0].read_text())["root_cause"]["rank"] == 1
 
@@ -264,7 +266,7 @@ def test_progress_without_a_terminal_prints_plain_status_lines(tmp_path: Path) -
         cwd=tmp_path,
     )
     assert result.returncode == 0, result.stderr
-    status = [ln for ln in result.stderr.splitlines() if ln.startswith("[job progress] ")]
+    status = [ln for ln in result.stderr.splitlines() if ln.startswith(LINE_PREFIX)]
     assert len(status) >= 2, result.stderr
     assert re.fullmatch(
         r"\[job progress\] 60/60 \(100\.0%\) of 2/2 ranks on 1/1 nodes,"

@@ -20,6 +20,7 @@ from torchx_elastic.agent.console.failure.first_failure import (
 )
 from torchx_elastic.agent.console.output.sinks import RankOutput
 from torchx_elastic.agent.workers.processes import process_failure
+from torchx_elastic.contract import FAILURE_KEY_PREFIX, RANK_ERROR_FILE, STDERR_FILE, STDOUT_FILE
 from torchx_elastic.contract.error_file import read_error_file, write_error_file
 
 TRACEBACK = (
@@ -49,7 +50,7 @@ BOOM = FirstFailure(2, 1, "exit code 1", "ValueError: bad batch", 'File "/work/t
 def test_an_unusable_error_file_says_why_and_never_raises(
     tmp_path: Path, content: bytes, problem: str
 ) -> None:
-    path = tmp_path / "error.json"
+    path = tmp_path / RANK_ERROR_FILE
     path.write_bytes(content)
     read = read_error_file(str(path))
     assert read is not None and read.problem.startswith(problem)
@@ -69,7 +70,7 @@ def test_a_directory_fifo_or_dangling_link_in_place_of_the_error_file_is_unreada
 
 
 def test_both_of_torchs_formats_are_read(tmp_path: Path) -> None:
-    path = tmp_path / "error.json"
+    path = tmp_path / RANK_ERROR_FILE
     assert read_error_file(str(path)) is None
     write_error_file(str(path), "ValueError: bad batch", TRACEBACK, 1700000000)
     read = read_error_file(str(path))
@@ -88,10 +89,10 @@ def test_both_of_torchs_formats_are_read(tmp_path: Path) -> None:
 def test_the_report_reads_a_file_written_after_the_process_died(tmp_path: Path) -> None:
     rank_dir = tmp_path / "attempt_0" / "rank_3"
     rank_dir.mkdir(parents=True)
-    error_file = rank_dir / "error.json"
+    error_file = rank_dir / RANK_ERROR_FILE
     error_file.write_text("")  # what the agent saw when the rank exited
     failure = process_failure(3, 42, 1, str(error_file))
-    output = RankOutput(3, 3, 0, str(rank_dir / "stdout.log"), str(rank_dir / "stderr.log"))
+    output = RankOutput(3, 3, 0, str(rank_dir / STDOUT_FILE), str(rank_dir / STDERR_FILE))
     (fact,) = report.collect({3: failure}, [output], {}, {3: str(error_file)})
     assert fact.error_problem == "empty" and fact.message == ""
     text = report.render(report.classify([fact]), str(tmp_path))
@@ -118,7 +119,7 @@ def test_a_node_with_only_victims_waits_for_the_offer_then_gives_up() -> None:
 
 def test_a_foreign_value_is_ignored() -> None:
     store = HashStore()
-    store.set("torchx_elastic/failure/attempt0", "not json")
+    store.set(f"{FAILURE_KEY_PREFIX}0", "not json")
     assert agree(store, 0, BOOM) == BOOM
     assert agree(store, 0, None, wait_s=0.1) is None
 
@@ -127,7 +128,7 @@ def test_the_last_node_to_leave_does_not_wait() -> None:
     store = HashStore()
     leave_together(store, 0, 2, wait_s=0.1)  # the other node never comes: 0.1 s, no error
     leave_together(store, 0, 2, wait_s=30)  # it came: at once
-    assert store.add("torchx_elastic/failure/attempt0/left", 0) == 2
+    assert store.add(f"{FAILURE_KEY_PREFIX}0/left", 0) == 2
 
 
 def test_the_innermost_frame_names_file_and_line() -> None:

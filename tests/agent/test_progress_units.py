@@ -17,6 +17,7 @@ from torchx_elastic.agent.console.progress.channel import (
     RankProgress,
 )
 from torchx_elastic.agent.console.progress.node_summary import status_line, summarize
+from torchx_elastic.contract import RESTART_COUNT_ENV
 from torchx_elastic.contract.job_progress import format_duration
 
 
@@ -51,7 +52,7 @@ def test_progress_reaches_the_agent_and_is_rate_limited(
         for name, value in {
             **channel.env(),
             "LOCAL_RANK": "3",
-            "TORCHELASTIC_RESTART_COUNT": "0",
+            RESTART_COUNT_ENV: "0",
         }.items():
             monkeypatch.setenv(name, value)
         received: list[bytes] = []
@@ -88,7 +89,7 @@ def test_heartbeat_counts_as_seen(
     try:
         monkeypatch.setenv(contract.CHANNEL_ENV, channel.path)
         monkeypatch.setenv("LOCAL_RANK", "1")
-        monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", "0")
+        monkeypatch.setenv(RESTART_COUNT_ENV, "0")
         worker.heartbeat()
         wait_for(lambda: activity.last_seen_s(1) is not None)
         assert activity.snapshot()[1].step is None

@@ -12,6 +12,14 @@ from torch.distributed.elastic.multiprocessing.errors import ProcessFailure
 from torchx_elastic.agent.console.failure import report
 from torchx_elastic.agent.console.failure.report import RankFailure, classify, victim_reason
 from torchx_elastic.agent.console.output.sinks import RankOutput
+from torchx_elastic.contract import (
+    ERROR_FILE_ENV,
+    EVENTS_FILE,
+    RANK_ERROR_FILE,
+    STDERR_FILE,
+    STDOUT_FILE,
+    SUMMARY_PREFIX,
+)
 from torchx_elastic.contract.events import EventLog
 
 TRACEBACK = (
@@ -125,8 +133,8 @@ def test_report_text_names_rank_exception_traceback_tail_and_paths() -> None:
 def test_collect_reads_the_error_file_and_the_stderr_before_the_traceback(tmp_path: Path) -> None:
     rank_dir = tmp_path / "attempt_0" / "rank_7"
     rank_dir.mkdir(parents=True)
-    (rank_dir / "stderr.log").write_text("warming up\nstep 3 failed\n" + TRACEBACK)
-    error_file = rank_dir / "error.json"
+    (rank_dir / STDERR_FILE).write_text("warming up\nstep 3 failed\n" + TRACEBACK)
+    error_file = rank_dir / RANK_ERROR_FILE
     error_file.write_text(
         json.dumps(
             {
@@ -137,7 +145,7 @@ def test_collect_reads_the_error_file_and_the_stderr_before_the_traceback(tmp_pa
             }
         )
     )
-    output = RankOutput(3, 7, 1, str(rank_dir / "stdout.log"), str(rank_dir / "stderr.log"))
+    output = RankOutput(3, 7, 1, str(rank_dir / STDOUT_FILE), str(rank_dir / STDERR_FILE))
     process_failure = ProcessFailure(local_rank=3, pid=42, exitcode=1, error_file=str(error_file))
     (fact,) = report.collect(
         {7: process_failure}, [output], {3: 1700000000.25}, {3: str(error_file)}
@@ -165,7 +173,7 @@ def test_summary_json_has_the_same_facts(tmp_path: Path) -> None:
     path = report.summary_path(str(tmp_path), node=0)
     report.write_summary(path, report.summary(verdict, "FAILED", 0, 2, str(tmp_path), 1))
     data = json.loads(Path(path).read_text())
-    assert path.endswith("summary_node0.json")
+    assert path.endswith(f"{SUMMARY_PREFIX}0.json")
     assert data["state"] == "FAILED" and data["exit_code"] == 1 and data["attempt"] == 2
     assert data["root_cause"]["rank"] == 1
     assert data["root_cause"]["how"] == "exit code 1"
@@ -179,7 +187,7 @@ def test_event_log_appends_timestamped_json_lines(tmp_path: Path) -> None:
     events.node = 3
     events.emit("exit", exit_code=0)
     lines = [
-        json.loads(line) for line in (tmp_path / "logs" / "events.jsonl").read_text().splitlines()
+        json.loads(line) for line in (tmp_path / "logs" / EVENTS_FILE).read_text().splitlines()
     ]
     assert [(e["event"], e["node"]) for e in lines] == [("rendezvous", None), ("exit", 3)]
     assert lines[1]["exit_code"] == 0
@@ -191,11 +199,11 @@ def test_event_log_that_cannot_be_written_warns_once(
 ) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("")
-    events = EventLog(str(blocker / "events.jsonl"))
+    events = EventLog(str(blocker / EVENTS_FILE))
     events.emit("start")
     events.emit("exit")
     assert [r.getMessage().split(":")[0] for r in caplog.records] == [
-        f"cannot write the event log {blocker / 'events.jsonl'}"
+        f"cannot write the event log {blocker / EVENTS_FILE}"
     ]
 
 
@@ -221,7 +229,7 @@ def test_reply_file_names_the_root_cause_for_the_scheduler(
     raiser = failure(1, 1, error_time_s=7.0, traceback=TRACEBACK, message="ValueError: bad batch")
     verdict = classify([raiser, failure(0, SIGTERM)])
     reply = tmp_path / "agent_error.json"
-    monkeypatch.setenv("TORCHELASTIC_ERROR_FILE", str(reply))
+    monkeypatch.setenv(ERROR_FILE_ENV, str(reply))
     ConsoleSession._write_reply_file(verdict)
     data = json.loads(reply.read_text())
     assert data == {
@@ -248,7 +256,7 @@ def test_reply_file_fills_an_empty_file_in_place(
     verdict = classify([failure(1, 1, message="ValueError: bad batch")])
     termination_log = tmp_path / "termination-log"
     termination_log.write_text("")
-    monkeypatch.setenv("TORCHELASTIC_ERROR_FILE", str(termination_log))
+    monkeypatch.setenv(ERROR_FILE_ENV, str(termination_log))
     ConsoleSession._write_reply_file(verdict)
     data = json.loads(termination_log.read_text())
     assert data["message"]["message"] == "rank 1 (node 0) failed first: ValueError: bad batch"
@@ -265,8 +273,8 @@ def test_an_unwritable_log_dir_is_warned_about_not_fatal(
     session = ConsoleSession(str(blocker), mode="plain", status_interval_s=0)
     assert session.finish(None, 0, attempt=0) is None
     messages = [r.getMessage().split(":")[0] for r in caplog.records]
-    assert f"cannot write the run summary {blocker / 'summary_node0.json'}" in messages
-    assert f"cannot write the event log {blocker / 'events.jsonl'}" in messages
+    assert f"cannot write the run summary {blocker / f'{SUMMARY_PREFIX}0.json'}" in messages
+    assert f"cannot write the event log {blocker / EVENTS_FILE}" in messages
 
 
 def test_an_unwritable_reply_file_is_warned_about(
@@ -276,8 +284,8 @@ def test_an_unwritable_reply_file_is_warned_about(
 
     blocker = tmp_path / "file"
     blocker.write_text("")
-    monkeypatch.setenv("TORCHELASTIC_ERROR_FILE", str(blocker / "error.json"))
+    monkeypatch.setenv(ERROR_FILE_ENV, str(blocker / RANK_ERROR_FILE))
     ConsoleSession._write_reply_file(classify([failure(1, 1)]))
     assert [r.getMessage().split(":")[0] for r in caplog.records] == [
-        f"cannot write the error file {blocker / 'error.json'}"
+        f"cannot write the error file {blocker / RANK_ERROR_FILE}"
     ]

@@ -12,6 +12,7 @@ from torch.distributed import HashStore  # type: ignore[attr-defined]
 
 from torchx_elastic.agent.rendezvous.diagnosis import Problem
 from torchx_elastic.agent.rendezvous.static_ranks import UnreadableClaim, check_claims
+from torchx_elastic.contract import STATIC_RANK_KEY_PREFIX
 
 FIX = "give each node its own --node-rank, 0 to --nnodes - 1"
 
@@ -79,9 +80,9 @@ def test_a_node_that_replaces_a_lost_one_is_not_a_duplicate() -> None:
 
 def test_a_claim_that_is_not_ours_gives_no_verdict() -> None:
     store = HashStore()
-    store.set("torchx_elastic/static_rank/0/1/count", "1")
-    store.set("torchx_elastic/static_rank/0/1/1", "not json")
-    with pytest.raises(UnreadableClaim, match=r"^torchx_elastic/static_rank/0/1/1: "):
+    store.set(f"{STATIC_RANK_KEY_PREFIX}0/1/count", "1")
+    store.set(f"{STATIC_RANK_KEY_PREFIX}0/1/1", "not json")
+    with pytest.raises(UnreadableClaim, match=f"^{STATIC_RANK_KEY_PREFIX}0/1/1: "):
         check_claims(store, 0, 1, 2, "h1 (pid 1)", wait_s=0)
 
 
@@ -97,8 +98,8 @@ def test_the_handler_goes_on_with_a_warning_past_an_unreadable_claim(
     from torchx_elastic.agent.rendezvous.static_ranks import CheckedStaticRanks
 
     store = HashStore()
-    store.set("torchx_elastic/static_rank/0/1/count", "1")
-    store.set("torchx_elastic/static_rank/0/1/1", "not json")
+    store.set(f"{STATIC_RANK_KEY_PREFIX}0/1/count", "1")
+    store.set(f"{STATIC_RANK_KEY_PREFIX}0/1/1", "not json")
 
     class Static:
         def next_rendezvous(self) -> Any:
@@ -108,6 +109,6 @@ def test_the_handler_goes_on_with_a_warning_past_an_unreadable_claim(
     config = config_from_args(build_parser().parse_args([*argv, "--node-rank", "1", "x.py"]))
     assert CheckedStaticRanks(Static(), config).next_rendezvous() == (store, 1, 2)  # type: ignore[arg-type]
     assert caplog.messages == [
-        "node ranks not checked: unreadable claim torchx_elastic/static_rank/0/1/1:"
+        f"node ranks not checked: unreadable claim {STATIC_RANK_KEY_PREFIX}0/1/1:"
         " Expecting value: line 1 column 1 (char 0)"
     ]

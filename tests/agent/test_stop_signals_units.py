@@ -10,6 +10,7 @@ import sys
 import textwrap
 
 from torchx_elastic.agent.supervision.stop_signals import stopped_before_joining
+from torchx_elastic.contract import SIGNALS_ENV
 
 CHILD = textwrap.dedent(
     """
@@ -34,7 +35,7 @@ CHILD = textwrap.dedent(
 def _run(mode: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-c", CHILD, mode], capture_output=True, text=True, timeout=60,
-        env={**os.environ, "TORCHELASTIC_SIGNALS_TO_HANDLE": "SIGTERM,SIGHUP"},
+        env={**os.environ, SIGNALS_ENV: "SIGTERM,SIGHUP"},
     )  # fmt: skip
 
 

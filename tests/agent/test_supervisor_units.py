@@ -35,7 +35,7 @@ from torchx_elastic.agent.supervision import loop
 from torchx_elastic.agent.supervision.loop import Supervision, Supervisor
 from torchx_elastic.agent.supervision.watchdog import HangWatchdog
 from torchx_elastic.agent.workers.bootstrap import DUMP_STACKS_SIGNAL
-from torchx_elastic.contract import FILE_TIMER_ENV, RESTART_COUNT_ENV
+from torchx_elastic.contract import EVENTS_FILE, FILE_TIMER_ENV, RESTART_COUNT_ENV
 from torchx_elastic.contract import events as ev
 from torchx_elastic.contract.error_file import read_error_file
 from torchx_elastic.contract.events import EventLog
@@ -179,7 +179,7 @@ class Harness:
         return self.attempts[-1]
 
     def run(self) -> tuple[Supervisor, Any]:
-        events = EventLog(str(self.tmp_path / "events.jsonl"))
+        events = EventLog(str(self.tmp_path / EVENTS_FILE))
         supervisor = Supervisor(
             self.config,
             self.rendezvous,
@@ -197,7 +197,7 @@ class Harness:
         return supervisor, supervisor.run()
 
     def events(self, name: str) -> list[dict[str, Any]]:
-        lines = (self.tmp_path / "events.jsonl").read_text().splitlines()
+        lines = (self.tmp_path / EVENTS_FILE).read_text().splitlines()
         return [e for e in map(json.loads, lines) if e["event"] == name]
 
 

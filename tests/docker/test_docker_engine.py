@@ -20,6 +20,7 @@ from typing import Any, Iterator, List
 import pytest
 import torchx.specs as specs
 
+from torchx_elastic.contract import RANK0_ENV
 from torchx_elastic.schedulers.docker import DockerScheduler, create_scheduler
 from torchx_elastic.schedulers.docker.errors import (
     ContainerStartError,
@@ -135,7 +136,7 @@ def test_2x2_runs_in_two_containers_with_world_size_4(
     )
     assert names == [f"{app_id}-main-0", f"{app_id}-main-1"]
     container = docker_client.containers.get(names[1])
-    assert container.attrs["Config"]["Env"].count(f"TORCHX_RANK0_HOST={names[0]}") == 1
+    assert container.attrs["Config"]["Env"].count(f"{RANK0_ENV}={names[0]}") == 1
     # the secret env file is in the container, its values are not in its config
     assert "k-never-in-the-config" not in json.dumps(container.attrs)
     chunks, _ = container.get_archive("/tmp/torchx-elastic-secret.env")

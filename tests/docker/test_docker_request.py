@@ -98,7 +98,7 @@ def test_every_replica_names_replica_0_as_rank0_host() -> None:
     assert all(c.hostname == c.name for c in job.containers)
     assert {c.environment[RANK0_ENV] for c in job.containers} == {"main-abc123-main-0"}
     # the agent expands the variable itself: the command names it, no shell involved
-    assert "${TORCHX_RANK0_HOST:-localhost}:29500" in job.containers[1].command
+    assert f"${{{RANK0_ENV}:-localhost}}:29500" in job.containers[1].command
 
 
 def test_env_precedence_is_copy_env_then_env_option_then_role_env() -> None:

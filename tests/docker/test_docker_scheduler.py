@@ -10,6 +10,7 @@ from docker_fake_engine import FakeEngine, FakeImage
 from torchx.specs import AppState
 
 from torchx_elastic.components.dist import ddp
+from torchx_elastic.contract import ENV_FILE_ENV, RANK0_ENV, SECRET_ENV
 from torchx_elastic.schedulers.docker import DockerScheduler, create_scheduler
 from torchx_elastic.schedulers.docker.errors import (
     ContainerStartError,
@@ -34,11 +35,9 @@ def test_submit_runs_one_container_per_replica_on_the_job_network(
     for container in engine.containers.values():
         assert container.status == "running"
         assert container.kwargs["network"] == f"torchx-{app_id}"
-        assert container.kwargs["environment"]["TORCHX_RANK0_HOST"] == f"{app_id}-main-0"
+        assert container.kwargs["environment"][RANK0_ENV] == f"{app_id}-main-0"
     # the job's own secret, the same in every container, made at submission (not dry run)
-    secrets = {
-        c.kwargs["environment"]["TORCHX_ELASTIC_RDZV_SECRET"] for c in engine.containers.values()
-    }
+    secrets = {c.kwargs["environment"][SECRET_ENV] for c in engine.containers.values()}
     assert len(secrets) == 1 and len(secrets.pop()) == 64
     assert engine.images.pulls == []  # the local image is used as it is
 
@@ -383,7 +382,7 @@ def test_secret_env_file_reaches_the_containers_as_a_file_not_their_config(
     for container in engine.containers.values():
         environment = container.kwargs["environment"]
         assert "abc=123" not in str(container.kwargs)
-        assert environment["TORCHX_ELASTIC_ENV_FILE"] == "/tmp/torchx-elastic-secret.env"
+        assert environment[ENV_FILE_ENV] == "/tmp/torchx-elastic-secret.env"
         assert container.files == {"/tmp/torchx-elastic-secret.env": b"WANDB_API_KEY=abc=123\n"}
     assert app_id
 

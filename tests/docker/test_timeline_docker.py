@@ -10,6 +10,7 @@ from docker_fake_engine import FakeClient, FakeEngine
 
 from tests.timeline_jobs import TRACEBACK, generated_job
 from torchx_elastic.components.dist import ddp
+from torchx_elastic.contract import EVENTS_FILE, RANK_ERROR_FILE, STDERR_FILE, STDOUT_FILE
 from torchx_elastic.contract.error_file import error_data
 from torchx_elastic.schedulers.docker import DockerScheduler
 from torchx_elastic.timeline import cli
@@ -22,14 +23,14 @@ def _agent_files(node: int) -> dict[str, bytes]:
     records = [r for r in generated_job(2, 2, progress_samples=3) if r["node"] == node]
     base = f"/tmp/torchx_elastic_{node}abc"
     files = {
-        f"{base}/events.jsonl": "".join(json.dumps(r) + "\n" for r in records).encode(),
-        f"{base}/attempt_0/rank_{2 * node}/stdout.log": b"not copied\n",
-        "/tmp/unrelated/events.jsonl": b"not an agent's\n",
+        f"{base}/{EVENTS_FILE}": "".join(json.dumps(r) + "\n" for r in records).encode(),
+        f"{base}/attempt_0/rank_{2 * node}/{STDOUT_FILE}": b"not copied\n",
+        f"/tmp/unrelated/{EVENTS_FILE}": b"not an agent's\n",
     }
     if node == 0:
         error = error_data("ValueError: bad batch on rank 1", TRACEBACK, 1_800_000_009)
-        files[f"{base}/attempt_0/rank_1/error.json"] = json.dumps(error).encode()
-        files[f"{base}/attempt_0/rank_1/stderr.log"] = b"x" * 100_000 + TRACEBACK.encode()
+        files[f"{base}/attempt_0/rank_1/{RANK_ERROR_FILE}"] = json.dumps(error).encode()
+        files[f"{base}/attempt_0/rank_1/{STDERR_FILE}"] = b"x" * 100_000 + TRACEBACK.encode()
     return files
 
 
@@ -48,7 +49,7 @@ def test_the_timeline_of_a_docker_job_comes_out_of_its_stopped_containers(
     assert restart.label.startswith("restart 1 after rank 1 (node 0) failed first: exit code 1")
     assert timeline.source.startswith(f"the 2 containers of {app_id} (files copied to ")
     copied = timeline.source.split("files copied to ")[1].rstrip(")")
-    stderr = Path(copied, "attempt_0", "rank_1", "stderr.log").read_bytes()
+    stderr = Path(copied, "attempt_0", "rank_1", STDERR_FILE).read_bytes()
     assert len(stderr) == 64 * 1024 and stderr.endswith(TRACEBACK.encode())
 
     monkeypatch.setattr(

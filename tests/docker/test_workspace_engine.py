@@ -21,6 +21,7 @@ import pytest
 from torchx import specs
 
 from tests.kubernetes.fake_api import FakeCluster
+from torchx_elastic.contract import RANK0_ENV
 from torchx_elastic.schedulers.docker import create_scheduler as create_docker_scheduler
 from torchx_elastic.schedulers.kubernetes import create_scheduler as create_k8s_scheduler
 from torchx_elastic.schedulers.workspace.errors import (
@@ -320,7 +321,7 @@ def test_kubernetes_pushes_the_workspace_image_that_pulls_back_and_runs(
     env = {
         e["name"]: e["value"]
         for e in container.get("env", [])
-        if "value" in e and e["name"] != "TORCHX_RANK0_HOST"
+        if "value" in e and e["name"] != RANK0_ENV
     }
     output = docker_client.containers.run(
         image,

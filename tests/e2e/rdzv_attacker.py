@@ -17,6 +17,8 @@ import sys
 import time
 from typing import Any
 
+from torchx_elastic.contract import PROGRESS_KEY_PREFIX
+
 
 class Payload:
     def __init__(self, marker: str) -> None:
@@ -44,7 +46,7 @@ def main() -> None:
             if i % 10 == 0:
                 store.set(key, forged)
             for round_ in range(4):
-                store.set(f"{key}.{round_}/torchx_elastic/progress/node1", report)
+                store.set(f"{key}.{round_}/{PROGRESS_KEY_PREFIX}1", report)
         except RuntimeError:  # the job ended: its store is gone
             break
         time.sleep(0.05)

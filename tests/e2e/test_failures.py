@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import run_agent, run_torchx
+from torchx_elastic.contract import EVENTS_FILE, RANK_ERROR_FILE, SUMMARY_PREFIX
 
 pytestmark = pytest.mark.slow
 
@@ -72,12 +73,12 @@ def test_a_rank_stopped_before_it_wrote_its_error_file_never_crashes_the_agent(
     assert result.stderr.endswith(
         "torchx-elastic: job failed: rank 2 (node 0) failed first: ValueError: rank 2 gives up\n"
     )
-    error_file = _log_dir(tmp_path) / "attempt_0" / "rank_3" / "error.json"
+    error_file = _log_dir(tmp_path) / "attempt_0" / "rank_3" / RANK_ERROR_FILE
     assert (
         "  rank 3 (node 0, local rank 3): signal SIGTERM, stopped by SIGTERM after another rank"
         " failed; error file unreadable (empty)\n" in result.stderr
     ), result.stderr[-3000:]
-    summary = json.loads((_log_dir(tmp_path) / "summary_node0.json").read_text())
+    summary = json.loads((_log_dir(tmp_path) / f"{SUMMARY_PREFIX}0.json").read_text())
     (victim,) = [v for v in summary["victims"] if v["rank"] == 3]
     assert victim["error_problem"] == "empty" and victim["error_path"] == str(error_file)
 
@@ -148,7 +149,7 @@ def test_the_record_case_restarted_again_and_again_always_names_rank_2(tmp_path:
     assert f"      {where}, in main\n" in result.stderr  # the path as python shows it
     assert "    ValueError: rank 2 gives up\n" in result.stderr
     events = [
-        json.loads(line) for line in (_log_dir(tmp_path) / "events.jsonl").read_text().splitlines()
+        json.loads(line) for line in (_log_dir(tmp_path) / EVENTS_FILE).read_text().splitlines()
     ]
     restarts_logged = [e for e in events if e["event"] == "restart"]
     assert len(restarts_logged) == restarts

@@ -13,6 +13,7 @@ import pytest
 
 from tests.conftest import run_agent
 from tests.e2e.agents import alive, descendants, free_port, start_agent, wait_for_text
+from torchx_elastic.contract import SECRET_ENV, SUMMARY_PREFIX
 
 pytestmark = pytest.mark.slow
 
@@ -218,7 +219,7 @@ def test_a_step_wide_sigterm_twice_ends_the_agent_cleanly(tmp_path: Path) -> Non
     assert agent.wait(timeout=60) == 128 + signal.SIGTERM
     output = log.read_text()
     assert "Traceback" not in output, output
-    summaries = list((tmp_path / "logs").glob("**/summary_node*.json"))
+    summaries = list((tmp_path / "logs").glob(f"**/{SUMMARY_PREFIX}*.json"))
     assert summaries, output
     time.sleep(0.5)
     assert not alive(job)
@@ -246,7 +247,7 @@ def test_sigterm_while_waiting_for_the_rendezvous_writes_the_summary(tmp_path: P
     assert agent.wait(timeout=60) == 128 + signal.SIGTERM
     output = log.read_text()
     assert "Traceback" not in output, output
-    assert list((tmp_path / "logs").glob("**/summary_node*.json")), output
+    assert list((tmp_path / "logs").glob(f"**/{SUMMARY_PREFIX}*.json")), output
 
 
 STEPS = """
@@ -264,7 +265,7 @@ dist.destroy_process_group()
 """
 
 
-SECRET = {"TORCHX_ELASTIC_RDZV_SECRET": "the nodes of this job"}  # as a scheduler gives
+SECRET = {SECRET_ENV: "the nodes of this job"}  # as a scheduler gives
 
 
 def _two_node_args(port: int, nnodes: str, host: bool, conf: str = "") -> list[str]:

@@ -16,6 +16,7 @@ import pyte
 import pytest
 
 from tests.conftest import BIN, REPO, _env, run_torchx
+from torchx_elastic.contract.job_progress import LINE_PREFIX
 
 pytestmark = pytest.mark.slow
 
@@ -130,7 +131,7 @@ def test_without_a_terminal_one_job_wide_line_per_interval(tmp_path: Path) -> No
     assert status, result.stderr
     # from the rank-0 node's agent only, each counting the 4 ranks of both nodes
     for line in status:
-        assert line.startswith("progress/0 [job progress] "), line
+        assert line.startswith(f"progress/0 {LINE_PREFIX}"), line
         assert JOB_LINE.search(line), line
     assert JOB_LINE.search(status[-1])[1] == "200"  # type: ignore[index]
     assert "[n0 progress]" not in result.stderr and "[n1 progress]" not in result.stderr

@@ -16,11 +16,11 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.agents import free_port, start_agent
-from torchx_elastic.contract import WAITING_FILE_PREFIX
+from torchx_elastic.contract import SECRET_ENV, WAITING_FILE_PREFIX
 
 pytestmark = pytest.mark.slow
 
-SECRET = {"TORCHX_ELASTIC_RDZV_SECRET": "diagnosis tests"}
+SECRET = {SECRET_ENV: "diagnosis tests"}
 # torch's import (13 agents at once on a loaded 2-core machine) comes first: times count
 # from the agent's log directory (made once torch is imported)
 IMPORT_S = 240.0
@@ -79,7 +79,7 @@ class Scenarios:
         log_dir = self.root / f"logs-{name}"
         argv += [str(log_dir), *args, "ok.py"]
         log = self.root / f"{name}.log"
-        env = {"TORCHX_ELASTIC_RDZV_SECRET": secret} if secret else SECRET
+        env = {SECRET_ENV: secret} if secret else SECRET
         agent = Agent(log, log_dir, start_agent(*argv, cwd=self.root, log=log, env=env))
         self.agents.append(agent)
         return agent

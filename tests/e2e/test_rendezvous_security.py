@@ -22,6 +22,7 @@ import pytest
 
 from tests.conftest import BIN, _env
 from tests.e2e.agents import free_port, start_agent
+from torchx_elastic.contract import PROGRESS_KEY_PREFIX, SECRET_ENV
 
 pytestmark = pytest.mark.slow
 
@@ -32,7 +33,7 @@ ATTACKER = str(Path(__file__).with_name("rdzv_attacker.py"))
 REFUSED_STATE = "refused the rendezvous state 'torch.rendezvous.{run_id}' from the rendezvous store"
 # 20 s: the attackers start (torch's import) while it runs
 LONG_RUN = {"STEPS": "200", "QUIET_STEPS": "150"}
-SECRET = {"TORCHX_ELASTIC_RDZV_SECRET": "the nodes of this job"}
+SECRET = {SECRET_ENV: "the nodes of this job"}
 
 STEPS = """
 import os, time
@@ -203,10 +204,7 @@ def test_two_host_job_refuses_a_client_on_another_host_and_a_local_one(
         assert "done world 2" in log
         # one line for each refused value, not one per read
         assert 1 <= log.count(REFUSED_STATE.format(run_id="job")) <= 2, log
-    assert (
-        "skipped node 1's progress report from the store: 'torchx_elastic/progress/node1'"
-        in logs[0]
-    )
+    assert f"skipped node 1's progress report from the store: '{PROGRESS_KEY_PREFIX}1'" in logs[0]
     assert (tmp_path / "logs-h0").stat().st_mode & 0o777 == 0o700
 
 
@@ -238,7 +236,7 @@ def test_unauthenticated_job_says_so_once_and_skips_a_malformed_progress_report(
         while time.monotonic() < deadline:
             try:
                 for round_ in range(4):
-                    key = f"torch.rendezvous.job.{round_}/torchx_elastic/progress/node1"
+                    key = f"torch.rendezvous.job.{round_}/{PROGRESS_KEY_PREFIX}1"
                     store.set(key, report)
             except RuntimeError:  # the job ended: its store is gone
                 break

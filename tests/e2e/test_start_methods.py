@@ -8,10 +8,11 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import run_agent
+from torchx_elastic.contract.agent_args import FORK_SERVER
 
 pytestmark = pytest.mark.slow
 
-METHODS = ["fork-server", "spawn"]
+METHODS = [FORK_SERVER, "spawn"]
 
 PYTHON_SEMANTICS = """
 import json, multiprocessing, os, random, signal, sys

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import run_agent
+from torchx_elastic.contract.agent_args import FORK_SERVER
 
 pytestmark = pytest.mark.slow
 
@@ -33,7 +34,7 @@ sys.stdout.write("last words without a newline")
 
 # spawn is the interpreter's own finalization, which does not promise this: its unclosed
 # binary file came out empty in a run here
-@pytest.mark.parametrize("method", ["fork-server"])
+@pytest.mark.parametrize("method", [FORK_SERVER])
 def test_unclosed_files_keep_every_byte_and_atexit_runs(tmp_path: Path, method: str) -> None:
     (tmp_path / "end.py").write_text(UNCLOSED_FILES)
     result = run_agent(
@@ -81,7 +82,7 @@ with open(os.path.join(os.environ["OUT_DIR"], "totals." + os.environ["RANK"]), "
 """
 
 
-@pytest.mark.parametrize("method", ["fork-server"])
+@pytest.mark.parametrize("method", [FORK_SERVER])
 def test_dropping_a_ddp_model_after_destroy_never_hangs(tmp_path: Path, method: str) -> None:
     (tmp_path / "rounds.py").write_text(DDP_ROUNDS)
     rounds = 25

@@ -22,6 +22,7 @@ import torchx.specs as specs
 from tests.conftest import _env
 from torchx_elastic.components.ft import INSTALL_HINT, ddp
 from torchx_elastic.components.ft_app import FtUsageError
+from torchx_elastic.contract import LAUNCHER_PID_ENV, RANK0_ENV, ROLE_RANK0_ENV
 from torchx_elastic.ft.lighthouse import GroupRegistry, serve_registry
 from torchx_elastic.ft.protocol import get_groups, post_event
 from torchx_elastic.schedulers.docker.options import DockerOptions
@@ -58,7 +59,7 @@ def test_one_lighthouse_role_then_one_role_per_group_each_with_its_own_rendezvou
         assert agent[agent.index("--nproc-per-node") + 1] == "4"
         assert agent[agent.index("--max-restarts") + 1] == "5"
         endpoint = agent[agent.index("--rdzv-endpoint") + 1]
-        assert endpoint == f"$${{TORCHX_ELASTIC_ROLE_RANK0_HOST:-localhost}}:{29600 + g}"
+        assert endpoint == f"$${{{ROLE_RANK0_ENV}:-localhost}}:{29600 + g}"
         assert agent[-3:] == ["train.py", "--lr", "0.1"]
 
 
@@ -69,7 +70,7 @@ def test_a_bare_process_count_is_one_node_per_group() -> None:
     # its store and gloo listen where the other groups reach them (torchft's Manager hands
     # them MASTER_ADDR), on a free port: not on loopback as a one-node dist.ddp job's do
     endpoint = group.args[group.args.index("--rdzv-endpoint") + 1]
-    assert endpoint == "$${TORCHX_ELASTIC_ROLE_RANK0_HOST:-localhost}:0"
+    assert endpoint == f"$${{{ROLE_RANK0_ENV}:-localhost}}:0"
 
 
 @pytest.mark.parametrize(
@@ -181,7 +182,7 @@ def test_group_launcher_sets_the_lighthouse_and_reports_the_agents_exit_code(
     result = subprocess.run(
         [sys.executable, "-m", "torchx_elastic.ft.group", "--node", "0"]
         + ["--lighthouse_port", str(port), "--", "-c", agent],
-        env=_env({"REPLICA_GROUP_ID": "0", "TORCHX_RANK0_HOST": "127.0.0.1"}),
+        env=_env({"REPLICA_GROUP_ID": "0", RANK0_ENV: "127.0.0.1"}),
         capture_output=True,
         text=True,
         timeout=60,
@@ -199,8 +200,8 @@ def test_group_launcher_says_when_the_lighthouse_role_is_gone(
     monkeypatch.setattr(group, "STARTED_REPORT_S", 0.1)
     monkeypatch.setattr(group, "ENDED_REPORT_S", 0.1)
     monkeypatch.setenv("REPLICA_GROUP_ID", "1")
-    monkeypatch.setenv("TORCHX_RANK0_HOST", "127.0.0.1")
-    monkeypatch.delenv("TORCHX_ELASTIC_LAUNCHER_PID", raising=False)
+    monkeypatch.setenv(RANK0_ENV, "127.0.0.1")
+    monkeypatch.delenv(LAUNCHER_PID_ENV, raising=False)
     assert group.run("0", _free_port(), ["-c", "pass"]) == 0
     assert capsys.readouterr().err.strip() == (
         "torchx-elastic: the Lighthouse role at 127.0.0.1 did not take the end of replica"
@@ -213,8 +214,8 @@ def test_docker_and_local_cwd_give_each_role_its_own_rank0_host() -> None:
     job = build_job(app, DockerOptions(), "ft-abc", {})
     hosts = {
         c.name: (
-            c.environment["TORCHX_RANK0_HOST"],
-            c.environment["TORCHX_ELASTIC_ROLE_RANK0_HOST"],
+            c.environment[RANK0_ENV],
+            c.environment[ROLE_RANK0_ENV],
         )
         for c in job.containers
     }
@@ -228,7 +229,7 @@ def test_docker_and_local_cwd_give_each_role_its_own_rank0_host() -> None:
     request = create_scheduler("test").submit_dryrun(app, {}).request
     for replicas in request.role_params.values():
         for replica in replicas:
-            assert replica.env["TORCHX_ELASTIC_ROLE_RANK0_HOST"] == "127.0.0.1"
+            assert replica.env[ROLE_RANK0_ENV] == "127.0.0.1"
 
 
 def test_the_quorum_is_read_from_torchft_lighthouse_status_page(
@@ -281,7 +282,7 @@ def test_group_launcher_forwards_sigterm_to_the_agent_and_stops_at_once() -> Non
     launcher = subprocess.Popen(
         [sys.executable, "-m", "torchx_elastic.ft.group", "--node", "0"]
         + ["--lighthouse_port", str(_free_port()), "--", "-c", agent],
-        env=_env({"REPLICA_GROUP_ID": "0", "TORCHX_RANK0_HOST": "127.0.0.1"}),
+        env=_env({"REPLICA_GROUP_ID": "0", RANK0_ENV: "127.0.0.1"}),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

@@ -23,6 +23,7 @@ from torchx_elastic.agent.function.launch import (
     raise_for_outcome,
 )
 from torchx_elastic.agent.function.options import AgentOptions
+from torchx_elastic.contract import RANK_ERROR_FILE, RESTART_COUNT_ENV
 from torchx_elastic.launcher import (
     CallPicklingError,
     FunctionFailedError,
@@ -93,7 +94,7 @@ def test_call_file_round_trip_in_this_process(
     call_file = tmp_path / "call.pkl"
     function_call.write_call(function_call.make_call(divmod, (17, 5)), str(call_file))
     monkeypatch.setenv("RANK", "4")
-    monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", "2")
+    monkeypatch.setenv(RESTART_COUNT_ENV, "2")
     function_call.run_call_file(str(call_file))
     assert function_call.read_results(str(call_file), 2) == {4: (3, 2)}
     assert function_call.read_results(str(call_file), 1) == {}
@@ -143,8 +144,9 @@ def test_a_launch_while_a_worker_imports_the_main_script(
         ),
         (
             {"start_method": "thread"},
-            "start_method='thread' is not a start method: fork-server (ours: workers forked from"
-            " a process that imported torch once) or torchrun's spawn, fork, forkserver",
+            "start_method='thread' is not a start method: fork-server (ours, with a hyphen:"
+            " workers forked from a process that imported torch once) or torchrun's spawn,"
+            " fork, forkserver (as torchrun means them)",
         ),
         ({"console": "fancy"}, "console='fancy' is not one of auto, plain, live"),
     ],
@@ -245,7 +247,7 @@ def test_bad_launch_configs(tmp_path: Path, kwargs: dict[str, object], message: 
 
 
 def test_failed_run_becomes_one_child_failed_error(tmp_path: Path) -> None:
-    error_file = tmp_path / "error.json"
+    error_file = tmp_path / RANK_ERROR_FILE
     error_file.write_text(
         json.dumps(
             {

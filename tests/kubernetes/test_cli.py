@@ -18,6 +18,7 @@ from torchx.cli.main import main as torchx_main
 from tests.kubernetes.conftest import SUFFIX
 from tests.kubernetes.fake_api import FakeCluster
 from tests.kubernetes.validation import validate_all
+from torchx_elastic.contract import RANK0_ENV
 
 JOB = f"main-{SUFFIX}"
 HANDLE = f"kubernetes://torchx/default:{JOB}"
@@ -66,7 +67,7 @@ def test_dryrun_prints_yaml_that_kubectl_apply_accepts() -> None:
     env = {
         e["name"]: e.get("value") for e in job["spec"]["template"]["spec"]["containers"][0]["env"]
     }
-    assert env["TORCHX_RANK0_HOST"] == f"{name}-0.{name}.default.svc"
+    assert env[RANK0_ENV] == f"{name}-0.{name}.default.svc"
     assert env["TORCHX_JOB_ID"] == f"kubernetes://torchx/default:{name}"
 
 

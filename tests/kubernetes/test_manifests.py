@@ -21,6 +21,7 @@ from tests.kubernetes.validation import (
     validate_volcano,
 )
 from torchx_elastic.components.dist import ddp
+from torchx_elastic.contract import ERROR_FILE_ENV, RANK0_ENV
 from torchx_elastic.schedulers.errors import UserError
 from torchx_elastic.schedulers.kubernetes.manifests import for_server
 from torchx_elastic.schedulers.kubernetes.names import JobNames, new_suffix, parse_app_id
@@ -94,7 +95,7 @@ def test_dryrun_2_4x8_names_pod_0_by_its_dns_name() -> None:
     name = f"main-{SUFFIX}"
     template = job["spec"]["template"]
     env = {e["name"]: e for e in template["spec"]["containers"][0]["env"]}
-    assert env["TORCHX_RANK0_HOST"]["value"] == f"{name}-0.{name}.default.svc"
+    assert env[RANK0_ENV]["value"] == f"{name}-0.{name}.default.svc"
     # the Job controller names pod i's host <job>-<i>; the subdomain is the Service
     assert template["spec"]["subdomain"] == service["metadata"]["name"] == name
     assert job["spec"]["completionMode"] == "Indexed"
@@ -104,7 +105,7 @@ def test_dryrun_2_4x8_names_pod_0_by_its_dns_name() -> None:
     assert service["spec"]["selector"].items() <= template["metadata"]["labels"].items()
     args = template["spec"]["containers"][0]["args"]
     # Kubernetes turns $$ into $: the agent gets ${TORCHX_RANK0_HOST:-localhost}:29500
-    assert args[args.index("--rdzv-endpoint") + 1] == "$${TORCHX_RANK0_HOST:-localhost}:29500"
+    assert args[args.index("--rdzv-endpoint") + 1] == f"$${{{RANK0_ENV}:-localhost}}:29500"
     assert args[args.index("--nnodes") + 1] == "2:4"
 
 
@@ -290,7 +291,7 @@ def test_pull_policy_ttl_and_the_root_cause_in_the_termination_message() -> None
     assert container["imagePullPolicy"] == "IfNotPresent"
     assert job["spec"]["ttlSecondsAfterFinished"] == 7 * 24 * 3600
     assert container["terminationMessagePolicy"] == "FallbackToLogsOnError"
-    assert {"name": "TORCHELASTIC_ERROR_FILE", "value": "/dev/termination-log"} in container["env"]
+    assert {"name": ERROR_FILE_ENV, "value": "/dev/termination-log"} in container["env"]
     options = KubernetesOptions(image_pull_policy="Never", ttl_seconds_after_finished=0)
     job = build_request(_ddp(), options, SUFFIX).manifests[0]
     assert job["spec"]["template"]["spec"]["containers"][0]["imagePullPolicy"] == "Never"
@@ -346,7 +347,7 @@ def test_volcano_replicas_reach_the_store_by_its_dns_name() -> None:
     hosts = []
     for task in job["spec"]["tasks"]:
         env = {e["name"]: e.get("value") for e in _container({"spec": task})["env"]}
-        hosts.append(env["TORCHX_RANK0_HOST"])
+        hosts.append(env[RANK0_ENV])
     name = f"main-{SUFFIX}"
     # rank 0 too: its store listens on its pod address, where the others reach it
     assert hosts == [f"{name}-main-0-0.{name}.default.svc"] * 4

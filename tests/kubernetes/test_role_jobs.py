@@ -14,6 +14,7 @@ from tests.kubernetes.fake_api import FakeCluster
 from tests.kubernetes.test_manifests import GOLDEN, _check_golden, _dryrun_yaml
 from tests.kubernetes.validation import validate_all
 from torchx_elastic.components.ft import ddp as ft_ddp
+from torchx_elastic.contract import RANK0_ENV, ROLE_RANK0_ENV
 from torchx_elastic.schedulers.kubernetes.role_jobs import app_state
 from torchx_elastic.schedulers.kubernetes.scheduler import KubernetesScheduler
 
@@ -47,11 +48,11 @@ def test_one_job_per_role_behind_one_service(
     for owned in [*groups, fake.objects["services"][("default", JOB)]]:
         assert [o["name"] for o in owned["metadata"]["ownerReferences"]] == [JOB]
     lighthouse_host = f"{JOB}-0.{JOB}.default.svc"
-    assert _env(first)["TORCHX_RANK0_HOST"] == lighthouse_host
+    assert _env(first)[RANK0_ENV] == lighthouse_host
     for g, group in enumerate(groups):
-        assert _env(group)["TORCHX_RANK0_HOST"] == lighthouse_host
+        assert _env(group)[RANK0_ENV] == lighthouse_host
         own_host = f"{JOB}-group{g}-0.{JOB}.default.svc"
-        assert _env(group)["TORCHX_ELASTIC_ROLE_RANK0_HOST"] == own_host
+        assert _env(group)[ROLE_RANK0_ENV] == own_host
         assert group["spec"]["backoffLimitPerIndex"] == 2
         # a pod's bare hostname (torchft's Manager advertises it) resolves in every pod
         assert group["spec"]["template"]["spec"]["dnsConfig"] == {

@@ -16,6 +16,7 @@ from torchx.specs import AppState, ReplicaState
 from tests.kubernetes.conftest import SUFFIX
 from tests.kubernetes.fake_api import FakeCluster
 from torchx_elastic.components.dist import ddp
+from torchx_elastic.contract import ERROR_FILE_ENV, SECRET_ENV
 from torchx_elastic.schedulers.kubernetes import create_scheduler, job_access
 from torchx_elastic.schedulers.kubernetes.client import KubernetesError
 from torchx_elastic.schedulers.kubernetes.logs import since_seconds
@@ -70,7 +71,7 @@ def test_each_job_gets_a_fresh_secret_and_a_network_policy_owned_by_the_job(
     assert len(value) == 64 and value != job_access.SECRET_PLACEHOLDER
     # every pod reads it from the Secret: the value is not in the Job's manifest
     env = {e["name"]: e for e in job["spec"]["template"]["spec"]["containers"][0]["env"]}
-    assert env["TORCHX_ELASTIC_RDZV_SECRET"]["valueFrom"]["secretKeyRef"] == {
+    assert env[SECRET_ENV]["valueFrom"]["secretKeyRef"] == {
         "name": JOB,
         "key": "rdzv-secret",
     }
@@ -288,7 +289,7 @@ def test_every_pod_names_the_jobs_first_failure(
     messages = {}
     for node, own in ((0, lost), (1, raiser)):
         reply = tmp_path / f"termination-log-{node}"
-        monkeypatch.setenv("TORCHELASTIC_ERROR_FILE", str(reply))
+        monkeypatch.setenv(ERROR_FILE_ENV, str(reply))
         ConsoleSession._write_reply_file(classify([own]), first)
         messages[node] = reply.read_text()
     _submit(scheduler, j="2x1")

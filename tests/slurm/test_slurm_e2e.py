@@ -26,6 +26,7 @@ import pytest
 
 from tests.conftest import REPO, run_torchx
 from tests.e2e.agents import free_port
+from torchx_elastic.contract import SUMMARY_PREFIX
 
 pytestmark = [pytest.mark.slow, pytest.mark.slurm, pytest.mark.timeout(600)]
 
@@ -255,7 +256,9 @@ def test_cancel_stops_every_process_and_each_agent_reports(workdir: Path) -> Non
     assert left.stdout == "", f"processes of the job are left:\n{left.stdout}"
     job.assert_clean_output()
     # each agent stopped its workers, wrote its summary and exited 128 + SIGTERM
-    summaries = [json.loads(p.read_text()) for p in workdir.glob("agent_logs/**/summary_node*")]
+    summaries = [
+        json.loads(p.read_text()) for p in workdir.glob(f"agent_logs/**/{SUMMARY_PREFIX}*")
+    ]
     ends = sorted(
         (s["node"], s["host"] == HOSTS[s["node"]], s["state"], s["exit_code"]) for s in summaries
     )

@@ -6,6 +6,7 @@ What each torchx line lists (builtins, schedulers) is in ``tests/compat/test_tor
 from pathlib import Path
 
 from tests.conftest import REPO, run_torchx
+from torchx_elastic.contract import RANK0_ENV
 
 
 def test_dryrun_shows_the_agent_as_entrypoint(tmp_path: Path) -> None:
@@ -24,8 +25,8 @@ def test_dryrun_shows_the_agent_as_entrypoint(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     assert "'entrypoint': 'python3'" in result.stdout
     assert "'torchx_elastic.agent'" in result.stdout
-    assert "'TORCHX_RANK0_HOST': '127.0.0.1'" in result.stdout
-    assert "${TORCHX_RANK0_HOST:-localhost}:29500" in result.stdout
+    assert f"'{RANK0_ENV}': '127.0.0.1'" in result.stdout
+    assert f"${{{RANK0_ENV}:-localhost}}:29500" in result.stdout
 
 
 def test_repo_config_defaults_to_our_local_cwd(tmp_path: Path) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tests.e2e.compat_runner import Outcome, normalised_record, record_differences
+from torchx_elastic.contract import CHANNEL_ENV
 
 
 def _outcome(root: Path, port: int, launch_env: dict[str, str]) -> Outcome:
@@ -31,7 +32,7 @@ def test_ports_run_ids_paths_and_our_variables_are_made_uniform(tmp_path: Path) 
         "MASTER_PORT": "29555",
         "TORCHELASTIC_RUN_ID": "0b4c7e2a-1f0d-4c5e-9a57-2b1f7c3d9e10",
         "TORCHELASTIC_ERROR_FILE": f"{tmp_path}/logs/job_x/attempt_0/0/error.json",
-        "TORCHX_ELASTIC_CHANNEL": "/tmp/sock",
+        CHANNEL_ENV: "/tmp/sock",
         "RANK": "0",
     }
     record = _record(tmp_path, env, ["compat_worker.py", f"--out={tmp_path}/work/a"])

@@ -13,19 +13,28 @@ import pytest
 import torchx_elastic
 from torchx_elastic import contract
 from torchx_elastic.contract import events
-from torchx_elastic.contract.agent_args import START_METHODS, parse_node_range
+from torchx_elastic.contract.agent_args import (
+    FORK_SERVER,
+    FORKSERVER,
+    START_METHODS,
+    StartMethodError,
+    check_start_method,
+    parse_node_range,
+)
 from torchx_elastic.contract.error_file import read_error_file, write_error_file
 
 PACKAGE = Path(torchx_elastic.__file__).parent
 CONTRACT = PACKAGE / "contract" / "__init__.py"
+REPO = PACKAGE.parent
 
 
 def _literals() -> dict[str, str]:
-    return {
+    literals = {
         name: value
         for name, value in vars(contract).items()
         if name.isupper() and isinstance(value, str)
     }
+    return {**literals, "FORK_SERVER": FORK_SERVER}
 
 
 def _strings(path: Path) -> set[str]:
@@ -54,12 +63,35 @@ def test_each_contract_literal_is_spelled_once_in_the_package() -> None:
         "JOB_PROGRESS_FILE",
         "PROGRESS_KEY_PREFIX",
     } <= set(literals)
-    strings = {path: _strings(path) for path in PACKAGE.rglob("*.py") if path != CONTRACT}
+    strings = {
+        path: _strings(path)
+        for path in PACKAGE.rglob("*.py")
+        if CONTRACT.parent not in path.parents
+    }
     repeated = {
         f"{path.relative_to(PACKAGE)}: {name} ({value!r})"
         for path, found in strings.items()
         for name, value in literals.items()
         if value in found
+    }
+    assert repeated == set(), "import these names from torchx_elastic.contract"
+
+
+def test_the_tests_and_benchmarks_import_our_names_too() -> None:
+    # torch's own variables (TORCHELASTIC_*) stay spelled where a test plays torchrun or a
+    # user's script (the torchrun compatibility tests, the workers' scripts, the examples)
+    ours = {
+        name: value
+        for name, value in _literals().items()
+        if not value.startswith(("TORCHELASTIC_", "TORCH_ELASTIC_"))
+    }
+    repeated = {
+        f"{path.relative_to(REPO)}: {name} ({value!r})"
+        for root in (REPO / "tests", REPO / "bench")
+        for path in root.rglob("*.py")
+        if path != Path(__file__)
+        for name, value in ours.items()
+        if value in _strings(path)
     }
     assert repeated == set(), "import these names from torchx_elastic.contract"
 
@@ -96,7 +128,7 @@ def test_the_summary_reads_back_the_newest(tmp_path: Path) -> None:
 
 
 def test_the_error_file_reads_back_what_it_wrote(tmp_path: Path) -> None:
-    path = str(tmp_path / "error.json")
+    path = str(tmp_path / contract.RANK_ERROR_FILE)
     write_error_file(path, "ValueError: bad", "Traceback ...", timestamp_s=7)
     content = read_error_file(path)
     assert content is not None
@@ -126,3 +158,12 @@ def test_each_start_method_has_one_spelling_and_torchruns_are_kept() -> None:
         assert args.start_method == method
     with pytest.raises(SystemExit):
         build_parser().parse_args(["--start-method", "fork_server", "train.py"])
+
+
+def test_ours_and_torchruns_fork_server_are_both_taken_and_a_near_miss_names_both() -> None:
+    assert check_start_method(FORK_SERVER) == FORK_SERVER
+    assert check_start_method(FORKSERVER) == FORKSERVER
+    with pytest.raises(StartMethodError) as err:
+        check_start_method("fork_server")
+    assert "fork-server (ours, with a hyphen:" in str(err.value)
+    assert "torchrun's spawn, fork, forkserver (as torchrun means them)" in str(err.value)

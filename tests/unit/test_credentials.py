@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from torchx_elastic.components.dist import ddp
+from torchx_elastic.contract import ENV_FILE_ENV
 from torchx_elastic.contract.env_file import load_env_file, parse_env_file
 from torchx_elastic.schedulers.credentials import looks_like_credential
 from torchx_elastic.schedulers.docker import DockerScheduler
@@ -91,7 +92,7 @@ def test_env_file_format_is_dockers(tmp_path: Path) -> None:
         parse_env_file("A=1\nBAD NAME=1\n", {})
     path = tmp_path / "secret.env"
     path.write_text("WANDB_API_KEY=k-123\n")
-    environ = {"TORCHX_ELASTIC_ENV_FILE": str(path)}
+    environ = {ENV_FILE_ENV: str(path)}
     load_env_file(environ)
     assert environ["WANDB_API_KEY"] == "k-123"
     untouched = {"OTHER": "1"}

@@ -3,6 +3,7 @@ from torchx.specs import AppDef, macros
 
 from torchx_elastic.components.dist import ddp, spmd, torchrun
 from torchx_elastic.components.job_size import JobSizeError
+from torchx_elastic.contract.agent_args import FORK_SERVER
 
 HOSTILE_ARGS = (
     "a b",
@@ -120,17 +121,18 @@ def test_spmd_elastic_nodes_on_gpu_host() -> None:
 
 
 def test_hang_timeout_and_start_method_reach_the_agent() -> None:
-    args = ddp(script="main.py", hang_timeout_s=600, start_method="fork-server").roles[0].args
+    args = ddp(script="main.py", hang_timeout_s=600, start_method=FORK_SERVER).roles[0].args
     assert args[args.index("--hang-timeout-s") + 1] == "600"
-    assert args[args.index("--start-method") + 1] == "fork-server"
+    assert args[args.index("--start-method") + 1] == FORK_SERVER
 
 
 def test_bad_start_method_and_hang_timeout_say_what_is_accepted() -> None:
     with pytest.raises(ValueError) as err:
         ddp(script="main.py", start_method="fork_server")
     assert str(err.value) == (
-        "start_method 'fork_server' is not a start method: fork-server (ours: workers forked"
-        " from a process that imported torch once) or torchrun's spawn, fork, forkserver"
+        "start_method 'fork_server' is not a start method: fork-server (ours, with a hyphen:"
+        " workers forked from a process that imported torch once) or torchrun's spawn, fork,"
+        " forkserver (as torchrun means them)"
     )
     with pytest.raises(ValueError) as err:
         ddp(script="main.py", hang_timeout_s=-1)
@@ -167,6 +169,6 @@ def test_tee_keeps_the_other_streams_off_the_console() -> None:
 def test_workers_are_forked_from_the_fork_server_by_default_and_spawn_stays_an_option() -> None:
     for app in (ddp(script="main.py"), spmd(script="main.py")):
         args = app.roles[0].args
-        assert args[args.index("--start-method") + 1] == "fork-server"
+        assert args[args.index("--start-method") + 1] == FORK_SERVER
     args = ddp(script="main.py", start_method="spawn").roles[0].args
     assert args[args.index("--start-method") + 1] == "spawn"

@@ -5,11 +5,12 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
+from torchx_elastic.contract import STDERR_FILE, STDOUT_FILE
 from torchx_elastic.schedulers.file_lines import follow_lines
 
 
 def test_a_half_written_line_waits_for_its_end(tmp_path: Path) -> None:
-    out, err = tmp_path / "stdout.log", tmp_path / "stderr.log"
+    out, err = tmp_path / STDOUT_FILE, tmp_path / STDERR_FILE
     out.write_bytes(b"one\ntw")
     finished = threading.Event()
     lines = follow_lines([str(out), str(err)], finished.is_set, poll_s=0.01)
@@ -33,6 +34,6 @@ def test_files_that_never_appear_end_when_finished(tmp_path: Path) -> None:
 
 
 def test_undecodable_bytes_are_replaced(tmp_path: Path) -> None:
-    path = tmp_path / "stdout.log"
+    path = tmp_path / STDOUT_FILE
     path.write_bytes(b"ok \xff\n")
     assert list(follow_lines([str(path)], lambda: True)) == ["ok \ufffd\n"]

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.timeline_jobs import T0, generated_job, record, write_crash_files, write_events
+from torchx_elastic.contract import RANK_ERROR_FILE, agents_log_dir
 from torchx_elastic.contract import events as ev
 from torchx_elastic.timeline import cli, html, trace
 from torchx_elastic.timeline.model import Timeline
@@ -22,7 +23,7 @@ from torchx_elastic.timeline.source import (
 
 @pytest.fixture
 def crashed_2x2(tmp_path: Path) -> Path:
-    log_dir = tmp_path / "torchx" / "train-abc" / "torchelastic" / "train"
+    log_dir = Path(agents_log_dir(str(tmp_path / "torchx" / "train-abc"), "train"))
     write_events(
         log_dir,
         generated_job(2, 2, progress_samples=5),
@@ -67,7 +68,7 @@ def test_lanes_restart_cause_root_and_victims(crashed_2x2: Path) -> None:
 def test_an_empty_error_file_is_read_as_the_agent_reads_it(crashed_2x2: Path) -> None:
     # a worker killed while @record writes its error file leaves it empty: the root cause
     # still comes from the rank's exit code and its stderr, as in the agent's report
-    (crashed_2x2 / "attempt_0" / "rank_1" / "error.json").write_text("")
+    (crashed_2x2 / "attempt_0" / "rank_1" / RANK_ERROR_FILE).write_text("")
     timeline = timeline_of_dir(str(crashed_2x2))
     root = next(f for f in timeline.failures if f.role == "root")
     assert (root.rank, root.how) == (1, "exit code 1")

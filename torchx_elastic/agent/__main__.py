@@ -22,6 +22,7 @@ def main(argv: list[str] | None = None) -> None:
     from torchx_elastic.agent.config.cli import build_parser
     from torchx_elastic.agent.workers.bootstrap import die_with_parent
     from torchx_elastic.contract import LAUNCHER_PID_ENV
+    from torchx_elastic.contract.agent_args import FORK_SERVER
     from torchx_elastic.contract.env_file import load_env_file
 
     # set by local_cwd: when the torchx process that started this agent dies (even by
@@ -49,7 +50,7 @@ def main(argv: list[str] | None = None) -> None:
         print(f"torchx-elastic: error: {err}", file=sys.stderr)
         sys.exit(1)
     fork_server = None
-    if config.start_method == "fork-server" and config.worker.through_bootstrap:
+    if config.start_method == FORK_SERVER and config.worker.through_bootstrap:
         if config.worker.entrypoint != sys.executable or "--exec" in config.worker.args[2:3]:
             pass  # another interpreter (PYTHON_EXEC) or --no-python: nothing to fork from
         else:

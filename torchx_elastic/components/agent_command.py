@@ -7,13 +7,16 @@ from dataclasses import dataclass
 from torchx.specs import macros
 
 from torchx_elastic.components.job_size import JobSize
-from torchx_elastic.contract.agent_args import FORK_SERVER, StartMethodError, check_start_method
+from torchx_elastic.contract.agent_args import (
+    CONSOLE_MODES,
+    DEFAULT_CONSOLE,
+    DEFAULT_START_METHOD,
+    StartMethodError,
+    check_start_method,
+)
 
 AGENT_MODULE = "torchx_elastic.agent"
 PYTHON = "python3"
-DEFAULT_START_METHOD = FORK_SERVER  # the agent's own default
-CONSOLES = ("auto", "plain", "live")  # the agent's --console
-DEFAULT_CONSOLE = "auto"
 
 
 def _literal(arg: str) -> str:
@@ -44,8 +47,10 @@ class AgentCommand:
     reached_from_outside: bool = False
 
     def __post_init__(self) -> None:
-        if self.console not in CONSOLES:
-            raise ValueError(f"invalid console {self.console!r}; accepted: {', '.join(CONSOLES)}")
+        if self.console not in CONSOLE_MODES:
+            raise ValueError(
+                f"invalid console {self.console!r}; accepted: {', '.join(CONSOLE_MODES)}"
+            )
         try:
             check_start_method(self.start_method)
         except StartMethodError as err:

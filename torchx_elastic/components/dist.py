@@ -19,9 +19,9 @@ from typing import Dict, List, Optional
 
 import torchx.specs as specs
 
-from torchx_elastic.components.agent_command import DEFAULT_CONSOLE, DEFAULT_START_METHOD
 from torchx_elastic.components.dist_app import DEFAULT_IMAGE, DistApp, host_gpus
 from torchx_elastic.components.job_size import JobSize, parse_nnodes
+from torchx_elastic.contract.agent_args import DEFAULT_CONSOLE, DEFAULT_START_METHOD
 
 __all__ = ["ddp", "parse_nnodes", "spmd", "torchrun"]
 
@@ -87,7 +87,7 @@ def torchrun(
         start_method: fork-server (the default: workers forked from a process that imported
             torch once, much faster starts and restarts) or spawn (a fresh interpreter per
             worker, as torchrun starts a script; fork and forkserver, torchrun's other
-            spellings, start a script the same way)
+            names, start a script the same way; docs/agent.md, How workers start)
         console: the agent's console: auto (a live progress bar on a person's terminal,
             plain lines in files, pipes and batch jobs such as Slurm's), plain or live
     """
@@ -180,7 +180,7 @@ def ddp(
         start_method: fork-server (the default: workers forked from a process that imported
             torch once, much faster starts and restarts) or spawn (a fresh interpreter per
             worker, as torchrun starts a script; fork and forkserver, torchrun's other
-            spellings, start a script the same way)
+            names, start a script the same way; docs/agent.md, How workers start)
         console: the agent's console: auto (a live progress bar on a person's terminal,
             plain lines in files, pipes and batch jobs such as Slurm's), plain or live
     """

@@ -16,12 +16,11 @@ from torchx.components.structured_arg import StructuredNameArgument
 from torchx.specs import macros
 
 from torchx_elastic.components.agent_command import (
-    DEFAULT_CONSOLE,
-    DEFAULT_START_METHOD,
     AgentCommand,
 )
 from torchx_elastic.components.job_size import JobSize
 from torchx_elastic.components.node_resource import node_resource
+from torchx_elastic.contract.agent_args import DEFAULT_CONSOLE, DEFAULT_START_METHOD
 
 DEFAULT_IMAGE = "torchx-elastic:latest"
 

@@ -15,10 +15,10 @@ from typing import Dict, List, Optional
 
 import torchx.specs as specs
 
-from torchx_elastic.components.agent_command import DEFAULT_START_METHOD
 from torchx_elastic.components.dist_app import DEFAULT_IMAGE, DistApp
 from torchx_elastic.components.ft_app import FtApp
 from torchx_elastic.components.job_size import JobSize
+from torchx_elastic.contract.agent_args import DEFAULT_START_METHOD
 
 __all__ = ["ddp"]
 
@@ -91,7 +91,8 @@ def ddp(
         tee: which worker streams the console shows: 0 none, 1 stdout, 2 stderr, 3 both
         hang_timeout_s: restart (or fail) a group whose rank sends no progress()/heartbeat()
             for this many seconds (0: off)
-        start_method: fork-server (the default) or torchrun's spawn, fork, forkserver
+        start_method: fork-server (the default, ours) or torchrun's spawn, fork, forkserver
+            (no hyphen: as torchrun means it; docs/agent.md, How workers start)
     """
     if importlib.util.find_spec("torchft") is None:
         print(INSTALL_HINT, file=sys.stderr)

@@ -1,24 +1,39 @@
 """The values of the agent's options that every front-end reads the same way.
 
 The agent's command line (``agent/config``), ``launch(fn)`` (``torchx_elastic.launcher``) and
-the components (``dist.ddp``'s ``-j``, ``start_method``) all take a node range and a start
-method; this is the one parser of each.
+the components (``dist.ddp``'s ``-j``, ``start_method``, ``console``) all take a node range, a
+start method and a console mode; this is the one list or parser of each.
 
 Standard library only.
 """
 
 from __future__ import annotations
 
-# how the workers start: ours, then torchrun's three as torchrun means them (for a script
-# they change nothing: torch starts a script as a fresh interpreter whatever the method; for
-# a function they are multiprocessing's)
-FORK_SERVER = "fork-server"  # workers forked from a process that imported torch once
-TORCHRUN_START_METHODS = ("spawn", "fork", "forkserver")
+from typing import Literal, get_args
+
+# How the workers start: the one list, each name spelled once. Mind the hyphen:
+# ``fork-server`` is ours, ``forkserver`` is torchrun's (multiprocessing's) and means what it
+# means there; both are taken, so that a torchrun command line runs unchanged. For a script
+# (the agent, dist.ddp): fork-server forks each worker from a process that imported torch
+# once; torchrun's three each start a fresh interpreter, as torchrun does. For a function
+# (launch(fn)): spawn is a fresh interpreter; fork, forkserver and fork-server fork the
+# workers from the caller (fork even while other threads run, the other two only where none
+# does, else they spawn). docs/agent.md, "How workers start", is the account for users.
+FORK_SERVER = "fork-server"  # ours
+SPAWN, FORK, FORKSERVER = "spawn", "fork", "forkserver"  # torchrun's
+TORCHRUN_START_METHODS = (SPAWN, FORK, FORKSERVER)
 START_METHODS = (FORK_SERVER, *TORCHRUN_START_METHODS)
+DEFAULT_START_METHOD = FORK_SERVER  # the agent's and the components' (torchrun's: spawn)
+FUNCTION_DEFAULT_START_METHOD = SPAWN  # launch(fn)'s, as torch's elastic_launch
 START_METHODS_TEXT = (
-    f"{FORK_SERVER} (ours: workers forked from a process that imported torch once)"
-    f" or torchrun's {', '.join(TORCHRUN_START_METHODS)}"
+    f"{FORK_SERVER} (ours, with a hyphen: workers forked from a process that imported torch"
+    f" once) or torchrun's {', '.join(TORCHRUN_START_METHODS)} (as torchrun means them)"
 )
+# the agent's console (--console, dist.ddp's console, launch(console=)): auto: a live progress
+# bar on a person's terminal, plain lines in files, pipes and batch jobs; plain; live
+ConsoleMode = Literal["auto", "plain", "live"]
+CONSOLE_MODES: tuple[ConsoleMode, ...] = get_args(ConsoleMode)
+DEFAULT_CONSOLE: ConsoleMode = "auto"
 NODE_RANGE_EXAMPLES = "N or MIN:MAX, e.g. 2 or 1:4"
 
 

@@ -17,7 +17,7 @@ import logging
 import os
 from collections.abc import Iterator
 
-from torchx_elastic.contract import AGENTS_LOG_SUBDIR, EVENTS_FILE
+from torchx_elastic.contract import AGENTS_LOG_SUBDIR, EVENTS_FILE, agents_log_dir
 from torchx_elastic.contract import events as ev
 from torchx_elastic.contract.events import read_events
 from torchx_elastic.timeline.failures import classifier
@@ -56,7 +56,7 @@ def find_log_dir(path: str, app_id: str | None = None) -> str:
         what = f" of {app_id}" if app_id else ""
         raise SourceError(
             f"no {EVENTS_FILE}{what} in {path}: give the agents' log directory (their"
-            " --log-dir; local_cwd: <log_dir>/<session>/<app_id>/torchelastic/<role>)"
+            f" --log-dir; local_cwd: {agents_log_dir('<log_dir>/<session>/<app_id>', '<role>')})"
         )
     if len(found) > 1:
         raise SourceError(

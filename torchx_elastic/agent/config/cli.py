@@ -14,10 +14,16 @@ import os
 from typing import Any, Protocol
 
 from torchx_elastic.agent import compat
-from torchx_elastic.agent.console.output.display import CONSOLE_MODES, DEFAULT_STATUS_INTERVAL_S
-from torchx_elastic.contract.agent_args import FORK_SERVER, START_METHODS, START_METHODS_TEXT
+from torchx_elastic.agent.console.output.display import DEFAULT_STATUS_INTERVAL_S
+from torchx_elastic.contract import PREFIX_TEMPLATE_ENV, SHUTDOWN_TIMEOUT_ENV
+from torchx_elastic.contract.agent_args import (
+    CONSOLE_MODES,
+    DEFAULT_START_METHOD,
+    FORK_SERVER,
+    START_METHODS,
+    START_METHODS_TEXT,
+)
 
-DEFAULT_START_METHOD = FORK_SERVER  # torchrun's: spawn
 TORCHRUN_GROUP = "torchrun's flags"
 NUMA_BINDING_MODES = ("node", "socket", "exclusive", "core-complex")
 COMPLETION_SHELLS = ("bash", "zsh", "tcsh")  # torchrun's choices without shtab installed
@@ -268,7 +274,7 @@ def build_parser() -> argparse.ArgumentParser:
         "shutdown-timeout",
         None,
         "seconds workers get to exit after SIGTERM before SIGKILL (default:"
-        " TORCH_ELASTIC_SHUTDOWN_TIMEOUT, else --term-timeout-s)",
+        f" {SHUTDOWN_TIMEOUT_ENV}, else --term-timeout-s)",
         type=int,
     )
     _switch(
@@ -292,8 +298,8 @@ def build_parser() -> argparse.ArgumentParser:
         None,
         "prefix of each worker line: torchrun's ${role_name}, ${rank}, ${local_rank},"
         " ${hostname} (e.g. '${hostname}:${rank}: '), or our fields {node}, {rank},"
-        " {local_rank}, {role}, {hostname} (default TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE if"
-        " set, else '[n{node} r{rank}] ')",
+        " {local_rank}, {role}, {hostname}"
+        f" (default {PREFIX_TEMPLATE_ENV} if set, else '[n{{node}} r{{rank}}] ')",
     )
     _flag(
         ours,
@@ -328,7 +334,7 @@ def build_parser() -> argparse.ArgumentParser:
         "term-timeout-s",
         None,
         "seconds workers get to exit after SIGTERM (agent stopped, restart) before SIGKILL"
-        " (default: TORCH_ELASTIC_SHUTDOWN_TIMEOUT, else 30)",
+        f" (default: {SHUTDOWN_TIMEOUT_ENV}, else 30)",
         type=float,
     )
     _flag(

@@ -19,9 +19,8 @@ from typing import Any
 from torch.distributed.elastic.multiprocessing.api import Std
 
 from torchx_elastic.agent import compat
-from torchx_elastic.agent.config.cli import DEFAULT_START_METHOD
 from torchx_elastic.agent.config.endpoint import Endpoint
-from torchx_elastic.agent.console.output.display import ConsoleMode, parse_rank_filter
+from torchx_elastic.agent.console.output.display import DEFAULT_STATUS_INTERVAL_S, parse_rank_filter
 from torchx_elastic.agent.console.output.sinks import DEFAULT_PREFIX, format_prefix
 from torchx_elastic.agent.rendezvous.job_secret import hide_from_workers, read_secret
 from torchx_elastic.agent.supervision.stop_signals import DEFAULT_SIGNALS
@@ -32,7 +31,12 @@ from torchx_elastic.contract import (
     SHUTDOWN_TIMEOUT_ENV,
     SIGNALS_ENV,
 )
-from torchx_elastic.contract.agent_args import parse_node_range
+from torchx_elastic.contract.agent_args import (
+    DEFAULT_CONSOLE,
+    DEFAULT_START_METHOD,
+    ConsoleMode,
+    parse_node_range,
+)
 
 log = logging.getLogger(__name__)
 
@@ -86,13 +90,13 @@ class WorkerCommand:
 
 @dataclass(frozen=True)
 class ConsoleConfig:
-    mode: ConsoleMode = "auto"
+    mode: ConsoleMode = DEFAULT_CONSOLE
     prefix_template: str = DEFAULT_PREFIX
     streams: Std | Mapping[int, Std] = Std.ALL
     """Console streams per local rank (``Std``): what --redirects does not take off it."""
     show_ranks: frozenset[int] | None = None
     show_local_ranks: frozenset[int] | None = None
-    status_interval_s: float = 5.0
+    status_interval_s: float = DEFAULT_STATUS_INTERVAL_S
     duplicate_stdout_filters: tuple[str, ...] = ()
     duplicate_stderr_filters: tuple[str, ...] = ()
 

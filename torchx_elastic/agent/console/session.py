@@ -29,7 +29,6 @@ from torchx_elastic.agent.console.failure.first_failure import (
 )
 from torchx_elastic.agent.console.output.display import (
     DEFAULT_STATUS_INTERVAL_S,
-    ConsoleMode,
     make_console,
 )
 from torchx_elastic.agent.console.output.sinks import (
@@ -43,6 +42,7 @@ from torchx_elastic.agent.console.progress.channel import ActivityChannel, RankA
 from torchx_elastic.agent.console.progress.exchange import JobProgressExchange
 from torchx_elastic.contract import ERROR_FILE_ENV, RANK_ERROR_FILE
 from torchx_elastic.contract import events as ev
+from torchx_elastic.contract.agent_args import DEFAULT_CONSOLE, ConsoleMode
 from torchx_elastic.contract.events import EventLog
 
 log = logging.getLogger(__name__)
@@ -56,7 +56,7 @@ class ConsoleSession:
     def __init__(
         self,
         log_dir: str,
-        mode: ConsoleMode = "auto",
+        mode: ConsoleMode = DEFAULT_CONSOLE,
         prefix_template: str = DEFAULT_PREFIX,
         tee: int | Mapping[int, int] = 3,
         show_ranks: Collection[int] | None = None,

@@ -26,12 +26,13 @@ from torchx_elastic.agent.config.launch import (
     prefix_template,
     shutdown_timeout_s,
 )
-from torchx_elastic.agent.console.output.display import ConsoleMode, parse_rank_filter
+from torchx_elastic.agent.console.output.display import parse_rank_filter
 from torchx_elastic.agent.function.options import AgentOptions
 from torchx_elastic.agent.rendezvous.job_secret import read_secret
 from torchx_elastic.agent.workers import bootstrap
 from torchx_elastic.agent.workers.forkserver import ForkServer
 from torchx_elastic.contract import SIGNALS_ENV
+from torchx_elastic.contract.agent_args import ConsoleMode
 from torchx_elastic.contract.events import read_summary
 
 

@@ -30,7 +30,7 @@ from torchx_elastic.agent.function.errors import FunctionFailedError
 from torchx_elastic.agent.function.options import AgentOptions
 from torchx_elastic.agent.workers.forkserver import ForkServer, WorkerExit
 from torchx_elastic.agent.workers.processes import process_failure
-from torchx_elastic.contract.agent_args import StartMethodError, check_start_method
+from torchx_elastic.contract.agent_args import FORK, SPAWN, StartMethodError, check_start_method
 
 log = logging.getLogger(__name__)
 
@@ -81,10 +81,10 @@ def _exit_forked_worker(code: object) -> None:
 
 def start_fork_server(start_method: str) -> ForkServer | None:
     """A fork server forked from this process, or None (spawn) where none may be forked."""
-    if start_method == "spawn":
+    if start_method == SPAWN:
         return None
     try:
-        return ForkServer(allow_threads=start_method == "fork", script_workers=False)
+        return ForkServer(allow_threads=start_method == FORK, script_workers=False)
     except WorkerExit as worker_exit:  # in a worker forked from the server: its life ends
         _exit_forked_worker(worker_exit.code)
     except RuntimeError as err:  # other threads run: forking is not safe

@@ -4,21 +4,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from torchx_elastic.agent.console.output.display import CONSOLE_MODES, DEFAULT_STATUS_INTERVAL_S
-
-# what each start method (contract/agent_args.py) means for a function:
-# spawn: a fresh interpreter per worker (the caller's main script re-run as __mp_main__);
-# fork: workers forked from a copy of the caller (even with threads running, as
-#   multiprocessing's fork does): functions of a notebook work;
-# forkserver, fork-server: the same when the caller runs no other thread, else spawn.
-DEFAULT_START_METHOD = "spawn"
+from torchx_elastic.agent.console.output.display import DEFAULT_STATUS_INTERVAL_S
+from torchx_elastic.contract.agent_args import CONSOLE_MODES, DEFAULT_CONSOLE
 
 
 @dataclass(frozen=True)
 class AgentOptions:
     """torchx-elastic's agent options (the command line's ``--console``, ... flags)."""
 
-    console: str = "auto"
+    console: str = DEFAULT_CONSOLE
     console_ranks: str = "all"
     status_interval_s: float = DEFAULT_STATUS_INTERVAL_S
     hang_timeout_s: float = 0.0

@@ -14,7 +14,7 @@ import os
 import sys
 import threading
 from collections.abc import Callable, Mapping
-from typing import IO, TYPE_CHECKING, Any, BinaryIO, Literal
+from typing import IO, TYPE_CHECKING, Any, BinaryIO
 
 from torchx_elastic.agent.console.output.sinks import Stream
 from torchx_elastic.agent.console.progress.channel import RankActivity
@@ -25,14 +25,13 @@ from torchx_elastic.agent.console.progress.node_summary import (
     status_line,
     summarize,
 )
+from torchx_elastic.contract.agent_args import ConsoleMode
 from torchx_elastic.contract.job_progress import JobSummary
 from torchx_elastic.rich_job_bar import rich_bar
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
 
-ConsoleMode = Literal["auto", "plain", "live"]
-CONSOLE_MODES: tuple[ConsoleMode, ...] = ("auto", "plain", "live")
 DEFAULT_STATUS_INTERVAL_S = 5.0
 # set in every task of a batch system's job: there stdout may be a pseudo-terminal (Slurm's
 # ``srun --unbuffered``, which torchx's sbatch script asks for with SLURM_UNBUFFEREDIO=1)
