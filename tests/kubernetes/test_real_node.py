@@ -423,6 +423,41 @@ def test_a_deleted_pod_is_replaced_and_the_job_goes_on(
     assert "rank 0 done" in log.stdout, log.stdout
 
 
+def test_a_deleted_rendezvous_pod_leaves_the_job_to_the_other_which_it_rejoins(
+    cluster: Cluster, scheduler: KubernetesScheduler
+) -> None:
+    """-j 1:2x1: pod 0 hosts the rendezvous and is deleted mid-run. Pod 1 moves the
+    rendezvous to itself and trains on alone; the Job recreates pod 0 (same host name), which
+    hosts a rendezvous at the original endpoint, learns from pod 1 where the job went, and
+    joins it there: the world is 2 again and the job succeeds."""
+    handle = cluster.run(
+        "-j", "1:2x1", "--cpu", "0.5", "--max_retries", "1", *SHORT_LAST_CALL, *ONE_THREAD,
+        "--script", "examples/timed.py", "--", "--seconds", "20", "--seconds-alone", "300",
+    )  # fmt: skip
+    job = _app_id(handle).partition(":")[2]
+    first = _wait("pod 0 to train with pod 1", lambda: _world_of_2(cluster, job, 0))
+    cluster.delete_pod(first)
+    try:
+        state = _wait_done(scheduler, handle)
+    except AssertionError as err:
+        raise AssertionError(f"{err}\n{cluster.logs_of(job)}") from None
+    logs = cluster.logs_of(job)
+    assert state == AppState.SUCCEEDED, logs
+    survivor = cluster.pod_log(_pod_of(cluster, job, 1))
+    assert "torchx-elastic: the rendezvous host is lost: " in survivor, survivor
+    assert "(this node hosts it) and the job re-forms without the lost host" in survivor
+    back = cluster.pod_log(_pod_of(cluster, job, 0))
+    assert _pod_of(cluster, job, 0) != first
+    assert "; this node joins the job there" in back, back
+    assert "of world size 2" in back and "rank 1 done" in survivor + back, (back, survivor)
+
+
+def _world_of_2(cluster: Cluster, job: str, index: int) -> Optional[str]:
+    """The name of the job's pod ``index`` once its log shows a world of 2."""
+    name = _pod_of(cluster, job, index)
+    return name if _log_has(cluster, name, "of world size 2") else None
+
+
 def test_cancel_while_running(cluster: Cluster, scheduler: KubernetesScheduler) -> None:
     handle = cluster.run(
         "-j", "2x1", "--cpu", "0.5", "--script", "examples/timed.py", "--", "--seconds", "600"

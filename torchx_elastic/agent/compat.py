@@ -46,6 +46,7 @@ import logging
 import os
 import socket
 import sys
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -155,10 +156,11 @@ def handler_store(handler: RendezvousHandler) -> Any:
 
 def stop_heartbeats(handler: RendezvousHandler) -> None:
     """Stop the keep-alive heartbeats of a rendezvous this node left (its host is lost:
-    torch's handler would warn at every failed one)."""
+    torch's handler would warn at every failed one), without waiting: torch's timer joins
+    its thread, which may wait on the lost host for the store's whole timeout."""
     stop = getattr(handler, "_stop_heartbeats", None)
     if callable(stop):
-        stop()
+        threading.Thread(target=stop, name="stop-heartbeats", daemon=True).start()
 
 
 def heartbeats(handler: RendezvousHandler) -> dict[str, datetime.datetime]:
