@@ -97,7 +97,7 @@ def cases(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Agent]
     s = Scenarios(tmp_path_factory.mktemp("diagnosis"))
     ports = {
         name: free_port()
-        for name in ("alone", "mismatch", "shared", "taken", "addr", "secret", "static")
+        for name in ("alone", "mismatch", "shared", "taken", "addr", "reach", "secret", "static")
     }
     s.blocker.bind(("127.0.0.1", ports["taken"]))
     s.blocker.listen()
@@ -115,6 +115,7 @@ def cases(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Agent]
         "taken": s.agent("taken", f"127.0.0.1:{ports['taken']}", *timeout),
         "shared_a": s.agent("shared_a", f"localhost:{ports['shared']}", *timeout),
         "addr_a": s.agent("addr_a", f"localhost:{ports['addr']}", *timeout),
+        "reach_a": s.agent("reach_a", f"localhost:{ports['reach']}", *timeout, nnodes="3"),
         "secret_a": s.agent("secret_a", f"localhost:{ports['secret']}", *timeout),
     }
     static = ("--rdzv-backend", "static", "--node-rank")
@@ -132,6 +133,10 @@ def cases(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Agent]
     )
     found["addr_b"] = s.agent(
         "addr_b", f"localhost:{ports['addr']}", "--local-addr", "nowhere.invalid", *timeout
+    )
+    # TEST-NET-1 (RFC 5737): resolves (an address), answers nobody
+    found["reach_b"] = s.agent(
+        "reach_b", f"localhost:{ports['reach']}", "--local-addr", "192.0.2.1", *timeout, nnodes="3"
     )
     found["secret_b"] = s.agent(
         "secret_b", f"localhost:{ports['secret']}", *timeout, secret="another secret"
@@ -244,6 +249,23 @@ def test_a_published_address_peers_cannot_resolve_is_named(cases: dict[str, Agen
         cases["addr_b"],
     )
     assert "start that node with --local-addr set to an address its peers reach" in (agent.output())
+
+
+def test_a_published_address_peers_cannot_reach_is_named(cases: dict[str, Agent]) -> None:
+    agent = cases["reach_a"]
+    agent.wait_for(
+        f"(pid {cases['reach_b'].proc.pid}) publishes its address as '192.0.2.1', which"
+        f" {socket.gethostname()} (pid {agent.proc.pid}) cannot reach (no reply to a"
+        " connection on port ",
+        START_S,
+        cases["reach_b"],
+    )
+    assert (
+        "within 2s: an address of another network, or a firewall); start that node with"
+        " --local-addr set to an address its peers reach (torch publishes socket.getfqdn()"
+        " by default)"
+    ) in agent.output()
+    assert agent.output().count("publishes its address as '192.0.2.1'") == 1  # said once
 
 
 def test_a_node_given_another_secret_is_named(cases: dict[str, Agent]) -> None:

@@ -190,6 +190,12 @@ def test_the_lost_rendezvous_host_comes_back_and_joins_the_moved_job(job: Job) -
         "torchx-elastic: the job's rendezvous moved from h0:29500 to h1:29500 while its host"
         " was lost; this node joins the job there"
     ) in job.log("h0").read_text(), job.text()
-    assert "done world 3" in job.log("h0").read_text(), job.text()
-    assert_no_exit_errors(job, "h0", "h1", "h2")
+    back = job.log("h0").read_text().split("this node joins the job there")[1]
+    assert "done world 3" in back, job.text()
+    assert "waiting for nodes" not in back  # its first round at h0 was left, and said nothing
+    # the survivors' calls that waited on h0 fail when it comes back: torch's C++ warnings
+    # about those connections may print, but no error and no rendezvous exception
+    for text in (back, job.log("h1").read_text(), job.log("h2").read_text()):
+        for error in ("Traceback", "RendezvousConnectionError", "RendezvousError", "error:"):
+            assert error not in text, job.text()
     assert_nothing_left(job)

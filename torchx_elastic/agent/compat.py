@@ -161,6 +161,20 @@ def stop_heartbeats(handler: RendezvousHandler) -> None:
     stop = getattr(handler, "_stop_heartbeats", None)
     if callable(stop):
         threading.Thread(target=stop, name="stop-heartbeats", daemon=True).start()
+    node = getattr(handler, "_this_node", None)
+    if node is not None:  # its last heartbeat may still fail, later: not news
+        logging.getLogger(_dynamic_rendezvous().__name__).addFilter(_NotAbout(f"'{node}'"))
+
+
+class _NotAbout(logging.Filter):
+    """Drops the log records that name a node this agent left behind."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__()
+        self._name = name
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return self._name not in record.getMessage()
 
 
 def heartbeats(handler: RendezvousHandler) -> dict[str, datetime.datetime]:

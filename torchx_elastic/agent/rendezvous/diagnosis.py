@@ -117,6 +117,17 @@ def probe(endpoint: Endpoint, connect_timeout_s: float = CONNECT_TIMEOUT_S) -> P
     return problem
 
 
+def answers(host: str, port: int, timeout_s: float = 2.0) -> bool:
+    """Whether ``host`` answers a TCP connect to ``port`` (accepted or refused) in time."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s):
+            return True
+    except ConnectionRefusedError:
+        return True
+    except OSError:  # timed out, unreachable, no longer resolves
+        return False
+
+
 def is_port_taken(err: BaseException) -> bool:
     return isinstance(err, OSError) and err.errno == errno.EADDRINUSE
 

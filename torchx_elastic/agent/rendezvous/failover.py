@@ -126,6 +126,9 @@ class MovableRendezvous(WrappedRendezvous):
         self._calls.shutdown(wait=False)  # a call stuck on the lost host ends on its own
         self._calls = ThreadPoolExecutor(1, thread_name_prefix="rendezvous")
         compat.stop_heartbeats(self.handler)
+        abandon = getattr(self.handler, "abandon", None)
+        if callable(abandon):  # a first round still waiting there (waiting.py)
+            abandon()
         self._left.append(self.handler)
         self.handler = handler
         self.endpoint = endpoint

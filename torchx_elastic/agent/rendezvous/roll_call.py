@@ -167,15 +167,24 @@ def other_jobs(entries: list[NodeEntry], me: NodeEntry, endpoint: str) -> Proble
     )
 
 
+def unreachable_address(peer: NodeEntry, me: NodeEntry, port: int, timeout_s: float) -> Problem:
+    """A peer whose published address resolves here but does not answer from this node."""
+    return Problem(
+        f"{peer.name} publishes its address as {peer.addr!r}, which {me.name} cannot reach"
+        f" (no reply to a connection on port {port} within {timeout_s:g}s: an address of"
+        " another network, or a firewall)",
+        "start that node with --local-addr set to an address its peers reach (torch"
+        " publishes socket.getfqdn() by default)",
+    )
+
+
 def unresolvable_addresses(entries: list[NodeEntry], me: NodeEntry) -> list[Problem]:
     """Peers of this job whose published address does not resolve from this node."""
     problems: list[Problem] = []
     for peer in job_peers(entries, me.run_id):
         if peer.pid == me.pid and peer.host == me.host:
             continue
-        try:
-            socket.getaddrinfo(peer.addr, None)
-        except (socket.gaierror, UnicodeError):
+        if not resolves(peer.addr):
             problems.append(
                 Problem(
                     f"{peer.name} publishes its address as {peer.addr!r}, which does not"
@@ -185,3 +194,11 @@ def unresolvable_addresses(entries: list[NodeEntry], me: NodeEntry) -> list[Prob
                 )
             )
     return problems
+
+
+def resolves(host: str) -> bool:
+    try:
+        socket.getaddrinfo(host, None)
+    except (socket.gaierror, UnicodeError):
+        return False
+    return True

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from torch.distributed.elastic.rendezvous import (
+    RendezvousError,
     RendezvousHandler,
     RendezvousInfo,
     RendezvousTimeoutError,
@@ -32,6 +33,7 @@ from torchx_elastic.agent.rendezvous.diagnosis import (
     GrowingInterval,
     Problem,
     RendezvousDiagnosis,
+    answers,
     gives_up_at,
     say,
 )
@@ -49,6 +51,8 @@ POLL_S = 0.5
 # how long the host of the rendezvous keeps its store up after it named a mismatch, so the
 # peers read the roll call and name it too (instead of a lost connection)
 HOST_LINGER_S = 2.0
+PEER_PROBE_S = 2.0  # a peer's published address answers a connect within this, or is named
+REPROBE_S = 30.0  # a peer's address that did not answer is probed again after this
 
 
 def joined_text(peers: list[roll_call.NodeEntry], config: AgentConfig) -> str:
@@ -118,7 +122,15 @@ class ExplainedRendezvous(WrappedRendezvous):
         self._entries: list[roll_call.NodeEntry] = []
         self._unverified: list[roll_call.NodeEntry] = []
         self._said: set[str] = set()
+        self._reached: set[str] = set()  # published addresses that answered this node
+        self._abandoned = threading.Event()
+        self._probe_after_s: dict[str, float] = {}
         self._read()
+
+    def abandon(self) -> None:
+        """This node follows the job elsewhere (rendezvous/failover.py): a first round that
+        still waits here says nothing more."""
+        self._abandoned.set()
 
     # -- the first round, said out loud ------------------------------------------------
 
@@ -139,13 +151,15 @@ class ExplainedRendezvous(WrappedRendezvous):
         until = gives_up_at(self._join_timeout_s)
         reports = GrowingInterval()
         try:
-            while joiner.is_alive():
+            while joiner.is_alive() and not self._abandoned.is_set():
                 joiner.join(POLL_S)
                 self._check()
                 if joiner.is_alive() and reports.due():
                     self._report(until)
         finally:
             self._clear_status()
+        if self._abandoned.is_set():
+            raise RendezvousError("this node left the rendezvous for the job's moved one")
         if "error" in outcome:
             err = outcome["error"]
             self._check()  # a peer with other settings is why it failed
@@ -183,10 +197,33 @@ class ExplainedRendezvous(WrappedRendezvous):
             roll_call.other_secret(self._unverified, me),
         ]
         warnings += roll_call.unresolvable_addresses(entries, me)
+        warnings += self._unreachable_addresses(entries, me)
         for problem in warnings:
             if problem is not None and problem.cause not in self._said:
                 self._said.add(problem.cause)
                 say(f"warning: {problem.line()}")
+
+    def _unreachable_addresses(
+        self, entries: list[roll_call.NodeEntry], me: roll_call.NodeEntry
+    ) -> list[Problem]:
+        """Peers whose published address resolves but does not answer from this node (a
+        TCP connect to the rendezvous port: refused is an answer), each probed until it
+        answers once, at most every :data:`REPROBE_S`."""
+        port = self._config.rdzv_endpoint.port
+        problems: list[Problem] = []
+        for peer in roll_call.job_peers(entries, me.run_id):
+            addr = peer.addr
+            own = peer.pid == me.pid and peer.host == me.host
+            if own or addr in self._reached or time.monotonic() < self._probe_after_s.get(addr, 0):
+                continue
+            self._probe_after_s[addr] = time.monotonic() + REPROBE_S
+            if not roll_call.resolves(addr):
+                continue  # said by unresolvable_addresses
+            if answers(addr, port, PEER_PROBE_S):
+                self._reached.add(addr)
+            else:
+                problems.append(roll_call.unreachable_address(peer, me, port, PEER_PROBE_S))
+        return problems
 
     def _peers(self) -> list[roll_call.NodeEntry]:
         return roll_call.job_peers(self._entries, self._config.run_id)

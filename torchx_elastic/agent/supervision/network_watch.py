@@ -37,6 +37,7 @@ from torchx_elastic.agent import compat
 from torchx_elastic.agent.config.endpoint import Endpoint
 from torchx_elastic.agent.config.launch import AgentConfig
 from torchx_elastic.agent.rendezvous import listen, liveness
+from torchx_elastic.agent.rendezvous.diagnosis import answers
 from torchx_elastic.agent.rendezvous.handler import hosts_rendezvous
 
 log = logging.getLogger(__name__)
@@ -50,17 +51,6 @@ LOST_AFTER_HEARTBEATS = 2
 ABANDON_GRACE_S = 2.0  # for the workers of a node that gives up, between SIGTERM and SIGKILL
 PEERS_PER_PROBE = 3  # a few peers a second, in turn: a round of many nodes probes in time
 NO_MOVE = "the agent does not move the rendezvous to another node (docs/agent.md)"
-
-
-def answers(host: str, port: int, timeout_s: float = PROBE_TIMEOUT_S) -> bool:
-    """Whether ``host`` answers a TCP connect to ``port`` (accepted or refused) in time."""
-    try:
-        with socket.create_connection((host, port), timeout=timeout_s):
-            return True
-    except ConnectionRefusedError:
-        return True
-    except OSError:  # timed out, unreachable, no longer resolves
-        return False
 
 
 # the resolver's answer that a name does not exist (not a timeout: EAI_AGAIN)
@@ -134,7 +124,8 @@ class NetworkWatch:
             if not known_peers or self._moving:  # no round yet, or moving: nothing to lose
                 heard_endpoint_s = heard_peer_s = now_s
                 continue
-            if self._endpoint_is_local or answers(self._endpoint.host, self._endpoint.port):
+            endpoint = self._endpoint
+            if self._endpoint_is_local or answers(endpoint.host, endpoint.port, PROBE_TIMEOUT_S):
                 heard_endpoint_s = now_s
             if self._a_peer_answers(known_peers):
                 heard_peer_s = now_s
@@ -208,7 +199,7 @@ class NetworkWatch:
         start = self._turn % len(peers)
         self._turn += PEERS_PER_PROBE
         turn = (peers[start:] + peers[:start])[:PEERS_PER_PROBE]
-        return any(answers(peer, port) or name_is_gone(peer) for peer in turn)
+        return any(answers(peer, port, PROBE_TIMEOUT_S) or name_is_gone(peer) for peer in turn)
 
 
 def watch_network(
