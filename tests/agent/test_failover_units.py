@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import logging
 import socket
 import threading
 import time
@@ -222,3 +223,16 @@ def test_a_node_waiting_at_the_original_endpoint_learns_where_the_job_went(
     )
     handler.release.set()
     time.sleep(2 * failover.MOVED_CHECK_S)  # its moved-watch ends with the first round
+
+
+def test_torchs_warning_for_each_failed_heartbeat_is_dropped_where_the_agent_says_more(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from torch.distributed.elastic.rendezvous import dynamic_rendezvous
+
+    MovableRendezvous(Handler(), LOST)
+    logger = logging.getLogger(dynamic_rendezvous.__name__)
+    with caplog.at_level(logging.WARNING, logger=logger.name):
+        logger.warning("The node 'h1_1_0' has failed to send a keep-alive heartbeat to ...")
+        logger.warning("something else")
+    assert [r.getMessage() for r in caplog.records] == ["something else"]

@@ -161,20 +161,29 @@ def stop_heartbeats(handler: RendezvousHandler) -> None:
     stop = getattr(handler, "_stop_heartbeats", None)
     if callable(stop):
         threading.Thread(target=stop, name="stop-heartbeats", daemon=True).start()
-    node = getattr(handler, "_this_node", None)
-    if node is not None:  # its last heartbeat may still fail, later: not news
-        logging.getLogger(_dynamic_rendezvous().__name__).addFilter(_NotAbout(f"'{node}'"))
 
 
-class _NotAbout(logging.Filter):
-    """Drops the log records that name a node this agent left behind."""
+KEEP_ALIVE_FAILED = "has failed to send a keep-alive heartbeat"
 
-    def __init__(self, name: str) -> None:
+
+def quiet_keep_alive_failures() -> None:
+    """Drop torch's warning for each keep-alive heartbeat that failed: where the agent moves
+    a lost rendezvous, it says so itself (its heartbeats fail until then, and once more
+    after, when the call that waited on the lost host ends)."""
+    logger = logging.getLogger(_dynamic_rendezvous().__name__)
+    if not any(isinstance(f, _Without) for f in logger.filters):
+        logger.addFilter(_Without(KEEP_ALIVE_FAILED))
+
+
+class _Without(logging.Filter):
+    """Drops the log records whose message contains a text."""
+
+    def __init__(self, text: str) -> None:
         super().__init__()
-        self._name = name
+        self._text = text
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return self._name not in record.getMessage()
+        return self._text not in record.getMessage()
 
 
 def heartbeats(handler: RendezvousHandler) -> dict[str, datetime.datetime]:

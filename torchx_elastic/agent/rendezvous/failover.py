@@ -94,6 +94,7 @@ class MovableRendezvous(WrappedRendezvous):
         self, handler: RendezvousHandler, endpoint: Endpoint, signer: StoreSigner | None = None
     ) -> None:
         super().__init__(handler)
+        compat.quiet_keep_alive_failures()
         self.endpoint = endpoint
         self.restarts_left: Callable[[], bool] = lambda: True
         self._original = endpoint
