@@ -1,4 +1,5 @@
-"""The end of a job that succeeded: the agent that hosts the rendezvous store leaves last.
+"""The end of a job (it succeeded, or failed for good): the agent that hosts the rendezvous
+store leaves last.
 
 Every node shuts its rendezvous down at the end (torch's ``shutdown()`` writes the closed
 state into the store). A node whose store host exited first fails that write, and torch
@@ -6,7 +7,9 @@ prints a C++ trace and a ``failed to shutdown the rendezvous`` warning on a job 
 succeeded (2 runs in 3 of a ``-j 2x2`` local job). So each node, once done with the store,
 counts itself out in the last round's store, and the host waits (a bounded time) until
 every node of that round has; the others never wait, so none of them reads the store while
-its host leaves (torch's agents wait for each other in an exit barrier instead).
+its host leaves (torch's agents wait for each other in an exit barrier instead). A store
+that goes away under a running node therefore means that its host's agent died: the
+survivors move the rendezvous (failover.py).
 """
 
 from __future__ import annotations

@@ -85,9 +85,9 @@ class MovableRendezvous(WrappedRendezvous):
     """The rendezvous handler that the supervision loop keeps while the rendezvous moves.
 
     ``lose(why)`` (the network watch's verdict) makes a call waiting on the lost host, and
-    every later one, raise :class:`HostLost`; a store connection that fails during a call
-    does the same while ``restarts_left()`` (a host that exits on purpose, at the job's
-    end, does so only with none left). ``move_to`` swaps in the handler of the new host.
+    every later one, raise :class:`HostLost`; so does a store connection that fails during
+    a call (a host that ends the job on purpose leaves last: closing.py, so its store goes
+    away only when its agent died). ``move_to`` swaps in the handler of the new host.
     """
 
     def __init__(
@@ -96,7 +96,6 @@ class MovableRendezvous(WrappedRendezvous):
         super().__init__(handler)
         compat.quiet_keep_alive_failures()
         self.endpoint = endpoint
-        self.restarts_left: Callable[[], bool] = lambda: True
         self._original = endpoint
         self._signer = signer or StoreSigner(None)
         self._lost = threading.Event()
@@ -149,7 +148,7 @@ class MovableRendezvous(WrappedRendezvous):
                 if moved is not None:
                     raise RendezvousMoved(moved, self._original) from None
             except RendezvousConnectionError:
-                if self.armed and self.restarts_left():
+                if self.armed:
                     raise HostLost(
                         f"the connection to the rendezvous store at {self.endpoint} failed"
                     ) from None

@@ -143,9 +143,7 @@ def launch(
     if move is None:
         watch = watch_network(config, handler, supervisor.abandon_workers)
     else:
-        move.attach(
-            lambda: supervisor.last_round_addresses, lambda: supervisor.remaining_restarts > 0
-        )
+        move.attach(lambda: supervisor.last_round_addresses)
         watch = move.watch = watch_network(
             config, handler, supervisor.abandon_workers, move.on_host_lost
         )
@@ -190,7 +188,7 @@ def launch(
     if isinstance(failure, JobAlreadyFinished):
         raise failure
     session.finish(result, code, attempt=supervisor.attempt)
-    if shutdown_rendezvous and code == 0:  # the job succeeded: its store's host leaves last
+    if shutdown_rendezvous:  # the job ended (not by a signal): its store's host leaves last
         leave_last(supervisor.last_round, hosts_store(handler))
     if failure is not None:
         raise failure

@@ -52,12 +52,9 @@ class RendezvousMove:
         self._last_round: Callable[[], dict[int, str]] = dict
         self._failover = Failover(config, signer, movable, self._follow)
 
-    def attach(
-        self, last_round: Callable[[], dict[int, str]], restarts_left: Callable[[], bool]
-    ) -> None:
-        """The loop's last round (addresses by node rank) and whether it has restarts left."""
+    def attach(self, last_round: Callable[[], dict[int, str]]) -> None:
+        """The loop's last round: its members' addresses by node rank."""
         self._last_round = last_round
-        self.movable.restarts_left = restarts_left
 
     def _follow(self, endpoint: Endpoint, hosting: bool) -> None:
         if self.watch is not None:
