@@ -35,7 +35,12 @@ from torchx_elastic import progress
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=200)
-    parser.add_argument("--step-s", type=float, default=0.05, help="extra seconds per step")
+    parser.add_argument(
+        "--step-s",
+        type=float,
+        default=0.05,
+        help="extra seconds of computation per step, before the gradients are exchanged",
+    )
     args = parser.parse_args()
 
     group = int(os.environ.get("REPLICA_GROUP_ID", 0))
@@ -71,6 +76,10 @@ def main() -> None:
         optimizer.zero_grad()  # starts this step's quorum
         loss = (model(inputs) - inputs.sum(dim=1, keepdim=True)).pow(2).mean()
         loss.backward()
+        # a real model's forward and backward: most of a step, before the gradients are
+        # exchanged, so a group that fails mid-step fails the others' allreduce (the path
+        # torchft's Manager must survive) rather than a pause between two steps
+        time.sleep(args.step_s)
         for param in model.parameters():
             assert param.grad is not None
             # torchft averages the gradients across the groups of the quorum; a failure of
@@ -81,7 +90,6 @@ def main() -> None:
             # ... and the group's ranks average theirs
             dist.all_reduce(param.grad)
             param.grad /= world_size
-        time.sleep(args.step_s)
         before = manager.current_step()
         optimizer.step()  # applied only if every group of the quorum could do this step
         step = manager.current_step()
