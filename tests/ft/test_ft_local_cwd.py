@@ -175,8 +175,6 @@ class Checks:
         raise AssertionError("\n".join(digest) + "\n" + console.text())
 
 
-# issue 27: on a loaded 2-core CI machine group 0 restarted too (1 run in 2 of the clean-clone CI)
-@pytest.mark.known_failing
 def test_a_killed_group_restarts_alone_while_the_other_keeps_training(tmp_path: Path) -> None:
     (tmp_path / "ft_ddp.py").write_text(
         (Path(__file__).parents[2] / "examples/ft_ddp.py").read_text()
