@@ -78,12 +78,7 @@ lint: setup
 
 # Everything, slow end-to-end runs included (Docker tests need an engine: ci/docker-engine.sh).
 test: lint
-	$(BIN)/pytest -q -rs --durations=15 -m "not known_failing"
-
-# The tests of open defects (marked known_failing; each names its issue)
-.PHONY: test-known-failing
-test-known-failing: setup
-	$(BIN)/pytest -q -rs -m known_failing
+	$(BIN)/pytest -q -rs --durations=15
 
 setup-torch-versions: $(foreach v,$(TORCH_VERSIONS),.venv-torch$(v)/.installed)
 

@@ -9,14 +9,16 @@ Run it with:
 Written from torchft's documentation of its ``Manager``: the ``Manager`` joins this replica
 group to the quorum that torchft's Lighthouse forms every step (``TORCHFT_LIGHTHOUSE``, set
 by ``ft.ddp``), its fault-tolerant ``allreduce`` averages the gradients across the groups
-of the quorum, and ``torchft.Optimizer`` commits a step only when every member
-could do it. A group that comes back after a restart gets the weights and the step from a
-healthy group (``state_dict``/``load_state_dict``) and trains on at the next step.
+of the quorum, and ``torchft.Optimizer`` commits a step only when every rank of the group
+could do it (a group that fails mid-step fails the others' allreduce of that step: they skip
+it and go on without it). A group that comes back after a restart gets the weights and the
+step from a healthy group (``state_dict``/``load_state_dict``) and trains on at the next step.
 
 Within a group, the ranks average their gradients with a plain gloo process group (the
 group's own rendezvous), so every rank of every group holds the same model.
 Each rank reports its step with ``torchx_elastic.progress`` (the console's progress bar) and
-rank 0 of each group prints one line per step: the step, the groups in the quorum, the time.
+rank 0 of each group prints one line per step: the step, the groups in the quorum, the time
+(and one per step it did not commit, with the reason).
 """
 
 import argparse
@@ -35,7 +37,12 @@ from torchx_elastic import progress
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=200)
-    parser.add_argument("--step-s", type=float, default=0.05, help="extra seconds per step")
+    parser.add_argument(
+        "--step-s",
+        type=float,
+        default=0.05,
+        help="extra seconds of computation per step, before the gradients are exchanged",
+    )
     args = parser.parse_args()
 
     group = int(os.environ.get("REPLICA_GROUP_ID", 0))
@@ -71,6 +78,10 @@ def main() -> None:
         optimizer.zero_grad()  # starts this step's quorum
         loss = (model(inputs) - inputs.sum(dim=1, keepdim=True)).pow(2).mean()
         loss.backward()
+        # a real model's forward and backward: most of a step, before the gradients are
+        # exchanged, so a group that fails mid-step fails the others' allreduce (the path
+        # torchft's Manager must survive) rather than a pause between two steps
+        time.sleep(args.step_s)
         for param in model.parameters():
             assert param.grad is not None
             # torchft averages the gradients across the groups of the quorum; a failure of
@@ -81,9 +92,10 @@ def main() -> None:
             # ... and the group's ranks average theirs
             dist.all_reduce(param.grad)
             param.grad /= world_size
-        time.sleep(args.step_s)
         before = manager.current_step()
-        optimizer.step()  # applied only if every group of the quorum could do this step
+        # applied only if every rank of this group could do this step, its allreduce with the
+        # other groups of the quorum included (torchft's should_commit)
+        optimizer.step()
         step = manager.current_step()
         if step > before:
             progress(step, args.steps)
@@ -93,6 +105,14 @@ def main() -> None:
                     f" loss {loss.item():.4f} t {time.time():.3f}",
                     flush=True,
                 )
+        elif rank == 0:  # e.g. another group failed during the allreduce: this group goes on
+            error = manager.errored()
+            reason = error.original_exception if error else "another rank's error"
+            print(
+                f"group {group} step {before + 1} not committed ({str(reason).splitlines()[0]})"
+                f" t {time.time():.3f}",
+                flush=True,
+            )
     dist.destroy_process_group()
     manager.shutdown()
 
