@@ -101,8 +101,7 @@ class MovableRendezvous(WrappedRendezvous):
         self._lost = threading.Event()
         self._why = ""
         self._calls = ThreadPoolExecutor(1, thread_name_prefix="rendezvous")
-        self._rounds = 0  # rounds this node completed through this handler
-        self._moved: Endpoint | None = None  # where the job went, read before the first round
+        self._moved: Endpoint | None = None  # where the job went, as read at the original
         self._moved_watch: threading.Thread | None = None
         # the handlers this node left: the store one of them hosts at the original endpoint
         # tells nodes that come later where the job went
@@ -135,18 +134,13 @@ class MovableRendezvous(WrappedRendezvous):
         self._lost.clear()
 
     def _call(self, call: Callable[[], T]) -> T:
-        if self._lost.is_set():
-            raise HostLost(self._why)
+        self._raise_if_gone()
         future: Future[T] = self._calls.submit(call)
         while True:
             try:
                 return future.result(timeout=WAIT_POLL_S)
             except TimeoutError:
-                if self._lost.is_set():
-                    raise HostLost(self._why) from None
-                moved, self._moved = self._moved, None
-                if moved is not None:
-                    raise RendezvousMoved(moved, self._original) from None
+                self._raise_if_gone()
             except RendezvousConnectionError:
                 if self.armed:
                     raise HostLost(
@@ -154,11 +148,21 @@ class MovableRendezvous(WrappedRendezvous):
                     ) from None
                 raise
 
+    def _raise_if_gone(self) -> None:
+        """:class:`HostLost` once the host is lost, :class:`RendezvousMoved` once the job
+        is known to have moved."""
+        if self._lost.is_set():
+            raise HostLost(self._why)
+        moved, self._moved = self._moved, None
+        if moved is not None:
+            raise RendezvousMoved(moved, self._original)
+
     def _watch_for_a_move(self) -> None:
-        """Until this node's first round: read every :data:`MOVED_CHECK_S` whether the
-        survivors moved the job, as they write it into the store at the original endpoint
-        (on a thread of its own: a store call may wait on a lost host)."""
-        while self._rounds == 0:
+        """While this node's rendezvous is at the original endpoint: read every
+        :data:`MOVED_CHECK_S` whether the survivors moved the job, as they write it into
+        the store there (a node that came back, or came late, may have formed a round of
+        its own meanwhile); on a thread of its own: a store call may wait on a lost host."""
+        while self.endpoint == self._original:
             time.sleep(MOVED_CHECK_S)
             store = compat.handler_store(self.handler)
             key = moved_to_key(self.get_run_id())
@@ -166,8 +170,8 @@ class MovableRendezvous(WrappedRendezvous):
                 if store is None or not store.check([key]):
                     continue
                 value = SignedStore(store, self._signer).read(key, "the moved rendezvous")
-                if value is None:
-                    continue
+                if value is None:  # not signed with this job's secret: refused, said once
+                    return
                 host, _, port = value.decode().rpartition(" ")
                 moved = Endpoint(host, int(port))
             except Exception:  # noqa: BLE001 - the store is going: the call says so itself
@@ -176,14 +180,12 @@ class MovableRendezvous(WrappedRendezvous):
                 self._moved = moved
 
     def next_rendezvous(self) -> RendezvousInfo:
-        if self._moved_watch is None and self._rounds == 0:
+        if self._moved_watch is None:
             self._moved_watch = threading.Thread(
                 target=self._watch_for_a_move, name="rendezvous-moved", daemon=True
             )
             self._moved_watch.start()
-        info = self._call(self.handler.next_rendezvous)
-        self._rounds += 1
-        return info
+        return self._call(self.handler.next_rendezvous)
 
     def num_nodes_waiting(self) -> int:
         return self._call(self.handler.num_nodes_waiting)
