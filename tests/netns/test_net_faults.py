@@ -107,11 +107,17 @@ def test_cut_off_host_is_left_behind_and_gives_up(job: Job) -> None:
     assert_nothing_left(job)
 
 
-def test_killed_host_is_left_behind(job: Job) -> None:
+def kill_mid_run(job: Job, host: str) -> float:
+    """Start the job, SIGKILL every process of ``host`` at step 60; the time of the kill."""
     job.start()
     job.wait_for_step(STEP_BEFORE_FAULT)
     kill_s = time.time()
-    job.kill_host("h2")
+    job.kill_host(host)
+    return kill_s
+
+
+def test_killed_host_is_left_behind(job: Job) -> None:
+    kill_s = kill_mid_run(job, "h2")
     codes = job.wait(["h0", "h1"], 90)
     resumed_s = resumed_after_s(job, kill_s)
     assert resumed_s < 30, f"world 2 trains {resumed_s:.1f}s after the kill"
@@ -159,10 +165,7 @@ def test_lost_rendezvous_host_moves_to_a_survivor(job: Job) -> None:
 
 
 def test_killed_rendezvous_host_moves_to_a_survivor(job: Job) -> None:
-    job.start()
-    job.wait_for_step(STEP_BEFORE_FAULT)
-    kill_s = time.time()
-    job.kill_host("h0")
+    kill_s = kill_mid_run(job, "h0")
     codes = job.wait(["h1", "h2"], 90)
     assert codes == {"h1": 0, "h2": 0}, job.text()
     resumed_s = resumed_after_s(job, kill_s)
