@@ -2,19 +2,25 @@
 
 torch's c10d rendezvous lives in one ``TCPStore``, hosted by the agent of the endpoint's
 host. When that host vanishes (the network watch hears nothing from it for twice the
-dead-node time while peers answer) or its agent dies (its store's connection fails while
-restarts are left), the other nodes of the last round elect a successor: the lowest-ranked
-member of that round that is not the lost host. The successor hosts a fresh store on its
-own address and the endpoint's port; the others connect to it, the candidates in rank order
-(a candidate that does not host within :data:`CANDIDATE_WAIT_S` is passed over). Each node
-then swaps a new c10d handler on that store (same run id, same node range, signed with the
-job's secret) into its :class:`MovableRendezvous`, and the supervision loop re-forms the
-round there, without the lost host (a membership change: no restart counted), as long as
-the survivors make the job's minimum of nodes.
+dead-node time while peers answer) or its agent dies (its store's connection fails under a
+running node: a host that ends the job on purpose leaves last), the other nodes of the last
+round elect a successor: the lowest-ranked member of that round that is not the lost host.
+The successor hosts a fresh store on its own address and the endpoint's port; the others
+connect to it, the candidates in rank order (a candidate that does not host within
+:data:`CANDIDATE_WAIT_S` is passed over). Each node then swaps a new c10d handler on that
+store (same run id, same node range, signed with the job's secret) into its
+:class:`MovableRendezvous`, and the supervision loop re-forms the round there, without the
+lost host (a membership change: no restart counted), as long as the survivors make the
+job's minimum of nodes.
 
 A call on the old rendezvous that is waiting on the lost host (torch's store calls wait
 up to ``read_timeout``) is abandoned the moment the loss is known: every call of the
 handler runs on a helper thread, and the caller waits for it or for the loss.
+
+When the lost host comes back (Kubernetes recreates pod 0 with its name), it hosts a
+rendezvous at the original endpoint: the new host's :class:`Beacon` writes where the job
+went into that store, and every node there (it, or one that started later knowing only
+the original endpoint) joins the job at the new host as a new node.
 """
 
 from __future__ import annotations
@@ -53,8 +59,9 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 CANDIDATE_WAIT_S = 30.0  # how long a candidate may take to notice the loss and host
 WAIT_POLL_S = 0.2
-MOVED_CHECK_S = 1.0  # how often a waiting call reads whether the rendezvous moved
+MOVED_CHECK_S = 1.0  # how often a node at the original endpoint reads whether the job moved
 BEACON_INTERVAL_S = 2.0  # how often the new host looks for a store at the original endpoint
+BEACON_TOLD_S = 10.0  # and how often, once it told one there
 BEACON_CONNECT_S = 5.0
 
 
@@ -340,7 +347,9 @@ class Beacon(threading.Thread):
 
     def run(self) -> None:
         timeout = datetime.timedelta(seconds=BEACON_CONNECT_S)
-        while not self._closed.wait(BEACON_INTERVAL_S):
+        interval_s = BEACON_INTERVAL_S
+        while not self._closed.wait(interval_s):
+            interval_s = BEACON_INTERVAL_S
             try:
                 with socket.create_connection(
                     (self._original.host, self._original.port), timeout=BEACON_CONNECT_S
@@ -348,5 +357,6 @@ class Beacon(threading.Thread):
                     pass  # something listens there again
                 store = connect(self._original, timeout, wait_s=BEACON_CONNECT_S)
                 SignedStore(store, self._signer).set(self._key, self._value)
+                interval_s = BEACON_TOLD_S  # (a node that starts later reads it there too)
             except Exception as err:  # noqa: BLE001 - nothing there (yet): try again later
                 log.debug("no rendezvous at %s to tell: %s", self._original, err)
