@@ -234,3 +234,14 @@ def test_torchs_warning_for_each_failed_heartbeat_is_dropped_where_the_agent_say
         logger.warning("The node 'h1_1_0' has failed to send a keep-alive heartbeat to ...")
         logger.warning("something else")
     assert [r.getMessage() for r in caplog.records] == ["something else"]
+
+
+def test_a_move_the_survivors_cannot_make_ends_the_node_with_the_loss_and_the_reason() -> None:
+    move = RendezvousMove(config(), StoreSigner(None), MovableRendezvous(Handler(), LOST))
+    with pytest.raises(NoSuccessor) as refused:
+        move.move(HostLost("h0:29500 did not answer for 20s"), {0: "h0", 1: "h1"})
+    assert str(refused.value) == (
+        "the rendezvous host is lost: h0:29500 did not answer for 20s; the 1 other node(s) of"
+        " its last round are fewer than the job's minimum of 2, so its workers were stopped"
+        " and it exits so that the job can be restarted"
+    )

@@ -117,6 +117,14 @@ def probe(endpoint: Endpoint, connect_timeout_s: float = CONNECT_TIMEOUT_S) -> P
     return problem
 
 
+def resolved(host: str) -> set[str]:
+    """The addresses ``host`` resolves to here (none: it does not resolve)."""
+    try:
+        return {str(info[4][0]) for info in socket.getaddrinfo(host, None)}
+    except (OSError, UnicodeError):
+        return set()
+
+
 def answers(host: str, port: int, timeout_s: float = 2.0) -> bool:
     """Whether ``host`` answers a TCP connect to ``port`` (accepted or refused) in time."""
     try:

@@ -44,6 +44,7 @@ from torchx_elastic.agent import compat
 from torchx_elastic.agent.config.endpoint import Endpoint
 from torchx_elastic.agent.config.launch import AgentConfig
 from torchx_elastic.agent.rendezvous import listen, liveness
+from torchx_elastic.agent.rendezvous.diagnosis import resolved
 from torchx_elastic.agent.rendezvous.handler import (
     StoreHost,
     handler_on_store,
@@ -207,13 +208,6 @@ def is_endpoint_host(addr: str, endpoint: Endpoint, endpoint_ips: set[str]) -> b
     if addr.split(".")[0] == endpoint.host.split(".")[0]:
         return True
     return bool(endpoint_ips & resolved(addr))
-
-
-def resolved(host: str) -> set[str]:
-    try:
-        return {str(info[4][0]) for info in socket.getaddrinfo(host, None)}
-    except (OSError, UnicodeError):
-        return set()
 
 
 def successors(members: dict[int, str], endpoint: Endpoint, endpoint_ips: set[str]) -> list[str]:

@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from torchx_elastic.agent.config.launch import AgentConfig
-from torchx_elastic.agent.rendezvous.diagnosis import Problem
+from torchx_elastic.agent.rendezvous.diagnosis import Problem, resolved
 from torchx_elastic.agent.rendezvous.signed_store import MAGIC, RefusedEntry, StoreSigner
 from torchx_elastic.contract import ROLL_CALL_KEY_PREFIX
 
@@ -184,7 +184,7 @@ def unresolvable_addresses(entries: list[NodeEntry], me: NodeEntry) -> list[Prob
     for peer in job_peers(entries, me.run_id):
         if peer.pid == me.pid and peer.host == me.host:
             continue
-        if not resolves(peer.addr):
+        if not resolved(peer.addr):
             problems.append(
                 Problem(
                     f"{peer.name} publishes its address as {peer.addr!r}, which does not"
@@ -194,11 +194,3 @@ def unresolvable_addresses(entries: list[NodeEntry], me: NodeEntry) -> list[Prob
                 )
             )
     return problems
-
-
-def resolves(host: str) -> bool:
-    try:
-        socket.getaddrinfo(host, None)
-    except (socket.gaierror, UnicodeError):
-        return False
-    return True

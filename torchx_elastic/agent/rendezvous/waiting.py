@@ -35,6 +35,7 @@ from torchx_elastic.agent.rendezvous.diagnosis import (
     RendezvousDiagnosis,
     answers,
     gives_up_at,
+    resolved,
     say,
 )
 from torchx_elastic.agent.rendezvous.observed import WrappedRendezvous
@@ -217,7 +218,7 @@ class ExplainedRendezvous(WrappedRendezvous):
             if own or addr in self._reached or time.monotonic() < self._probe_after_s.get(addr, 0):
                 continue
             self._probe_after_s[addr] = time.monotonic() + REPROBE_S
-            if not roll_call.resolves(addr):
+            if not resolved(addr):
                 continue  # said by unresolvable_addresses
             if answers(addr, port, PEER_PROBE_S):
                 self._reached.add(addr)
