@@ -8,7 +8,8 @@ JOB ?= -j 2x2
 # The agent's end-to-end tests also run on the oldest torch the package declares and on the
 # newest release, each in a venv of its own (.venv-torch<version>): torch first, then this
 # package with its test extra under constraints that keep that torch and torchx 0.7.
-# These two pull CUDA builds (about 5 GB each on disk; pip's cache keeps the downloads).
+# These two pull CUDA builds (about 5 GB each on disk; pip's cache keeps the downloads
+# unless PIP_NO_CACHE_DIR is set, as CI does).
 TORCH_VERSIONS ?= 2.4.0 2.15.0
 # (the torchrun compatibility file: its sample of forms there, every form in `make test`)
 AGENT_E2E_TESTS ?= tests/agent tests/e2e/test_faults.py tests/e2e/test_start_methods.py \

@@ -48,6 +48,10 @@ IMAGE_WORKDIR = "/workspace"
 JOB_TIMEOUT_S = 300.0
 ELASTIC_TTL_S = 30
 POLL_S = 1.0
+NODE_CHECK_S = 10.0
+NODE_GRACE_S = 30.0
+# the running cluster's kubeconfig, for the node checks of _wait
+_KUBECONFIG: Optional[str] = None
 
 T = TypeVar("T")
 
@@ -236,6 +240,8 @@ def _start(workdir: Path) -> Cluster:
             f"{up.stderr[-3000:]}"
         )
     kubeconfig = up.stdout.strip().splitlines()[-1].removeprefix("export KUBECONFIG=")
+    global _KUBECONFIG
+    _KUBECONFIG = kubeconfig
     env = {**os.environ, "KUBECONFIG": kubeconfig}
     subprocess.run(["docker", "tag", SOURCE_IMAGE, NODE_IMAGE], check=True)
     # the docs' commands name the image as docker/build-image.sh tags it (same layers)
@@ -248,7 +254,9 @@ def _start(workdir: Path) -> Cluster:
 @pytest.fixture(autouse=True)
 def cancel_what_the_test_left(cluster: Cluster) -> Iterator[None]:
     """Cancel the jobs a test launched, whatever its outcome: a job left running by a
-    failed test would hold the node's CPUs and fail the tests after it."""
+    failed test would hold the node's CPUs and fail the tests after it. A node that cannot
+    run pods fails the test at its start."""
+    _fail_if_the_node_is_unwell("before the test")
     yield
     while cluster.launched:
         cluster.torchx("cancel", cluster.launched.pop())
@@ -262,14 +270,67 @@ def scheduler(cluster: Cluster, monkeypatch: pytest.MonkeyPatch) -> KubernetesSc
 
 
 def _wait(what: str, check: Callable[[], Optional[T]], timeout_s: float = JOB_TIMEOUT_S) -> T:
+    """Poll ``check`` until it returns a value; a node that cannot run pods ends the wait at
+    once (every later test would wait its whole timeout too), saying why."""
     deadline = time.monotonic() + timeout_s
+    next_node_check = time.monotonic() + NODE_CHECK_S
     while True:
         found = check()
         if found is not None:
             return found
+        if time.monotonic() > next_node_check:
+            next_node_check = time.monotonic() + NODE_CHECK_S
+            _fail_if_the_node_is_unwell(f"while waiting for {what}")
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}")
+            raise AssertionError(
+                f"timed out after {timeout_s:.0f} s waiting for {what}\n{_node_report()}"
+            )
         time.sleep(POLL_S)
+
+
+def _node_problem() -> str:
+    """What keeps the node from running pods (not Ready, a pressure condition, a taint), or
+    "" when nothing does."""
+    if _KUBECONFIG is None:
+        return ""
+    found = subprocess.run(
+        ["kubectl", "get", "nodes", "-o", "json"], env={**os.environ, "KUBECONFIG": _KUBECONFIG},
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    if found.returncode != 0:
+        return f"kubectl get nodes failed: {found.stderr.strip()}"
+    problems = []
+    for node in json.loads(found.stdout)["items"]:
+        name = node["metadata"]["name"]
+        for condition in node["status"].get("conditions", []):
+            kind, status = condition["type"], condition["status"]
+            if (kind == "Ready") != (status == "True"):
+                problems.append(f"{name}: {kind}={status} ({condition.get('message', '')})")
+        for taint in node["spec"].get("taints", []):
+            problems.append(f"{name}: taint {taint['key']}:{taint['effect']}")
+    return "; ".join(problems)
+
+
+def _node_report() -> str:
+    """The node's problem, the disk and the kubelet's last lines: what a failed wait shows."""
+    kubelet_log = Path(os.environ.get("K8S_STATE", "/tmp/k8s")) / "log" / "kubelet.log"
+    tail = []
+    if kubelet_log.exists():
+        tail = kubelet_log.read_text(errors="replace").splitlines()[-15:]
+    disk = subprocess.run(["df", "-h", "/"], capture_output=True, text=True).stdout.strip()
+    return "\n".join([f"node: {_node_problem() or 'Ready, no pressure, no taint'}", disk, *tail])
+
+
+def _fail_if_the_node_is_unwell(when: str) -> None:
+    """Fail when the node has had a problem for NODE_GRACE_S (a new node is not Ready for
+    a moment)."""
+    deadline = time.monotonic() + NODE_GRACE_S
+    while _node_problem():
+        if time.monotonic() > deadline:
+            pytest.fail(
+                f"the Kubernetes node cannot run pods {when}: {_node_problem()}\n{_node_report()}"
+            )
+        time.sleep(2)
 
 
 def _app_id(handle: str) -> str:
