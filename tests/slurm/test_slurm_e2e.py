@@ -228,7 +228,7 @@ def test_cancel_stops_every_process_and_each_agent_reports(workdir: Path) -> Non
         "--rdzv_port",
         str(free_port()),
         "--env",
-        f"PET_LOG_DIR={workdir / 'agent_logs'},STEPS=100000",
+        f"PET_LOG_DIR={workdir / 'agent_logs'},PET_STATUS_INTERVAL_S=1,STEPS=100000",
         "--script",
         SCRIPT,
         cwd=workdir,
@@ -245,6 +245,12 @@ def test_cancel_stops_every_process_and_each_agent_reports(workdir: Path) -> Non
     while "State: RUNNING" not in job.status() and time.monotonic() < deadline:
         time.sleep(1)
     assert "State: RUNNING" in job.status()
+    # the whole job's progress, as the rank-0 agent last printed it in its output file
+    output_file = f"slurm-{job.app_id}-{ROLE}-0.err"
+    progress = re.compile(rf"progress \d+/100000 .*of 4/4 ranks.* {output_file}\)")
+    while not progress.search(job.status()) and time.monotonic() < deadline:
+        time.sleep(1)
+    assert progress.search(job.status()), job.status() + job.everything()
     cancelled = run_torchx("cancel", handle, cwd=workdir)
     assert cancelled.returncode == 0, cancelled.stderr
     deadline = time.monotonic() + 60

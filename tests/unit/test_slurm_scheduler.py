@@ -61,3 +61,66 @@ def test_truncated_unknown_and_missing_states() -> None:
     unknown = describe_from_sacct("7", header + "7+0|t-0|SOMETHING_NEW\n")
     assert unknown is not None and unknown.state == AppState.UNKNOWN
     assert describe_from_sacct("7", header) is None  # sacct does not know the job (yet)
+
+
+SACCT_RUNNING = "JobID|JobName|State\n31+0|train-0|RUNNING\n31+1|train-1|RUNNING\n"
+WAITING = (
+    "torchx-elastic: waiting for nodes: 1 of 2 joined; here: n0 (pid 7); missing: 1 node;"
+    " hosting the rendezvous at n0:29500, run id 'job'; gives up at 10:00:00 (join timeout 600s)\n"
+    "[job progress] waiting for nodes: 1 of 2 joined; missing: 1 node\n"
+)
+PROGRESS = (
+    "[job progress] 120/200 (60.0%) of 4/4 ranks on 2/2 nodes, slowest r3 (n1) 120,"
+    " fastest r0 (n0) 131, 4.1 steps/s, ETA 29s\n"
+)
+
+
+def running_job(tmp_path: Path, sacct: str = SACCT_RUNNING) -> SlurmScheduler:
+    """A scheduler whose ``sacct`` (on PATH, in ``tmp_path``) prints ``sacct``."""
+    fake = tmp_path / "sacct"
+    fake.write_text(f"#!/bin/sh\nprintf '%s' '{sacct}'\n")  # PATH has no cat
+    fake.chmod(0o755)
+    scheduler = create_scheduler("test")
+    assert isinstance(scheduler, SlurmScheduler)
+    return scheduler
+
+
+def test_status_of_a_running_job_says_what_its_first_round_waits_for(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)  # no job_dir: the output files are where the job was run
+    (tmp_path / "slurm-31-train-0.err").write_text("rank 0 starting\n" + WAITING)
+    found = running_job(tmp_path).describe("31")
+    assert found is not None and found.state == AppState.RUNNING
+    first, second = found.msg.split("\n")
+    assert first == "RUNNING"
+    assert second.startswith(
+        "waiting for nodes: 1 of 2 joined; here: n0 (pid 7); missing: 1 node; hosting the"
+    ), second
+    assert second.endswith(" ago, slurm-31-train-0.err)"), second
+
+
+def test_status_of_a_running_job_shows_its_progress_from_its_job_dir(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    job_dir = tmp_path / "jobs"
+    job_dir.mkdir()
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / ".torchxslurmjobdirs").write_text(f"31 = {job_dir}\n")
+    (job_dir / "slurm-31-train-0.err").write_text(WAITING + PROGRESS + "[0]:step 121\n")
+    found = running_job(tmp_path).describe("31")
+    assert found is not None
+    assert found.msg.split("\n")[1].startswith(
+        "progress 120/200 (60.0%) of 4/4 ranks, 4.1 steps/s, ETA 29s (as of "
+    ), found.msg
+
+
+def test_status_without_an_output_file_or_of_an_ended_job_is_slurms_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    found = running_job(tmp_path).describe("31")
+    assert found is not None and found.msg == "RUNNING"  # not started, or not shared here
+    (tmp_path / "slurm-31-train-0.err").write_text(PROGRESS)
+    ended = running_job(tmp_path, SACCT_RUNNING.replace("RUNNING", "COMPLETED")).describe("31")
+    assert ended is not None and ended.msg == "COMPLETED"

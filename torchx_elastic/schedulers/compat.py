@@ -5,12 +5,13 @@ torchx's scheduler hooks (``_submit_dryrun``, ``_run_opts``, ``_validate``, ...)
 torchx documents implementing a scheduler, and are used as such everywhere. What is here
 instead is the local scheduler's inner state: ``local_cwd`` adds to torchx's
 ``LocalScheduler``, whose running apps (``_apps``) and request layout (``PopenRequest``'s
-``role_params``) are its own; and the app a dry run carries (``AppDryRunInfo._app``), which
-``torchx run --dryrun`` prints.
+``role_params``) are its own; the app a dry run carries (``AppDryRunInfo._app``), which
+``torchx run --dryrun`` prints; and where the Slurm scheduler recorded a job's directory.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -42,3 +43,14 @@ def show_app_as(info: AppDryRunInfo[Any], app: AppDef) -> None:
     """The app that ``torchx run --dryrun`` prints of ``info`` (and the runner remembers for
     the handle) becomes ``app``; the request is not touched."""
     info._app = app
+
+
+def slurm_output_file(app_id: str, role: str, replica: int) -> str:
+    """Where torchx's Slurm scheduler has the stderr of a replica: ``slurm-<id>-<role>-<k>.err``
+    in the job's ``job_dir`` (recorded in ``.torchxslurmjobdirs`` of the directory the job
+    was run from) or, without one, in that directory; as its ``log_iter`` finds it."""
+    from torchx.schedulers import slurm_scheduler
+
+    name = f"slurm-{app_id}-{role}-{replica}.err"
+    job_dir = slurm_scheduler._get_job_dirs().get(app_id)
+    return os.path.join(job_dir, name) if job_dir else name

@@ -7,6 +7,9 @@ On top of torchx's ``slurm`` (an sbatch hetjob, one component per replica, ``sru
   sbatch script requeues after any non-zero exit: (N+1)^2 runs, each requeue held about 120 s
   by Slurm for a new allocation). A node failure is still Slurm's to requeue (``--requeue``,
   set by torchx on every job).
+- ``torchx status`` of a running job adds the rank-0 agent's ``[job progress]`` line, or what its
+  first rendezvous round waits for (``waiting for nodes: 1 of 2 joined; ...``), read from
+  replica 0's Slurm output file (``progress.py``).
 - ``torchx status`` after ``torchx cancel``: sacct says ``CANCELLED by <uid>``, which torchx 0.7
   fails to translate (an ``AssertionError``); here it is ``CANCELLED``.
 

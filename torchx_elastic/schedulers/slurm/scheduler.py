@@ -8,9 +8,11 @@ from typing import Any, Optional
 from torchx.schedulers import slurm_scheduler as _torchx_slurm
 from torchx.schedulers.api import AppDryRunInfo, DescribeAppResponse
 from torchx.schedulers.slurm_scheduler import SlurmScheduler as _TorchxSlurmScheduler
-from torchx.specs import AppDef, Role
+from torchx.specs import AppDef, Role, is_terminal
 
 from torchx_elastic.components.agent_command import AGENT_MODULE
+from torchx_elastic.schedulers.progress_status import join_message
+from torchx_elastic.schedulers.slurm.progress import progress_of
 from torchx_elastic.schedulers.slurm.status import (
     SQUEUE_FORMAT,
     SQUEUE_HEADER,
@@ -38,6 +40,16 @@ class SlurmScheduler(_TorchxSlurmScheduler):
         return info
 
     def describe(self, app_id: str) -> Optional[DescribeAppResponse]:
+        """The Slurm state, and while the job runs the rank-0 agent's progress line (or what
+        its first round waits for) on a line of its own (``progress.py``)."""
+        found = self._state(app_id)
+        if found is None or is_terminal(found.state) or not found.roles:
+            return found
+        progress = (progress_of(app_id, role.name) for role in found.roles)
+        found.msg = join_message(found.msg, next((p for p in progress if p), None))
+        return found
+
+    def _state(self, app_id: str) -> Optional[DescribeAppResponse]:
         """sacct's view; squeue's for a job that sacct does not show yet (the first second
         after sbatch, where torchx's ``run --wait`` would stop with "unknown status")."""
         if TORCHX_READS_EVERY_STATE:
