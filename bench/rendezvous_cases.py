@@ -113,6 +113,13 @@ CASES = [
         setup=occupy,
     ),
     Case(
+        "node A --rdzv-backend c10d, node B static --node-rank 1",
+        lambda p: [
+            [f"--rdzv-endpoint=localhost:{p}"],
+            [f"--rdzv-endpoint=localhost:{p}", "--rdzv-backend=static", "--node-rank=1"],
+        ],
+    ),
+    Case(
         "static, --nnodes 3, nodes given --node-rank 0, 1, 1",
         lambda p: [
             [f"--rdzv-endpoint=localhost:{p}", *STATIC_3, f"--node-rank={rank}"]

@@ -97,12 +97,11 @@ def doctor_config(endpoint: str, *argv: str) -> doctor.AgentConfig:
     return config_from_args(args)
 
 
+IFACES = {"lo": "127.0.0.1", "eth0": "10.1.0.5", "ib0": "10.2.0.5"}
+
+
 def test_the_interfaces_gloo_and_nccl_use(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(
-        doctor,
-        "interface_addresses",
-        lambda: {"lo": "127.0.0.1", "eth0": "10.1.0.5", "ib0": "10.2.0.5"},
-    )
+    monkeypatch.setattr(doctor, "interface_addresses", lambda: IFACES)
     monkeypatch.setattr(doctor, "route_address", lambda host, port: "10.1.0.5")
     monkeypatch.setenv("GLOO_SOCKET_IFNAME", "ib0")
     monkeypatch.setenv("NCCL_SOCKET_IFNAME", "eth1")
@@ -137,3 +136,47 @@ def test_the_module_runs_as_a_command() -> None:
     )
     assert done.returncode == 1
     assert "  FAIL host 'a.invalid' does not resolve from this node" in done.stdout
+
+
+def test_gloos_own_choice_where_gloo_socket_ifname_is_unset(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """gloo binds the workers to the first address of the host's name: Debian's 127.0.1.1,
+    or an address of another interface than the rendezvous traffic's."""
+    monkeypatch.delenv("GLOO_SOCKET_IFNAME", raising=False)
+    monkeypatch.setattr(doctor, "interface_addresses", lambda: IFACES)
+    monkeypatch.setattr(doctor, "route_address", lambda host, port: "10.1.0.5")
+    monkeypatch.setattr(doctor.socket, "gethostname", lambda: "trainer3")
+    resolving: dict[str, list[str]] = {}
+    monkeypatch.setattr(doctor, "hostname_addresses", lambda name: resolving[name])
+
+    def gloo_line(endpoint: str = "10.1.0.1:29500") -> str:
+        return doctor.interface_checks(doctor_config(endpoint))[-1].line()
+
+    resolving["trainer3"] = ["127.0.1.1", "10.1.0.5"]
+    assert gloo_line() == (
+        "  FAIL GLOO_SOCKET_IFNAME is unset and this host's name 'trainer3' resolves to"
+        " 127.0.1.1, 10.1.0.5: gloo binds the workers to 127.0.1.1, a loopback address the"
+        " other hosts cannot reach; set GLOO_SOCKET_IFNAME=eth0"
+    )
+    resolving["trainer3"] = []
+    assert gloo_line().startswith(
+        "  FAIL GLOO_SOCKET_IFNAME is unset and this host's name 'trainer3' does not resolve:"
+        " gloo binds the workers to 127.0.0.1, a loopback address"
+    )
+    resolving["trainer3"] = ["10.2.0.5"]
+    assert gloo_line() == (
+        "  FAIL GLOO_SOCKET_IFNAME is unset: gloo binds the workers to 'trainer3' = 10.2.0.5"
+        " on ib0, but the rendezvous traffic to 10.1.0.1 leaves through eth0: the workers may"
+        " not reach their peers; set GLOO_SOCKET_IFNAME=eth0"
+    )
+    resolving["trainer3"] = ["10.1.0.5"]
+    assert gloo_line() == (
+        "  ok   GLOO_SOCKET_IFNAME is unset: gloo binds the workers to 'trainer3' = 10.1.0.5"
+        " on eth0"
+    )
+    # a job on this host alone: gloo's loopback choice is right
+    resolving["trainer3"] = ["127.0.1.1"]
+    assert "GLOO" not in gloo_line("localhost:29500")
+    monkeypatch.setenv("GLOO_SOCKET_IFNAME", "eth0")  # the user's choice is checked instead
+    assert gloo_line() == "  ok   GLOO_SOCKET_IFNAME=eth0"

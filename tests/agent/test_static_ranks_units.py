@@ -10,7 +10,11 @@ from typing import Any
 import pytest
 from torch.distributed import HashStore  # type: ignore[attr-defined]
 
-from torchx_elastic.agent.rendezvous.diagnosis import Problem
+from torchx_elastic.agent.config.cli import build_parser
+from torchx_elastic.agent.config.launch import config_from_args
+from torchx_elastic.agent.rendezvous.diagnosis import Problem, RendezvousDiagnosis
+from torchx_elastic.agent.rendezvous.roll_call import NodeEntry, RollCall
+from torchx_elastic.agent.rendezvous.signed_store import StoreSigner
 from torchx_elastic.agent.rendezvous.static_ranks import UnreadableClaim, check_claims
 from torchx_elastic.contract import STATIC_RANK_KEY_PREFIX
 
@@ -93,8 +97,6 @@ def test_a_peer_that_claims_nothing_leaves_the_check_silent() -> None:
 def test_the_handler_goes_on_with_a_warning_past_an_unreadable_claim(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    from torchx_elastic.agent.config.cli import build_parser
-    from torchx_elastic.agent.config.launch import config_from_args
     from torchx_elastic.agent.rendezvous.static_ranks import CheckedStaticRanks
 
     store = HashStore()
@@ -107,8 +109,41 @@ def test_the_handler_goes_on_with_a_warning_past_an_unreadable_claim(
 
     argv = ["--nnodes", "2", "--rdzv-backend", "static", "--rdzv-endpoint", "n0:29500"]
     config = config_from_args(build_parser().parse_args([*argv, "--node-rank", "1", "x.py"]))
-    assert CheckedStaticRanks(Static(), config).next_rendezvous() == (store, 1, 2)  # type: ignore[arg-type]
+    checked = CheckedStaticRanks(Static(), config, StoreSigner(b"s"))  # type: ignore[arg-type]
+    assert checked.next_rendezvous() == (store, 1, 2)
     assert caplog.messages == [
         f"node ranks not checked: unreadable claim {STATIC_RANK_KEY_PREFIX}0/1/1:"
         " Expecting value: line 1 column 1 (char 0)"
     ]
+
+
+def test_a_peer_on_the_c10d_backend_is_named_at_once_with_both_settings() -> None:
+    """A c10d node hosts the store a static node of rank 1 reaches: the static node reads
+    its roll-call entry, signed with the job's secret, and names the mismatch."""
+    from torch.distributed import PrefixStore  # type: ignore[attr-defined]
+
+    from torchx_elastic.agent.rendezvous.static_ranks import CheckedStaticRanks
+
+    store, signer = HashStore(), StoreSigner(b"s")
+    c10d = NodeEntry("h0", 7, "job", "h0", "2", 1, 0, "c10d")
+    RollCall(store, c10d, signer)
+
+    class Static:
+        def next_rendezvous(self) -> Any:
+            return (PrefixStore("job", store), 1, 2)
+
+    argv = ["--nnodes", "2", "--rdzv-backend", "static", "--rdzv-endpoint", "h0:29500"]
+    args = [*argv, "--rdzv-id", "job", "--node-rank", "1", "x.py"]
+    config = config_from_args(build_parser().parse_args(args))
+    started = time.monotonic()
+    with pytest.raises(RendezvousDiagnosis) as failed:
+        CheckedStaticRanks(Static(), config, signer).next_rendezvous()  # type: ignore[arg-type]
+    assert time.monotonic() - started < 1.0  # before the claims' wait for a peer
+    me = NodeEntry.of_this_node(config).name
+    assert str(failed.value).endswith(
+        f"nodes disagree on --rdzv-backend: static on {me}, c10d on h0 (pid 7);"
+        " start every node of run id 'job' with the same --rdzv-backend"
+    ), str(failed.value)
+    # the c10d node reads this node's entry in the same store
+    entries, _ = RollCall(store, c10d, signer).entries()
+    assert [e.rdzv_backend for e in entries] == ["c10d", "static", "c10d"]

@@ -112,7 +112,10 @@ def cases(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Agent]
     s = Scenarios(tmp_path_factory.mktemp("diagnosis"))
     ports = {
         name: free_port()
-        for name in ("alone", "mismatch", "shared", "taken", "addr", "reach", "secret", "static")
+        for name in (
+            *("alone", "mismatch", "shared", "taken", "addr", "reach", "secret", "static"),
+            "backend",
+        )
     }
     s.blocker.bind(("127.0.0.1", ports["taken"]))
     s.blocker.listen()
@@ -132,10 +135,14 @@ def cases(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Agent]
         "addr_a": s.agent("addr_a", f"localhost:{ports['addr']}", *timeout),
         "reach_a": s.agent("reach_a", f"localhost:{ports['reach']}", *timeout, nnodes="3"),
         "secret_a": s.agent("secret_a", f"localhost:{ports['secret']}", *timeout),
+        "backend_c10d": s.agent("backend_c10d", f"localhost:{ports['backend']}", *timeout),
     }
     static = ("--rdzv-backend", "static", "--node-rank")
     for name, rank in (("static_0", "0"), ("static_1a", "1"), ("static_1b", "1")):
         found[name] = s.agent(name, f"localhost:{ports['static']}", *static, rank, nnodes="3")
+    found["backend_static"] = s.agent(
+        "backend_static", f"localhost:{ports['backend']}", *static, "1", *timeout
+    )
     found["static_refused"] = s.agent(
         "static_refused", f"127.0.0.1:{free_port()}", *static, "1", *timeout
     )
@@ -224,6 +231,23 @@ def test_nodes_with_other_nnodes_are_named_with_both_values_and_hosts(
         text = agent.output()
         assert f"--nnodes: {mine} on {host} (pid {agent.proc.pid}), {theirs} on {host}" in text
         assert "start every node of run id 'job' with the same --nnodes" in text
+        assert agent.exit_code() == 1
+
+
+def test_nodes_on_other_rendezvous_backends_are_named_by_both(cases: dict[str, Agent]) -> None:
+    """A c10d node hosts the endpoint; a static node of --node-rank 1 reaches its store."""
+    host = socket.gethostname()
+    c10d, static = cases["backend_c10d"], cases["backend_static"]
+    for agent, mine, peer, theirs in (
+        (c10d, "c10d", static, "static"),
+        (static, "static", c10d, "c10d"),
+    ):
+        agent.wait_for("failed: nodes disagree on --rdzv-backend: ", START_S, peer)
+        assert (
+            f"--rdzv-backend: {mine} on {host} (pid {agent.proc.pid}), {theirs} on {host}"
+            f" (pid {peer.proc.pid}); start every node of run id 'job' with the same"
+            " --rdzv-backend"
+        ) in agent.output()
         assert agent.exit_code() == 1
 
 

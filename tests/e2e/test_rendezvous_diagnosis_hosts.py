@@ -94,3 +94,40 @@ def test_a_dropped_port_is_named_a_firewall(hosts: None, tmp_path: Path) -> None
         )
     finally:
         subprocess.run(on("h0", "iptables", "-D", *rule))
+
+
+def test_gloos_own_choice_of_a_loopback_address_is_named(hosts: None, tmp_path: Path) -> None:
+    """No GLOO_SOCKET_IFNAME: gloo binds the workers to the first address of the host's name.
+    On h1 that is its own address; a host whose name resolves to loopback (Debian's
+    127.0.1.1 line, here the name ``localhost``) is named by the doctor and the agent."""
+    env = {k: v for k, v in _env().items() if not k.endswith("_SOCKET_IFNAME")}
+    flags = ["--nnodes", "2", "--nproc-per-node", "1", "--rdzv-backend", "c10d"]
+    flags += ["--rdzv-endpoint", f"h0:{PORT}", "--rdzv-id", "job", "--rdzv-conf", "join_timeout=8"]
+    doctor = [sys.executable, "-m", "torchx_elastic.agent.doctor", *flags]
+    as_localhost = ["sh", "-c", 'hostname localhost && exec "$@"', "as-localhost"]
+
+    own = subprocess.run(on("h1", *doctor), env=env, capture_output=True, text=True, timeout=120)
+    assert (
+        "  ok   GLOO_SOCKET_IFNAME is unset: gloo binds the workers to 'h1' = 10.77.0.11 on veth-h1"
+        in own.stdout
+    ), own.stdout
+    loopback = subprocess.run(
+        on("h1", *as_localhost, *doctor), env=env, capture_output=True, text=True, timeout=120
+    )
+    named = (
+        "GLOO_SOCKET_IFNAME is unset and this host's name 'localhost' resolves to 127.0.0.1:"
+        " gloo binds the workers to 127.0.0.1, a loopback address the other hosts cannot"
+        " reach; set GLOO_SOCKET_IFNAME=veth-h1"
+    )
+    assert f"  FAIL {named}" in loopback.stdout, loopback.stdout
+    (tmp_path / "ok.py").write_text("print('trained')\n")
+    agent = subprocess.run(
+        on("h1", *as_localhost, sys.executable, "-m", "torchx_elastic.agent", *flags, "ok.py"),
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert f"torchx-elastic: warning: {named}\n" in agent.stderr, agent.stderr
+    assert agent.returncode == 1  # nothing at h0: the join timeout

@@ -51,7 +51,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from torch.distributed.distributed_c10d import Store
+from torch.distributed.distributed_c10d import PrefixStore, Store
 from torch.distributed.elastic.rendezvous import RendezvousHandler
 
 from torchx_elastic.contract import MASTER_KEY
@@ -431,3 +431,9 @@ def no_first_round_skew(single_node: bool) -> Iterator[None]:
         yield
     finally:
         module._delay = original
+
+
+def unprefixed(store: Store) -> Store:
+    """The store under a round's ``PrefixStore`` (torch's static backend prefixes the store
+    it hands out with the run id)."""
+    return store.underlying_store if isinstance(store, PrefixStore) else store

@@ -3,7 +3,8 @@
 Run on each host before a long job, with the job's own command line (the script is not
 run): it resolves and connects to the rendezvous endpoint (or, on the host that serves it,
 checks that the port is free), checks the address this node publishes to its peers and the
-network interfaces gloo and NCCL would use, and prints one line per check, in one screen.
+network interfaces gloo and NCCL would use (gloo's own choice too, where
+``GLOO_SOCKET_IFNAME`` is unset), and prints one line per check, in one screen.
 Exit status 0 when nothing would fail, 1 otherwise.
 """
 
@@ -132,6 +133,9 @@ def interface_checks(config: AgentConfig) -> list[Check]:
     checks = [Check(True, f"interfaces: {listing or 'none with IPv4'}")]
     if used is not None:
         checks.append(Check(True, f"rendezvous traffic to {endpoint.host} leaves through {used}"))
+    gloo_default = gloo_default_check(config, interfaces, used)
+    if gloo_default is not None:
+        checks.append(gloo_default)
     for variable in IFNAME_VARIABLES:
         wanted = os.environ.get(variable)
         if wanted is None:
@@ -158,6 +162,54 @@ def interface_checks(config: AgentConfig) -> list[Check]:
         else:
             checks.append(Check(True, f"{variable}={wanted}"))
     return checks
+
+
+def hostname_addresses(name: str) -> list[str]:
+    """The addresses ``name`` resolves to, in the resolver's order ([] when it does not)."""
+    try:
+        found = socket.getaddrinfo(name, None, type=socket.SOCK_STREAM)
+    except (OSError, UnicodeError):
+        return []
+    return list(dict.fromkeys(str(info[4][0]) for info in found))
+
+
+def gloo_default_check(
+    config: AgentConfig, interfaces: dict[str, str], used: str | None
+) -> Check | None:
+    """Where gloo binds the workers when ``GLOO_SOCKET_IFNAME`` is unset: the first address
+    of this host's name (the loopback address when the name does not resolve), which
+    Debian's ``/etc/hosts`` maps to 127.0.1.1. None for a job on this host alone."""
+    if "GLOO_SOCKET_IFNAME" in os.environ or listen.is_loopback_host(config.rdzv_endpoint.host):
+        return None
+    name = socket.gethostname()
+    addrs = hostname_addresses(name)
+    host = config.rdzv_endpoint.host
+    fix = (
+        f"set GLOO_SOCKET_IFNAME={used}"
+        if used
+        else "set GLOO_SOCKET_IFNAME to the interface that reaches the other hosts"
+    )
+    first = addrs[0] if addrs else "127.0.0.1"
+    if first.startswith("127.") or first == "::1":
+        resolves = f"resolves to {', '.join(addrs)}" if addrs else "does not resolve"
+        return Check(
+            False,
+            f"GLOO_SOCKET_IFNAME is unset and this host's name {name!r} {resolves}: gloo"
+            f" binds the workers to {first}, a loopback address the other hosts cannot reach;"
+            f" {fix}",
+        )
+    iface = next((n for n, a in interfaces.items() if a == first), None)
+    if used is not None and iface is not None and iface != used:
+        return Check(
+            False,
+            f"GLOO_SOCKET_IFNAME is unset: gloo binds the workers to {name!r} = {first} on"
+            f" {iface}, but the rendezvous traffic to {host} leaves through {used}: the"
+            f" workers may not reach their peers; {fix}",
+        )
+    on = f" on {iface}" if iface else ""
+    return Check(
+        True, f"GLOO_SOCKET_IFNAME is unset: gloo binds the workers to {name!r} = {first}{on}"
+    )
 
 
 def run_checks(config: AgentConfig) -> list[Check]:

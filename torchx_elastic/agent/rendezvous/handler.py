@@ -137,7 +137,7 @@ def create_handler(
         if not tcp:
             created = get_rendezvous_handler(params)
             if params.backend == "static":
-                return static_ranks.CheckedStaticRanks(created, config)
+                return static_ranks.CheckedStaticRanks(created, config, signer)
             return created
         store, hosted = rendezvous_store(params, endpoint)
     except RendezvousConnectionError:

@@ -1,4 +1,5 @@
-"""A duplicate ``--node-rank`` with the static rendezvous, named by the nodes concerned.
+"""A duplicate ``--node-rank`` with the static rendezvous, and a peer on another backend,
+named by the nodes concerned.
 
 torch's static backend takes each node's ``--node-rank`` on trust: two nodes given the same
 rank start workers with the same global ranks, and the rank nobody took leaves the job
@@ -6,6 +7,11 @@ waiting for it (torchrun says nothing; the job hangs in ``init_process_group`` u
 timeout). After each static round every node claims its rank in the agents' store. A node
 whose rank another node claimed first says so and stops; once as many claims as nodes are
 in, a node that sees a rank claimed twice or not at all names them, with the hosts.
+
+A static node also publishes itself in the roll call of the store it reached (roll_call.py),
+as a c10d node does: a node started with ``--rdzv-backend c10d`` on the same endpoint (whose
+store a static node of rank 1 reaches, or which reaches a static rank 0's) is named by both,
+with the settings they disagree on, instead of each waiting for peers that never come.
 """
 
 from __future__ import annotations
@@ -22,7 +28,8 @@ from torchx_elastic.agent import compat
 from torchx_elastic.agent.config.launch import AgentConfig
 from torchx_elastic.agent.rendezvous.diagnosis import Problem, RendezvousDiagnosis
 from torchx_elastic.agent.rendezvous.observed import WrappedRendezvous
-from torchx_elastic.agent.rendezvous.roll_call import NodeEntry
+from torchx_elastic.agent.rendezvous.roll_call import NodeEntry, RollCall, settings_mismatch
+from torchx_elastic.agent.rendezvous.signed_store import StoreSigner
 from torchx_elastic.agent.rendezvous.waiting import HOST_LINGER_S
 from torchx_elastic.contract import STATIC_RANK_KEY_PREFIX
 
@@ -105,25 +112,52 @@ def check_claims(
 
 
 class CheckedStaticRanks(WrappedRendezvous):
-    """The static handler, whose every round checks the nodes' ``--node-rank``."""
+    """The static handler, whose every round checks the nodes' ``--node-rank`` and whose
+    node is in the store's roll call."""
 
-    def __init__(self, handler: RendezvousHandler, config: AgentConfig) -> None:
+    def __init__(
+        self, handler: RendezvousHandler, config: AgentConfig, signer: StoreSigner
+    ) -> None:
         super().__init__(handler)
         self._config = config
+        self._signer = signer
         self._rounds = 0
+        self._call: RollCall | None = None
 
     def next_rendezvous(self) -> RendezvousInfo:
         info = self.handler.next_rendezvous()
         store, rank, nodes = compat.round_placement(info)
-        me = NodeEntry.of_this_node(self._config).name
-        try:
-            problem = check_claims(store, self._rounds, rank, nodes, me)
-        except UnreadableClaim as err:  # nothing to name: the job goes on as torch's would
-            log.warning("node ranks not checked: unreadable claim %s", err)
-            problem = None
+        me = NodeEntry.of_this_node(self._config)
+        if self._call is None:
+            self._call = self._publish(store, me)
+        problem = self._mismatch()
+        if problem is None:
+            try:
+                problem = check_claims(store, self._rounds, rank, nodes, me.name)
+            except UnreadableClaim as err:  # nothing to name: the job goes on as torch's would
+                log.warning("node ranks not checked: unreadable claim %s", err)
+            problem = problem or self._mismatch()  # a peer that claimed nothing: c10d's?
         self._rounds += 1
         if problem is not None:
             if rank == 0:  # node rank 0 hosts the store: its peers read their claims there
                 time.sleep(HOST_LINGER_S)
             raise RendezvousDiagnosis(self._config.rdzv_endpoint, problem)
         return info
+
+    def _publish(self, store: Any, me: NodeEntry) -> RollCall | None:
+        """This node in the roll call of the store under the round's (torch prefixes it
+        with the run id), where c10d nodes publish themselves."""
+        try:
+            return RollCall(compat.unprefixed(store), me, self._signer)
+        except Exception:  # noqa: BLE001 (an extra: the rendezvous goes on without it)
+            log.warning("cannot publish this node in the roll call", exc_info=True)
+            return None
+
+    def _mismatch(self) -> Problem | None:
+        if self._call is None:
+            return None
+        try:
+            verified, _ = self._call.entries()
+        except Exception:  # noqa: BLE001 (the store went away: nothing to compare)
+            return None
+        return settings_mismatch(verified, self._call.me)
