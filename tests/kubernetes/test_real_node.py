@@ -52,6 +52,9 @@ NODE_CHECK_S = 10.0
 NODE_GRACE_S = 30.0
 # the running cluster's kubeconfig, for the node checks of _wait
 _KUBECONFIG: Optional[str] = None
+# what the waits that timed out waited for; at MAX_TIMEOUTS the later tests fail at once
+_TIMED_OUT: List[str] = []
+MAX_TIMEOUTS = 3
 
 T = TypeVar("T")
 
@@ -255,7 +258,13 @@ def _start(workdir: Path) -> Cluster:
 def cancel_what_the_test_left(cluster: Cluster) -> Iterator[None]:
     """Cancel the jobs a test launched, whatever its outcome: a job left running by a
     failed test would hold the node's CPUs and fail the tests after it. A node that cannot
-    run pods fails the test at its start."""
+    run pods fails the test at its start, and so do three waits that timed out before it
+    (a node that runs no pod fails every test: each would wait its whole timeout)."""
+    if len(_TIMED_OUT) >= MAX_TIMEOUTS:
+        pytest.fail(
+            f"{len(_TIMED_OUT)} earlier tests on this node timed out waiting (for"
+            f" {'; '.join(_TIMED_OUT)}): their output says why\n{_node_report()}"
+        )
     _fail_if_the_node_is_unwell("before the test")
     yield
     while cluster.launched:
@@ -282,6 +291,7 @@ def _wait(what: str, check: Callable[[], Optional[T]], timeout_s: float = JOB_TI
             next_node_check = time.monotonic() + NODE_CHECK_S
             _fail_if_the_node_is_unwell(f"while waiting for {what}")
         if time.monotonic() > deadline:
+            _TIMED_OUT.append(what)
             raise AssertionError(
                 f"timed out after {timeout_s:.0f} s waiting for {what}\n{_node_report()}"
             )
@@ -311,14 +321,28 @@ def _node_problem() -> str:
     return "; ".join(problems)
 
 
+def _kubectl_lines(*args: str, last: int = 15) -> List[str]:
+    if _KUBECONFIG is None:
+        return []
+    found = subprocess.run(
+        ["kubectl", *args], env={**os.environ, "KUBECONFIG": _KUBECONFIG},
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    return (found.stdout + found.stderr).splitlines()[-last:]
+
+
 def _node_report() -> str:
-    """The node's problem, the disk and the kubelet's last lines: what a failed wait shows."""
+    """The node's problem, the disk, every pod, the last events and the kubelet's last
+    lines: what a failed wait shows."""
     kubelet_log = Path(os.environ.get("K8S_STATE", "/tmp/k8s")) / "log" / "kubelet.log"
     tail = []
     if kubelet_log.exists():
         tail = kubelet_log.read_text(errors="replace").splitlines()[-15:]
     disk = subprocess.run(["df", "-h", "/"], capture_output=True, text=True).stdout.strip()
-    return "\n".join([f"node: {_node_problem() or 'Ready, no pressure, no taint'}", disk, *tail])
+    pods = _kubectl_lines("get", "pods", "-A", "-o", "wide", last=30)
+    events = _kubectl_lines("get", "events", "-A", "--sort-by=.lastTimestamp")
+    node = f"node: {_node_problem() or 'Ready, no pressure, no taint'}"
+    return "\n".join([node, disk, *pods, *events, *tail])
 
 
 def _fail_if_the_node_is_unwell(when: str) -> None:
