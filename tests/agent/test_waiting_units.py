@@ -2,9 +2,20 @@
 
 from __future__ import annotations
 
+import re
+import threading
+import time
+from dataclasses import dataclass
+from types import SimpleNamespace
+
+import pytest
+from torch.distributed import HashStore  # type: ignore[attr-defined]
+
 from torchx_elastic.agent.config.cli import build_parser
 from torchx_elastic.agent.config.launch import AgentConfig, config_from_args
-from torchx_elastic.agent.rendezvous.roll_call import NodeEntry
+from torchx_elastic.agent.rendezvous import waiting
+from torchx_elastic.agent.rendezvous.roll_call import NodeEntry, RollCall
+from torchx_elastic.agent.rendezvous.signed_store import StoreSigner
 from torchx_elastic.agent.rendezvous.waiting import progress_line, waiting_line
 
 
@@ -38,3 +49,58 @@ def test_an_elastic_job_below_its_minimum_and_in_its_last_call() -> None:
         " its last call); here: n0 (pid 7), n1 (pid 7); missing: none; rendezvous at"
         " n0:29500, run id 'job'; gives up at 10:00:00 (join timeout 600s)"
     )
+
+
+@dataclass(frozen=True)
+class Node:
+    addr: str
+    pid: int
+
+
+class LaterRounds:
+    """torch's handler as the agent reads it: its state's participants and wait list; its
+    first round returns at once, the next waits until ``release``."""
+
+    def __init__(self) -> None:
+        self._this_node = Node("n0", 5)
+        self._state_holder = SimpleNamespace(
+            state=SimpleNamespace(participants={Node("n0", 5): 0, Node("n1", 7): 1}, wait_list=())
+        )
+        self.release = threading.Event()
+        self.rounds = 0
+
+    def next_rendezvous(self) -> str:
+        self.rounds += 1
+        if self.rounds > 1:
+            assert self.release.wait(10)
+        return f"round {self.rounds}"
+
+
+def test_a_later_round_that_waits_says_who_is_back_and_who_is_not(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(waiting, "LATER_ROUND_FIRST_S", 0.2)
+    monkeypatch.setattr(waiting, "POLL_S", 0.05)
+    handler = LaterRounds()
+    me = NodeEntry("n0", 5, "job", "n0", "2", 1, 0, "c10d")
+    call = RollCall(HashStore(), me, StoreSigner(None))
+    explained = waiting.ExplainedRendezvous(handler, call, config("2"), True, 600)  # type: ignore[arg-type]
+    assert explained.next_rendezvous() == "round 1"
+    capsys.readouterr()
+    # a restart: n1 does not come back; torch dropped it, n0 waits in the next round
+    state = handler._state_holder.state
+    releaser = threading.Timer(0.6, handler.release.set)
+    releaser.start()
+    state.participants = {}
+    state.wait_list = (Node("n0", 5),)
+    started = time.monotonic()
+    assert explained.next_rendezvous() == "round 2"
+    assert time.monotonic() - started >= 0.6
+    lines = capsys.readouterr().err.splitlines()
+    assert lines, "a later round that waits said nothing"
+    assert re.fullmatch(
+        r"torchx-elastic: waiting for nodes \(round 2\): 1 of 2 here \(n0 \(agent pid 5\)\);"
+        r" not back since the last round: node 1: n1 \(agent pid 7\); at n0:29500, gives up at"
+        r" \d\d:\d\d:\d\d \(join timeout 600s\)",
+        lines[0],
+    ), lines[0]

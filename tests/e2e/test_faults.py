@@ -347,6 +347,13 @@ def test_lost_node_without_enough_nodes_fails_naming_the_endpoint(tmp_path: Path
     assert f"rendezvous at 127.0.0.1:{port} failed: RendezvousTimeoutError" in text
     lost = text.split("lost since the last round: ", 1)[1].split(";")[0]
     assert re.fullmatch(rf"node [01]: \S+ \(agent pid {agents[1].pid}\)", lost), lost
+    # the round that waits for it said so before the join timeout
+    waiting = re.search(r"torchx-elastic: waiting for nodes \(round \d+\): 1 of 2 here .*", text)
+    assert waiting is not None, text
+    assert (
+        f"; not back since the last round: {lost}; at 127.0.0.1:{port}, gives up at "
+        in waiting.group(0)
+    ), waiting.group(0)
 
 
 def test_unreachable_endpoint_fails_within_the_timeout_naming_it(tmp_path: Path) -> None:

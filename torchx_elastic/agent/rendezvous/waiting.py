@@ -4,7 +4,9 @@ It wraps the c10d handler (torch's public ``RendezvousHandler``) for this node's
 round: torch's ``next_rendezvous()`` runs in a thread while this one reads the roll call
 (roll_call.py) and says, within seconds and then at a growing interval, how many of the
 job's nodes have come, which, at which endpoint and when it gives up; the same line goes to
-the agent's log directory for ``torchx status`` (waiting_file.py).
+the agent's log directory for ``torchx status`` (waiting_file.py). A later round (after a
+restart or a lost node) that takes longer than re-forming does is said too, from torch's
+rendezvous state: who is back, and which members of the last round are not.
 Worker interfaces (``GLOO_SOCKET_IFNAME``, ``NCCL_SOCKET_IFNAME``) that do not match the
 rendezvous traffic's are named before the rendezvous (:func:`say_interface_problems`). A
 peer started with other settings fails the rendezvous at once with a line that names both
@@ -26,8 +28,9 @@ from torch.distributed.elastic.rendezvous import (
     RendezvousTimeoutError,
 )
 
+from torchx_elastic.agent import compat
 from torchx_elastic.agent.config.launch import AgentConfig
-from torchx_elastic.agent.rendezvous import roll_call
+from torchx_elastic.agent.rendezvous import liveness, roll_call
 from torchx_elastic.agent.rendezvous.diagnosis import (
     JOIN_TIMEOUT_HINT,
     GrowingInterval,
@@ -54,6 +57,8 @@ POLL_S = 0.5
 HOST_LINGER_S = 2.0
 PEER_PROBE_S = 2.0  # a peer's published address answers a connect within this, or is named
 REPROBE_S = 30.0  # a peer's address that did not answer is probed again after this
+# a later round re-forms within seconds (its last call is 3 s): said once it takes longer
+LATER_ROUND_FIRST_S = 10.0
 
 
 def joined_text(peers: list[roll_call.NodeEntry], config: AgentConfig) -> str:
@@ -97,6 +102,19 @@ def progress_line(peers: list[roll_call.NodeEntry], config: AgentConfig) -> str:
     return f"{WAITING_LINE_PREFIX}{joined_text(peers, config)}; {missing_text(peers, config)}"
 
 
+def later_round_line(
+    round_: int, here: list[str], missing: dict[int, str], config: AgentConfig, until: str
+) -> str:
+    """``waiting for nodes (round 2): 1 of 2 here (...); not back since the last round:
+    node 1: h1 (agent pid 7); ...``: a round after the first, from torch's state."""
+    text = f"waiting for nodes (round {round_}): {len(here)} of {config.min_nodes} here"
+    text += f" ({', '.join(sorted(here))})" if here else ""
+    if missing:
+        text += f"; not back since the last round: {', '.join(liveness.node_names(missing))}"
+    text += f"; at {config.rdzv_endpoint}, gives up at {until}"
+    return text + f" (join timeout {join_timeout_text(config)})"
+
+
 def join_timeout_text(config: AgentConfig) -> str:
     from torchx_elastic.agent.rendezvous.handler import join_timeout_s, rendezvous_parameters
 
@@ -126,6 +144,7 @@ class ExplainedRendezvous(WrappedRendezvous):
         self._reached: set[str] = set()  # published addresses that answered this node
         self._abandoned = threading.Event()
         self._probe_after_s: dict[str, float] = {}
+        self._last_members: dict[int, str] = {}  # node rank -> name, of the last round
         self._read()
 
     def abandon(self) -> None:
@@ -135,10 +154,9 @@ class ExplainedRendezvous(WrappedRendezvous):
 
     # -- the first round, said out loud ------------------------------------------------
 
-    def next_rendezvous(self) -> RendezvousInfo:
-        self._rounds += 1
-        if self._rounds > 1:
-            return self.handler.next_rendezvous()
+    def _join(self, tick: Callable[[bool], None]) -> dict[str, Any]:
+        """torch's ``next_rendezvous()`` on a thread; ``tick(still_waiting)`` every
+        :data:`POLL_S` meanwhile. Its ``info``, or the ``error`` it raised."""
         outcome: dict[str, Any] = {}
 
         def join() -> None:
@@ -149,18 +167,49 @@ class ExplainedRendezvous(WrappedRendezvous):
 
         joiner = threading.Thread(target=join, name="rendezvous-join", daemon=True)
         joiner.start()
-        until = gives_up_at(self._join_timeout_s)
-        reports = GrowingInterval()
-        try:
-            while joiner.is_alive() and not self._abandoned.is_set():
-                joiner.join(POLL_S)
-                self._check()
-                if joiner.is_alive() and reports.due():
-                    self._report(until)
-        finally:
-            self._clear_status()
+        while joiner.is_alive() and not self._abandoned.is_set():
+            joiner.join(POLL_S)
+            tick(joiner.is_alive())
         if self._abandoned.is_set():
             raise RendezvousError("this node left the rendezvous for the job's moved one")
+        return outcome
+
+    def _later_round(self) -> RendezvousInfo:
+        last = self._last_members
+        until = gives_up_at(self._join_timeout_s)
+        reports = GrowingInterval(first_s=LATER_ROUND_FIRST_S)
+
+        def tick(waiting: bool) -> None:
+            if waiting and reports.due():
+                try:
+                    here = sorted(compat.present_members(self.handler))
+                    missing = liveness.absent_members(last, self.handler)
+                except RuntimeError:  # the state changed as it was read: the next report
+                    return
+                say(later_round_line(self._rounds, here, missing, self._config, until))
+
+        outcome = self._join(tick)
+        if "error" in outcome:
+            raise outcome["error"]
+        self._last_members = compat.round_members(self.handler)
+        return outcome["info"]  # type: ignore[no-any-return]
+
+    def next_rendezvous(self) -> RendezvousInfo:
+        self._rounds += 1
+        if self._rounds > 1:
+            return self._later_round()
+        until = gives_up_at(self._join_timeout_s)
+        reports = GrowingInterval()
+
+        def tick(waiting: bool) -> None:
+            self._check()
+            if waiting and reports.due():
+                self._report(until)
+
+        try:
+            outcome = self._join(tick)
+        finally:
+            self._clear_status()
         if "error" in outcome:
             err = outcome["error"]
             self._check()  # a peer with other settings is why it failed
@@ -172,6 +221,7 @@ class ExplainedRendezvous(WrappedRendezvous):
                 raise RendezvousDiagnosis(self._config.rdzv_endpoint, self._timed_out()) from err
             raise err
         self._check()  # the round may have taken in a mismatched peer
+        self._last_members = compat.round_members(self.handler)
         return outcome["info"]  # type: ignore[no-any-return]
 
     def _read(self) -> list[roll_call.NodeEntry]:
