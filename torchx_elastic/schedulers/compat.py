@@ -1,5 +1,5 @@
 """What the schedulers read of torchx beyond its public API, and what differs between its
-releases: the one place that does (``tests/agent/test_private_names.py`` keeps it so).
+releases: the one place that does (``tests/agent/test_public_api_only.py`` keeps it so).
 
 torchx's scheduler hooks (``_submit_dryrun``, ``_run_opts``, ``_validate``, ...) are how
 torchx documents implementing a scheduler, and are used as such everywhere. What is here
