@@ -1,7 +1,12 @@
+import dataclasses
+import inspect
+
 import pytest
 from torchx.specs import AppDef, macros
 
 from torchx_elastic.components.dist import ddp, spmd, torchrun
+from torchx_elastic.components.dist_app import DistApp
+from torchx_elastic.components.ft import ddp as ft_ddp
 from torchx_elastic.components.job_size import JobSizeError
 from torchx_elastic.contract.agent_args import FORK_SERVER
 
@@ -172,3 +177,39 @@ def test_workers_are_forked_from_the_fork_server_by_default_and_spawn_stays_an_o
         assert args[args.index("--start-method") + 1] == FORK_SERVER
     args = ddp(script="main.py", start_method="spawn").roles[0].args
     assert args[args.index("--start-method") + 1] == "spawn"
+
+
+# each component's parameters that are not DistApp fields: read by the component itself
+_OWN_PARAMETERS = {
+    "j",
+    "script_args",
+    "args",
+    "replica_groups",
+    "min_replica_groups",
+    "lighthouse_port",
+    "join_timeout_ms",
+    "heartbeat_timeout_ms",
+}
+
+
+@pytest.mark.parametrize("component", [torchrun, ddp, spmd, ft_ddp])
+def test_every_component_parameter_reaches_the_app_by_its_name(component) -> None:
+    # DistApp.from_component takes a component's parameters by name: one renamed on only
+    # one side would be dropped without a word
+    fields = {f.name for f in dataclasses.fields(DistApp)}
+    parameters = set(inspect.signature(component).parameters)
+    assert parameters - fields - _OWN_PARAMETERS == set()
+
+
+def test_spmd_and_ft_take_the_fields_they_do_not_name_from_dist_torchrun() -> None:
+    # DistApp's defaults stand in for the parameters a component does not take
+    torchrun_defaults = {
+        name: {} if name in ("env", "metadata") else [] if name == "mounts" else p.default
+        for name, p in inspect.signature(torchrun).parameters.items()
+        if p.kind is not inspect.Parameter.VAR_POSITIONAL
+    }
+    for f in dataclasses.fields(DistApp):
+        if f.default_factory is not dataclasses.MISSING:
+            assert f.default_factory() == torchrun_defaults[f.name], f.name
+        elif f.default is not dataclasses.MISSING and f.name in torchrun_defaults:
+            assert f.default == torchrun_defaults[f.name], f.name

@@ -19,7 +19,7 @@ from typing import Dict, List, Optional
 
 import torchx.specs as specs
 
-from torchx_elastic.components.dist_app import DEFAULT_IMAGE, DistApp, host_gpus
+from torchx_elastic.components.dist_app import DEFAULT_IMAGE, DistApp, size_on_host
 from torchx_elastic.components.job_size import JobSize, parse_nnodes
 from torchx_elastic.contract.agent_args import DEFAULT_CONSOLE, DEFAULT_START_METHOD
 
@@ -91,31 +91,7 @@ def torchrun(
         console: the agent's console: auto (a live progress bar on a person's terminal,
             plain lines in files, pipes and batch jobs such as Slurm's), plain or live
     """
-    size = JobSize.parse_on_host(j, h, host_gpus(h)) if h else JobSize.parse(j)
-    return DistApp(
-        size=size,
-        script=script,
-        m=m,
-        script_args=tuple(script_args),
-        image=image,
-        name=name,
-        h=h,
-        cpu=cpu,
-        gpu=gpu,
-        memMB=memMB,
-        env=dict(env or {}),
-        metadata=dict(metadata or {}),
-        max_retries=max_retries,
-        rdzv_port=rdzv_port,
-        rdzv_backend=rdzv_backend,
-        rdzv_conf=rdzv_conf,
-        mounts=list(mounts or []),
-        debug=debug,
-        tee=tee,
-        hang_timeout_s=hang_timeout_s,
-        start_method=start_method,
-        console=console,
-    ).build()
+    return DistApp.from_component(size_on_host(j, h), script_args, locals()).build()
 
 
 def ddp(
@@ -184,30 +160,7 @@ def ddp(
         console: the agent's console: auto (a live progress bar on a person's terminal,
             plain lines in files, pipes and batch jobs such as Slurm's), plain or live
     """
-    return torchrun(
-        *script_args,
-        script=script,
-        m=m,
-        image=image,
-        name=name,
-        h=h,
-        cpu=cpu,
-        gpu=gpu,
-        memMB=memMB,
-        j=f"1x{j}" if j.isdigit() else j,
-        env=env,
-        metadata=metadata,
-        max_retries=max_retries,
-        rdzv_port=rdzv_port,
-        rdzv_backend=rdzv_backend,
-        rdzv_conf=rdzv_conf,
-        mounts=mounts,
-        debug=debug,
-        tee=tee,
-        hang_timeout_s=hang_timeout_s,
-        start_method=start_method,
-        console=console,
-    )
+    return DistApp.from_component(JobSize.parse(j), script_args, locals()).build()
 
 
 def spmd(
@@ -251,18 +204,4 @@ def spmd(
         console: the agent's console: auto (a live progress bar on a person's terminal,
             plain lines in files, pipes and batch jobs such as Slurm's), plain or live
     """
-    return torchrun(
-        *args,
-        script=script,
-        m=m,
-        image=image,
-        name=name,
-        h=h,
-        j=j,
-        env=env,
-        metadata=metadata,
-        max_retries=max_retries,
-        mounts=mounts,
-        debug=debug,
-        console=console,
-    )
+    return DistApp.from_component(size_on_host(j, h), args, locals()).build()

@@ -7,9 +7,9 @@ is the same: one role of ``num_replicas`` nodes, each running the bundled agent.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import torchx.specs as specs
 from torchx.components.structured_arg import StructuredNameArgument
@@ -61,6 +61,26 @@ class DistApp:
     console: str = DEFAULT_CONSOLE
     reached_from_outside: bool = False  # AgentCommand's
 
+    @classmethod
+    def from_component(
+        cls, size: JobSize, script_args: Sequence[str], arguments: Mapping[str, Any]
+    ) -> DistApp:
+        """The app of a component called with ``arguments`` (its ``locals()``).
+
+        A component's parameters are written once, in the signature torchx reads (torchx
+        requires each component to be a ``def`` of its own with annotated parameters); those
+        that name a field of this class set it, the others (``j``, a component's own) are
+        left to the component, and the fields a component does not take keep the defaults
+        here, which are ``dist.torchrun``'s.
+        """
+        given: Dict[str, Any] = {
+            name: arguments[name] for name in _COMPONENT_FIELDS if name in arguments
+        }
+        for name in ("env", "metadata"):
+            given[name] = dict(given.get(name) or {})
+        given["mounts"] = list(given.get("mounts") or [])
+        return cls(size=size, script_args=tuple(script_args), **given)
+
     def build(self) -> specs.AppDef:
         command = AgentCommand(
             size=self.size,
@@ -105,6 +125,19 @@ class DistApp:
             ],
             metadata=dict(self.metadata),
         )
+
+
+_COMPONENT_FIELDS = tuple(
+    f.name
+    for f in fields(DistApp)
+    if f.name not in ("size", "script_args", "rank0_variable", "reached_from_outside")
+)
+
+
+def size_on_host(j: str, h: Optional[str]) -> JobSize:
+    """``-j`` as ``dist.torchrun`` and ``dist.spmd`` read it: on a named host with GPUs a
+    bare ``N`` counts nodes (of as many processes as the host has GPUs)."""
+    return JobSize.parse_on_host(j, h, host_gpus(h)) if h else JobSize.parse(j)
 
 
 def host_gpus(h: str) -> int:

@@ -96,27 +96,7 @@ def ddp(
     """
     if importlib.util.find_spec("torchft") is None:
         print(INSTALL_HINT, file=sys.stderr)
-    group = DistApp(
-        size=JobSize.parse(f"1x{j}" if j.isdigit() else j),
-        script=script,
-        m=m,
-        script_args=tuple(script_args),
-        image=image,
-        name=name,
-        h=h,
-        cpu=cpu,
-        gpu=gpu,
-        memMB=memMB,
-        env=dict(env or {}),
-        metadata=dict(metadata or {}),
-        max_retries=max_retries,
-        rdzv_port=rdzv_port,
-        mounts=list(mounts or []),
-        debug=debug,
-        tee=tee,
-        hang_timeout_s=hang_timeout_s,
-        start_method=start_method,
-    )
+    group = DistApp.from_component(JobSize.parse(j), script_args, locals())
     return FtApp(
         group=group,
         replica_groups=replica_groups,
