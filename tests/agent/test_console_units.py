@@ -20,6 +20,7 @@ from torchx_elastic.agent.console.output.sinks import (
     LineAssembler,
     RankOutput,
     RankSink,
+    SinkOptions,
     Stream,
     format_prefix,
     visible,
@@ -103,9 +104,8 @@ def test_assembler_splits_a_runaway_line() -> None:
 
 def test_sink_prefixes_lines_and_files_keep_raw_bytes(tmp_path: Path) -> None:
     console = RecordingConsole()
-    sink = RankSink(
-        outputs(tmp_path), console, "[{role} n{node} r{rank} l{local_rank}] ", role="trainer"
-    )
+    options = SinkOptions("[{role} n{node} r{rank} l{local_rank}] ", role="trainer")
+    sink = RankSink(outputs(tmp_path), console, options)
     sink.feed(0, "stdout", b"a\r")
     sink.feed(1, "stderr", b"oops\n")
     sink.feed(0, "stdout", b"b\npart")
@@ -125,7 +125,7 @@ def test_sink_prefixes_lines_and_files_keep_raw_bytes(tmp_path: Path) -> None:
 
 def test_rank_filter_and_tee_limit_the_console_not_the_files(tmp_path: Path) -> None:
     console = RecordingConsole()
-    sink = RankSink(outputs(tmp_path), console, tee=2, show_ranks={5})
+    sink = RankSink(outputs(tmp_path), console, SinkOptions(tee=2, show_ranks={5}))
     for local_rank in (0, 1):
         for stream in ("stdout", "stderr"):
             sink.feed(local_rank, stream, f"{stream} {local_rank}\n".encode())  # type: ignore[arg-type]

@@ -13,7 +13,7 @@ import logging
 import os
 import sys
 import time
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any, TextIO
 
@@ -32,10 +32,11 @@ from torchx_elastic.agent.console.output.display import (
     make_console,
 )
 from torchx_elastic.agent.console.output.sinks import (
-    DEFAULT_PREFIX,
+    DEFAULT_SINK_OPTIONS,
     OutputSink,
     RankOutput,
     RankSink,
+    SinkOptions,
     Stream,
 )
 from torchx_elastic.agent.console.progress.channel import ActivityChannel, RankActivity
@@ -57,13 +58,8 @@ class ConsoleSession:
         self,
         log_dir: str,
         mode: ConsoleMode = DEFAULT_CONSOLE,
-        prefix_template: str = DEFAULT_PREFIX,
-        tee: int | Mapping[int, int] = 3,
-        show_ranks: Collection[int] | None = None,
-        role: str = "",
         status_interval_s: float = DEFAULT_STATUS_INTERVAL_S,
-        show_local_ranks: Collection[int] | None = None,
-        duplicate_filters: Mapping[Stream, Sequence[str]] | None = None,
+        sink_options: SinkOptions = DEFAULT_SINK_OPTIONS,
     ) -> None:
         self.log_dir = log_dir
         self.activity = RankActivity()
@@ -74,12 +70,7 @@ class ConsoleSession:
             self.activity, log_dir, record_event=self.events.emit
         )
         self.console = make_console(mode, self.activity, status_interval_s, self.job_progress)
-        self._prefix_template = prefix_template
-        self._tee = tee
-        self._show_ranks = show_ranks
-        self._show_local_ranks = show_local_ranks
-        self._duplicate_filters = duplicate_filters
-        self._role = role
+        self._sink_options = sink_options
         self._sinks: list[RankSink] = []
         self._closed = False
         self._round: tuple[Any, int, int] | None = None  # store, node rank, nodes
@@ -108,12 +99,7 @@ class ConsoleSession:
         sink = RankSink(
             ranks,
             self.console,
-            self._prefix_template,
-            self._tee,
-            self._show_ranks,
-            self._role,
-            self._show_local_ranks,
-            self._duplicate_filters,
+            self._sink_options,
             {s: os.path.join(attempt_dir, f"filtered_{s}.log") for s in ("stdout", "stderr")},
         )
         self._sinks.append(sink)

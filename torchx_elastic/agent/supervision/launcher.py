@@ -15,6 +15,7 @@ from torch.distributed.elastic.multiprocessing.api import LogsSpecs, SignalExcep
 from torch.distributed.elastic.rendezvous import RendezvousClosedError, RendezvousError
 
 from torchx_elastic.agent.config.launch import AgentConfig, UsageError, apply_process_environment
+from torchx_elastic.agent.console.output.sinks import SinkOptions
 from torchx_elastic.agent.console.session import ConsoleSession
 from torchx_elastic.agent.rendezvous.closing import leave_last
 from torchx_elastic.agent.rendezvous.diagnosis import RendezvousDiagnosis
@@ -71,20 +72,18 @@ def logs_specs(config: AgentConfig, log_dir: str) -> LogsSpecs:
 
 def console_session(config: AgentConfig, log_dir: str) -> ConsoleSession:
     console = config.console
-    return ConsoleSession(
-        log_dir,
-        mode=console.mode,
+    options = SinkOptions(
         prefix_template=console.prefix_template,
         tee=console.streams,
         show_ranks=console.show_ranks,
         role=config.role,
-        status_interval_s=console.status_interval_s,
         show_local_ranks=console.show_local_ranks,
         duplicate_filters={
             "stdout": console.duplicate_stdout_filters,
             "stderr": console.duplicate_stderr_filters,
         },
     )
+    return ConsoleSession(log_dir, console.mode, console.status_interval_s, options)
 
 
 def launch(

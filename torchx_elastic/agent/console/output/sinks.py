@@ -16,7 +16,7 @@ import string
 import threading
 import time
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import BinaryIO, Literal, Protocol
 
 Stream = Literal["stdout", "stderr"]
@@ -132,28 +132,42 @@ def _streams(tee: int | Mapping[int, int], local_rank: int) -> int:
     return tee if isinstance(tee, int) else tee.get(local_rank, 0)
 
 
-class RankSink:
-    """One attempt's output: raw bytes to per-rank files, whole lines to the console.
+@dataclass(frozen=True)
+class SinkOptions:
+    """What of the workers' output reaches the console, and how its lines are labelled.
 
     ``show_ranks`` (global ranks; None: all), ``show_local_ranks`` (torchrun's
     ``--local-ranks-filter``) and ``tee`` (1 stdout, 2 stderr, 3 both; or per local rank)
     filter the console only; the files always get everything. Lines containing one of
-    ``duplicate_filters[stream]`` are also copied to ``duplicate_paths[stream]`` (torchrun's
+    ``duplicate_filters[stream]`` are also copied to a file of their own (torchrun's
     ``--duplicate-stdout-filters``).
     """
+
+    prefix_template: str = DEFAULT_PREFIX
+    tee: int | Mapping[int, int] = 3
+    show_ranks: Collection[int] | None = None
+    role: str = ""
+    show_local_ranks: Collection[int] | None = None
+    duplicate_filters: Mapping[Stream, Sequence[str]] = field(default_factory=dict)
+
+
+DEFAULT_SINK_OPTIONS = SinkOptions()
+
+
+class RankSink:
+    """One attempt's output: raw bytes to per-rank files, whole lines to the console
+    (filtered and labelled as ``options`` say); the lines ``options.duplicate_filters``
+    pick are copied to ``duplicate_paths[stream]``."""
 
     def __init__(
         self,
         ranks: list[RankOutput],
         console: Console,
-        prefix_template: str = DEFAULT_PREFIX,
-        tee: int | Mapping[int, int] = 3,
-        show_ranks: Collection[int] | None = None,
-        role: str = "",
-        show_local_ranks: Collection[int] | None = None,
-        duplicate_filters: Mapping[Stream, Sequence[str]] | None = None,
+        options: SinkOptions = DEFAULT_SINK_OPTIONS,
         duplicate_paths: Mapping[Stream, str] | None = None,
     ) -> None:
+        prefix_template, tee, role = options.prefix_template, options.tee, options.role
+        show_ranks, show_local_ranks = options.show_ranks, options.show_local_ranks
         self._console = console
         self.outputs = list(ranks)
         self._global = {r.local_rank: r.global_rank for r in ranks}
@@ -171,7 +185,7 @@ class RankSink:
             and (show_ranks is None or r.global_rank in show_ranks)
             and (show_local_ranks is None or r.local_rank in show_local_ranks)
         }
-        self._duplicate_filters = {k: tuple(v) for k, v in (duplicate_filters or {}).items() if v}
+        self._duplicate_filters = {k: tuple(v) for k, v in options.duplicate_filters.items() if v}
         self._duplicates: dict[Stream, BinaryIO] = {}
         for stream in self._duplicate_filters:
             path = (duplicate_paths or {})[stream]
