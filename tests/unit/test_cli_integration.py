@@ -5,6 +5,8 @@ What each torchx line lists (builtins, schedulers) is in ``tests/compat/test_tor
 
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import REPO, run_torchx
 from torchx_elastic.contract import RANK0_ENV
 
@@ -41,10 +43,38 @@ def test_our_local_cwd_options(tmp_path: Path) -> None:
     assert "log_dir=LOG_DIR (str, torchx_logs)" in local
 
 
-def test_bad_j_on_the_command_line_says_what_is_accepted(tmp_path: Path) -> None:
-    result = run_torchx(
-        "run", "-s", "local_cwd", "dist.ddp", "-j", "4:2x1", "--script", "main.py", cwd=tmp_path
-    )
-    assert result.returncode != 0
-    assert "invalid -j '4:2x1': MIN nodes (4) is above MAX nodes (2)" in result.stderr
-    assert "'MIN:MAXxM' (elastic, MIN to MAX nodes x M processes, e.g. '2:4x8')" in result.stderr
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        (
+            ["dist.ddp", "-j", "4:2x1"],
+            "invalid -j '4:2x1': MIN nodes (4) is above MAX nodes (2); accepted forms: 'M' (1 node"
+            " x M processes, e.g. '4'), 'NxM' (N nodes x M processes per node, e.g. '2x4'),"
+            " 'MIN:MAXxM' (elastic, MIN to MAX nodes x M processes, e.g. '2:4x8')",
+        ),
+        (["dist.ddp", "-j", "2x1", "--cpu", "-1"], "--cpu -1.0: expected a number of CPUs >= 0"),
+        (
+            ["dist.ddp", "-j", "2x1", "--console", "fancy"],
+            "invalid console 'fancy'; accepted: ",
+        ),
+        (
+            ["ft.ddp", "--replica_groups", "2", "-j", "1:2x1"],
+            "-j 1:2x1: a replica group of ft.ddp has a fixed size, give -j NxM",
+        ),
+    ],
+)
+def test_a_bad_component_argument_is_one_line_that_says_what_is_accepted(
+    tmp_path: Path, arguments: list[str], message: str
+) -> None:
+    """As torchx prints its own errors (an unknown component): one ERROR line, exit code 1,
+    no traceback; ``--dryrun`` or not, nothing starts."""
+    for dryrun in (["--dryrun"], []):
+        result = run_torchx(
+            "run", *dryrun, "-s", "local_cwd", *arguments, "--script", "main.py", cwd=tmp_path
+        )
+        assert result.returncode == 1, result.stderr
+        assert "Traceback" not in result.stderr
+        errors = [line for line in result.stderr.splitlines() if " ERROR " in line]
+        assert len(errors) == 1, result.stderr
+        assert message in errors[0]
+    assert not (tmp_path / "torchx_logs").exists()

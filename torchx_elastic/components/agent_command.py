@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from torchx.specs import macros
 
+from torchx_elastic.components.errors import ComponentArgumentError
 from torchx_elastic.components.job_size import JobSize
 from torchx_elastic.contract.agent_args import (
     CONSOLE_MODES,
@@ -48,19 +49,19 @@ class AgentCommand:
 
     def __post_init__(self) -> None:
         if self.console not in CONSOLE_MODES:
-            raise ValueError(
+            raise ComponentArgumentError(
                 f"invalid console {self.console!r}; accepted: {', '.join(CONSOLE_MODES)}"
             )
         try:
             check_start_method(self.start_method)
         except StartMethodError as err:
-            raise ValueError(f"start_method {err}") from None
+            raise ComponentArgumentError(f"start_method {err}") from None
         if self.hang_timeout_s < 0:
-            raise ValueError(
+            raise ComponentArgumentError(
                 f"invalid hang_timeout_s {self.hang_timeout_s:g}; accepted: 0 (off) or seconds > 0"
             )
         if (self.script is None) == (self.module is None):
-            raise ValueError(
+            raise ComponentArgumentError(
                 "exactly one of --script and -m must be given"
                 " (e.g. --script train.py or -m my_pkg.train)"
             )

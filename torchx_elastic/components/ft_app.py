@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 import torchx.specs as specs
 
 from torchx_elastic.components.dist_app import DistApp
+from torchx_elastic.components.errors import ComponentArgumentError
 from torchx_elastic.components.node_resource import node_resource
 from torchx_elastic.contract import ROLE_RANK0_ENV
 from torchx_elastic.ft.protocol import GROUP_ID_ENV, NUM_GROUPS_ENV, registry_port
@@ -28,7 +29,7 @@ RUST_LOG_ENV = "RUST_LOG"
 DEFAULT_RUST_LOG = "warn"
 
 
-class FtUsageError(ValueError):
+class FtUsageError(ComponentArgumentError):
     """A combination of ``ft.ddp`` parameters that cannot make a job."""
 
 

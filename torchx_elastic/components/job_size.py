@@ -17,6 +17,7 @@ import re
 from dataclasses import dataclass
 from typing import Tuple
 
+from torchx_elastic.components.errors import ComponentArgumentError
 from torchx_elastic.contract.agent_args import NodeRangeError, parse_node_range
 
 _FORMS = re.compile(r"(?:(?:(?P<min>[0-9]+):)?(?P<max>[0-9]+)x)?(?P<nproc>[0-9]+)")
@@ -30,7 +31,7 @@ ACCEPTED_FORMS = (
 )
 
 
-class JobSizeError(ValueError):
+class JobSizeError(ComponentArgumentError):
     """A ``-j`` value that is not one of the accepted forms."""
 
     def __init__(self, text: str, reason: str) -> None:

@@ -6,7 +6,9 @@ torchx's CLI prints a traceback for any exception a scheduler raises; it catches
 are torchx's, registered under the same names (torchx's ``torchx.cli.cmds`` entry points
 replace a built-in command of that name), and do the same for :class:`UserError`: no cluster
 or kubeconfig, a namespace that does not exist, a workspace without ``image_repo``, an image
-that cannot be pulled, a run option value of the wrong type or out of range.
+that cannot be pulled, a run option value of the wrong type or out of range; and for a
+component argument that cannot make a job (:class:`ComponentArgumentError`: ``-j 2x``,
+``--cpu -1``, ``--console`` or ``--start_method`` misspelled, ``ft.ddp``'s bad combinations).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from torchx.cli.cmd_status import CmdStatus
 from torchx.runner import get_runner
 from torchx.specs.builders import make_app_handle
 
+from torchx_elastic.components.errors import ComponentArgumentError
 from torchx_elastic.schedulers.errors import UserError
 
 logger = logging.getLogger(__name__)
@@ -51,7 +54,7 @@ class RunOptionValueError(UserError):
 def user_errors() -> Iterator[None]:
     try:
         yield
-    except UserError as err:
+    except (UserError, ComponentArgumentError) as err:
         logger.error("%s", err)
         sys.exit(EXIT_FAILURE)
 
