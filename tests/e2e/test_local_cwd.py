@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -245,24 +246,17 @@ def test_max_retries_restarts_in_place_and_the_example_resumes(workdir: Path) ->
     assert "[n0 r0] finished 60 steps in attempt 1" in result.stderr
 
 
-def test_killing_torchx_stops_the_job(workdir: Path) -> None:
-    from tests.e2e.agents import alive, descendants, wait_for_text
+def _start_a_sleeping_job(workdir: Path) -> tuple[subprocess.Popen[bytes], list[int], Path]:
+    """``torchx run`` of a 2x1 job whose workers sleep: the CLI, the job's processes, its
+    output file."""
+    from tests.e2e.agents import descendants, wait_for_text
 
     (workdir / "sleepy.py").write_text("import time\nprint('ready', flush=True)\ntime.sleep(300)\n")
     log = workdir / "torchx.log"
+    argv = ["run", "-s", "local_cwd", "dist.ddp", "-j", "2x1", "--script", "sleepy.py"]
     with open(log, "wb") as out:
         cli = subprocess.Popen(
-            [
-                str(BIN / "torchx"),
-                "run",
-                "-s",
-                "local_cwd",
-                "dist.ddp",
-                "-j",
-                "2x1",
-                "--script",
-                "sleepy.py",
-            ],
+            [str(BIN / "torchx"), *argv],
             cwd=workdir,
             env=_env(),
             stdout=out,
@@ -271,12 +265,41 @@ def test_killing_torchx_stops_the_job(workdir: Path) -> None:
     wait_for_text(log, "ready", count=2)
     job = descendants(cli.pid)
     assert len(job) >= 6  # 2 agents, their janitors, 2 workers
-    cli.kill()
-    cli.wait()
+    return cli, job, log
+
+
+def _assert_stopped(job: list[int]) -> None:
+    from tests.e2e.agents import alive
+
     deadline = time.monotonic() + 30
     while alive(job) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not alive(job)
+
+
+def test_killing_torchx_stops_the_job(workdir: Path) -> None:
+    cli, job, _ = _start_a_sleeping_job(workdir)
+    cli.kill()
+    cli.wait()
+    _assert_stopped(job)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_interrupting_torchx_stops_the_job_and_says_so_in_one_line(
+    workdir: Path, signum: signal.Signals
+) -> None:
+    """Ctrl-C (or a SIGTERM) of ``torchx run``: torchx's local scheduler stops the job and
+    raises; the user reads one line, no traceback, and the exit code of the signal."""
+    cli, job, log = _start_a_sleeping_job(workdir)
+    cli.send_signal(signum)
+    assert cli.wait(timeout=60) == 128 + signum
+    _assert_stopped(job)
+    output = log.read_text()
+    assert "Traceback" not in output, output
+    assert (
+        f"ERROR    stopped by {signum.name}: the job's processes were stopped (its logs are kept"
+        " in the directory printed at its start)\n"
+    ) in output, output
 
 
 def test_static_rendezvous_two_nodes(workdir: Path) -> None:

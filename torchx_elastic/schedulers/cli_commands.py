@@ -9,12 +9,14 @@ or kubeconfig, a namespace that does not exist, a workspace without ``image_repo
 that cannot be pulled, a run option value of the wrong type or out of range; and for a
 component argument that cannot make a job (:class:`ComponentArgumentError`: ``-j 2x``,
 ``--cpu -1``, ``--console`` or ``--start_method`` misspelled, ``ft.ddp``'s bad combinations).
+``torchx run`` on a local scheduler that is stopped by SIGINT or SIGTERM says so in one line too.
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+import signal
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -26,6 +28,7 @@ from torchx.cli.cmd_log import CmdLog
 from torchx.cli.cmd_run import CmdRun
 from torchx.cli.cmd_status import CmdStatus
 from torchx.runner import get_runner
+from torchx.schedulers.local_scheduler import SignalException
 from torchx.specs.builders import make_app_handle
 
 from torchx_elastic.components.errors import ComponentArgumentError
@@ -59,9 +62,25 @@ def user_errors() -> Iterator[None]:
         sys.exit(EXIT_FAILURE)
 
 
+@contextmanager
+def stopped_by_signal() -> Iterator[None]:
+    """torchx's local schedulers turn SIGINT and SIGTERM into a ``SignalException`` that ends
+    in a traceback; by the time it leaves ``torchx run`` the runner has stopped the job's
+    processes. Say so in one line and exit as the signal would (128 + its number)."""
+    try:
+        yield
+    except SignalException as err:
+        name = signal.Signals(err.sigval).name
+        logger.error(
+            f"stopped by {name}: the job's processes were stopped (its logs are kept in the"
+            " directory printed at its start)"
+        )
+        sys.exit(128 + int(err.sigval))
+
+
 class Run(CmdRun):
     def run(self, args: argparse.Namespace) -> None:
-        with user_errors():
+        with user_errors(), stopped_by_signal():
             check_option_types(args.scheduler, getattr(args, "scheduler_args", ""))
             super().run(args)
 
