@@ -76,16 +76,23 @@ def run(node: str, lighthouse_port: int, agent_args: List[str]) -> int:
         daemon=True,
     )
     started.start()
-    agent = subprocess.Popen([sys.executable, *agent_args], env=env)
-
-    stopped: List[int] = []
+    stopped: List[int] = []  # the signals this process got
+    forwarded: List[int] = []  # those it sent on to the agent
+    started_agent: List[subprocess.Popen[bytes]] = []
 
     def forward(signum: int, _frame: Optional[FrameType]) -> None:
         stopped.append(signum)
-        agent.send_signal(signum)
+        for process in started_agent:
+            process.send_signal(signum)
+            forwarded.append(signum)
 
+    # before the agent starts: a signal in between must not end this process alone
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, forward)
+    agent = subprocess.Popen([sys.executable, *agent_args], env=env)
+    started_agent.append(agent)
+    if stopped and not forwarded:  # it came while the agent was starting
+        agent.send_signal(stopped[0])
     code = _exit_code(agent.wait())
     if stopped:  # cancelled: the Lighthouse role is being stopped too, one try is enough
         within_s = 0.0
