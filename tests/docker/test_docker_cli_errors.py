@@ -11,6 +11,7 @@ import pytest
 from docker_fake_engine import FakeClient, FakeEngine
 from torchx.cli.argparse_util import ArgOnceAction, torchxconfig
 from torchx.cli.main import main as torchx_main
+from torchx.runner import api as runner_api
 
 from torchx_elastic.schedulers import docker as docker_scheduler
 
@@ -81,3 +82,29 @@ def test_an_image_that_cannot_be_pulled_and_a_bad_option_value(
         " option takes KEY:VALUE items: KEY1:v1,KEY2:v2); `torchx runopts docker` lists the"
         " options with their types and defaults"
     )
+
+
+def test_ctrl_c_while_torchx_waits_says_the_job_goes_on_and_how_to_stop_it(
+    engine: FakeEngine, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+
+    def with_fake_engine(session_name: str, **kwargs: Any) -> Any:
+        return docker_scheduler.DockerScheduler(session_name, client=FakeClient(engine))
+
+    def ctrl_c(seconds: float) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(docker_scheduler, "create_scheduler", with_fake_engine)
+    monkeypatch.setattr(runner_api.time, "sleep", ctrl_c)  # the wait's first pause
+    try:
+        with pytest.raises(SystemExit) as exit_:
+            torchx_main([*RUN, "--wait", *COMPONENT, "--image", "torchx-elastic:latest"])
+    except KeyboardInterrupt:
+        pytest.fail("the KeyboardInterrupt left torchx run (a traceback for the user)")
+    assert exit_.value.code == 130
+    errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+    assert errors == [
+        "interrupted: torchx stopped here, a job it submitted keeps running; `torchx cancel`"
+        " with the handle printed above stops it"
+    ]
+    assert [c.status for c in engine.containers.values()] == ["running", "running"]

@@ -9,7 +9,7 @@ or kubeconfig, a namespace that does not exist, a workspace without ``image_repo
 that cannot be pulled, a run option value of the wrong type or out of range; and for a
 component argument that cannot make a job (:class:`ComponentArgumentError`: ``-j 2x``,
 ``--cpu -1``, ``--console`` or ``--start_method`` misspelled, ``ft.ddp``'s bad combinations).
-``torchx run`` on a local scheduler that is stopped by SIGINT or SIGTERM says so in one line too.
+``torchx run`` stopped by SIGINT or SIGTERM says so in one line too, and whether the job goes on.
 """
 
 from __future__ import annotations
@@ -66,7 +66,9 @@ def user_errors() -> Iterator[None]:
 def stopped_by_signal() -> Iterator[None]:
     """torchx's local schedulers turn SIGINT and SIGTERM into a ``SignalException`` that ends
     in a traceback; by the time it leaves ``torchx run`` the runner has stopped the job's
-    processes. Say so in one line and exit as the signal would (128 + its number)."""
+    processes. Elsewhere (``--wait`` or ``--log`` on docker, kubernetes, slurm) Ctrl-C stops
+    torchx alone, with a ``KeyboardInterrupt`` traceback, and the job goes on. Say which in one
+    line and exit as the signal would (128 + its number)."""
     try:
         yield
     except SignalException as err:
@@ -76,6 +78,12 @@ def stopped_by_signal() -> Iterator[None]:
             " directory printed at its start)"
         )
         sys.exit(128 + int(err.sigval))
+    except KeyboardInterrupt:  # Ctrl-C where no local scheduler turned it into the above
+        logger.error(
+            "interrupted: torchx stopped here, a job it submitted keeps running; `torchx"
+            " cancel` with the handle printed above stops it"
+        )
+        sys.exit(128 + signal.SIGINT)
 
 
 class Run(CmdRun):
