@@ -20,7 +20,7 @@ from typing import Any, TextIO
 from torch.distributed.elastic.agent.server.api import RunResult
 
 from torchx_elastic import job_failure_line
-from torchx_elastic.agent.console.failure import report
+from torchx_elastic.agent.console.failure import oom, report
 from torchx_elastic.agent.console.failure.first_failure import (
     FirstFailure,
     agree,
@@ -75,6 +75,7 @@ class ConsoleSession:
         self._closed = False
         self._round: tuple[Any, int, int] | None = None  # store, node rank, nodes
         self._failed: FailedAttempt | None = None
+        self._oom_at_start = oom.OomCounts()  # the OOM killer's counts as the attempt started
 
     def start_round(self, store: Any, node_rank: int, num_nodes: int) -> None:
         """A rendezvous round completed (its store reaches the job-wide exchanges)."""
@@ -103,6 +104,7 @@ class ConsoleSession:
             {s: os.path.join(attempt_dir, f"filtered_{s}.log") for s in ("stdout", "stderr")},
         )
         self._sinks.append(sink)
+        self._oom_at_start = oom.read_counts()
         self.job_progress.set_ranks({r.local_rank: r.global_rank for r in ranks})
         return _EndingSink(sink, self.job_progress.workers_ended)
 
@@ -201,6 +203,9 @@ class ConsoleSession:
             for o in outputs
         }
         facts = report.collect(result.failures, outputs, sink.ended_at if sink else {}, error_paths)
+        kills, where = oom.kills_between(self._oom_at_start, oom.read_counts())
+        if kills:
+            facts = report.with_oom_kills(facts, kills, where)
         return report.classify(facts)
 
     @staticmethod

@@ -16,12 +16,13 @@ import re
 import signal
 import socket
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from torch.distributed.elastic.multiprocessing.errors import ProcessFailure
 
 from torchx_elastic.agent.console.failure.first_failure import FirstFailure
+from torchx_elastic.agent.console.failure.oom import out_of_memory
 from torchx_elastic.agent.console.output.sinks import RankOutput
 from torchx_elastic.contract.error_file import ErrorFileContent, error_data, read_error_file
 from torchx_elastic.contract.events import summary_path as summary_path
@@ -103,9 +104,24 @@ def victim_reason(failure: RankFailure) -> str | None:
             if len(line) > _REASON_CHARS:
                 line = line[: _REASON_CHARS - 3] + "..."
             return f"lost a peer: {line}"
-    if failure.exitcode in _AGENT_STOP_SIGNALS and not failure.traceback:
+    if failure.exitcode in _AGENT_STOP_SIGNALS and not failure.traceback and not failure.message:
         return f"stopped by {failure.how[len('signal ') :]} after another rank failed"
     return None
+
+
+def with_oom_kills(failures: Sequence[RankFailure], kills: int, where: str) -> list[RankFailure]:
+    """``failures`` where the first ``kills`` ranks that died of SIGKILL with nothing to say
+    (no traceback, no message) are said to be out of memory: the OOM killer killed ``kills``
+    processes ``where`` during the attempt (oom.py). The agent's own SIGKILL comes only after
+    its SIGTERM went unheeded, so the earliest are the kernel's."""
+    silent = [
+        f
+        for f in failures
+        if f.exitcode == -int(signal.SIGKILL) and not f.traceback and not f.message
+    ]
+    chosen = {f.rank for f in sorted(silent, key=RankFailure.sort_key)[:kills]}
+    message = out_of_memory(kills, where)
+    return [replace(f, message=message) if f.rank in chosen else f for f in failures]
 
 
 def classify(failures: Sequence[RankFailure]) -> Verdict:
