@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -300,6 +301,29 @@ def test_interrupting_torchx_stops_the_job_and_says_so_in_one_line(
         f"ERROR    stopped by {signum.name}: the job's processes were stopped (its logs are kept"
         " in the directory printed at its start)\n"
     ) in output, output
+
+
+def test_a_taken_rendezvous_port_is_moved_and_the_job_runs(workdir: Path) -> None:
+    """Another program (another job's rendezvous store) listens on the port: the job's
+    agents get a free one instead of joining that store."""
+    with socket.socket() as other_job:
+        other_job.bind(("", 0))
+        other_job.listen()
+        port = other_job.getsockname()[1]
+        result = run_torchx(
+            "run", "-s", "local_cwd", "dist.ddp", "-j", "2x1", "--rdzv_port", str(port),
+            "--script", "main.py", cwd=workdir,
+        )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    moved = re.search(
+        rf"torchx-elastic: the rendezvous port {port} is taken on this machine \(another"
+        r" job's\?\): role main uses port (\d+); --rdzv_port chooses another\n",
+        result.stderr,
+    )
+    assert moved and int(moved[1]) != port, result.stderr
+    assert sorted(_world_size_lines(result.stderr)) == [
+        f"rank {r} of world size 2" for r in range(2)
+    ]
 
 
 def test_static_rendezvous_two_nodes(workdir: Path) -> None:

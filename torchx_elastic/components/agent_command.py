@@ -12,6 +12,7 @@ from torchx_elastic.contract.agent_args import (
     CONSOLE_MODES,
     DEFAULT_CONSOLE,
     DEFAULT_START_METHOD,
+    RDZV_ENDPOINT_FLAG,
     StartMethodError,
     check_start_method,
 )
@@ -92,7 +93,7 @@ class AgentCommand:
             str(self.size.nproc_per_node),
             "--rdzv-backend",
             self.rdzv_backend,
-            "--rdzv-endpoint",
+            RDZV_ENDPOINT_FLAG,
             self.rdzv_endpoint,
             *(["--rdzv-conf", _literal(self.rdzv_conf)] if self.rdzv_conf else []),
             "--rdzv-id",

@@ -35,6 +35,8 @@ ConsoleMode = Literal["auto", "plain", "live"]
 CONSOLE_MODES: tuple[ConsoleMode, ...] = get_args(ConsoleMode)
 DEFAULT_CONSOLE: ConsoleMode = "auto"
 NODE_RANGE_EXAMPLES = "N or MIN:MAX, e.g. 2 or 1:4"
+# the agent's flag of the rendezvous' HOST:PORT, as the components write it (local_cwd reads it)
+RDZV_ENDPOINT_FLAG = "--rdzv-endpoint"
 
 
 class StartMethodError(ValueError):

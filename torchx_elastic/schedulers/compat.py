@@ -28,8 +28,14 @@ def local_app(scheduler: LocalScheduler, app_id: str) -> Any:
 def local_replicas(request: PopenRequest) -> Iterator[ReplicaParam]:
     """The launch parameters (``env``, ``args``) of every replica of a local request, to
     complete before its processes start."""
-    for replicas in request.role_params.values():
+    for replicas in local_roles(request).values():
         yield from replicas
+
+
+def local_roles(request: PopenRequest) -> Mapping[str, list[ReplicaParam]]:
+    """The same, by role: role name -> its replicas' launch parameters."""
+    roles: Mapping[str, list[ReplicaParam]] = request.role_params
+    return roles
 
 
 def as_torchx_cfg(torchx_cfg: Mapping[str, CfgVal], resolved: Mapping[str, CfgVal]) -> Any:

@@ -27,7 +27,9 @@ On top of torchx's own ``local_cwd``:
 - while a node waits for the others, its status message is the rendezvous' waiting state
   (``waiting for nodes: 1 of 2 joined; ...``, agent/rendezvous/waiting_file.py);
 - when a job that restarted or failed ends, one line names the command that draws its
-  timeline (``torchx-elastic timeline <dir>``).
+  timeline (``torchx-elastic timeline <dir>``);
+- a rendezvous port that another program (another job) has is replaced by a free one, said
+  in one line (``local_ports.py``).
 
 Run options: torchx's local ones (``log_dir``, ``prepend_cwd``, ``auto_set_cuda_visible_devices``)
 with the same meaning, declared once in :class:`LocalCwdOptions`.
@@ -67,7 +69,7 @@ from torchx_elastic.contract import (
     new_secret,
     waiting_file,
 )
-from torchx_elastic.schedulers.compat import as_torchx_cfg, local_app, local_replicas
+from torchx_elastic.schedulers.compat import as_torchx_cfg, local_app, local_replicas, local_roles
 from torchx_elastic.schedulers.file_lines import follow_lines
 from torchx_elastic.schedulers.job_bar import (
     SharedBar,
@@ -75,6 +77,7 @@ from torchx_elastic.schedulers.job_bar import (
     progress_files,
     terminal_wanted,
 )
+from torchx_elastic.schedulers.local_ports import move_taken_ports
 from torchx_elastic.schedulers.options import RunOptions, option
 from torchx_elastic.schedulers.replica_logs import LogQuery, ReplicaLogs
 from torchx_elastic.timeline.cli import command_for
@@ -163,6 +166,7 @@ class LocalCwdScheduler(ReplicaLogs, LocalScheduler):
         secret = new_secret()
         for replica in local_replicas(request):
             replica.env[SECRET_ENV] = secret
+        move_taken_ports(local_roles(request))
         # the job's logs are its user's only: torchx makes the job's directory (it must not
         # exist yet) in the session's, which is private before anything is written
         session_dir = os.path.dirname(request.log_dir)
