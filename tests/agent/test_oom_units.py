@@ -58,10 +58,14 @@ def test_cgroup_v2_with_and_without_a_limit(tmp_path: Path) -> None:
 
 
 def test_the_host_count_alone_where_no_cgroup_counts(tmp_path: Path) -> None:
-    """The root cgroup of v2 has no memory.events (and v1's root never counts)."""
+    """The root cgroup of v2 has no memory.events; v1's has one that never counts."""
     _host(tmp_path, 9, "0::/\n")
     _write(tmp_path / "sys/fs/cgroup/cgroup.controllers", "memory\n")
     assert oom.read_counts(str(tmp_path)) == oom.OomCounts(None, 9, None)
+    v1_root = tmp_path / "v1"
+    _host(v1_root, 9, "4:memory:/\n0::/\n")
+    _write(v1_root / "sys/fs/cgroup/memory/memory.oom_control", V1_OOM_CONTROL.format(0))
+    assert oom.read_counts(str(v1_root)) == oom.OomCounts(None, 9, None)
     assert oom.read_counts(str(tmp_path / "nothing")) == oom.OomCounts(None, None, None)
 
 
@@ -75,8 +79,12 @@ def test_kills_between_prefers_the_cgroup_and_says_its_limit() -> None:
         2,
         "in this node's memory cgroup, limit 512 MiB",
     )
-    assert oom.kills_between(before, oom.OomCounts(1, 12)) == (2, "on this host")
-    assert oom.kills_between(before, oom.OomCounts(1, 10)) == (0, "")
+    # a cgroup that counts and did not: another cgroup's process was killed
+    assert oom.kills_between(before, oom.OomCounts(1, 12)) == (0, "")
+    assert oom.kills_between(oom.OomCounts(None, 10), oom.OomCounts(None, 12)) == (
+        2,
+        "on this host",
+    )
     assert oom.kills_between(oom.OomCounts(), oom.OomCounts(5, 5)) == (0, "")
 
 

@@ -78,7 +78,7 @@ def _cgroup_files(root: str) -> list[tuple[str, str]]:
                         os.path.join(directory, "memory.max"),
                     )
                 )
-        elif "memory" in controllers.split(","):
+        elif "memory" in controllers.split(",") and relative:  # v1's root cgroup never counts
             v1 = os.path.join(mount, "memory")
             for directory in (os.path.join(v1, relative), v1):
                 found.append(
@@ -107,14 +107,17 @@ def _size(limit_bytes: int) -> str:
 
 
 def kills_between(before: OomCounts, after: OomCounts) -> tuple[int, str]:
-    """How many processes the OOM killer killed from ``before`` to ``after``, and where
-    (0 and '' when it killed none, or neither count could be read twice)."""
-    if before.cgroup is not None and after.cgroup is not None and after.cgroup > before.cgroup:
+    """How many processes the OOM killer killed from ``before`` to ``after``, and where: in
+    the cgroup where it counts (the kernel counts a kill of the whole host's OOM there too),
+    else on the host; (0, '') when it killed none or no count could be read twice."""
+    if before.cgroup is not None and after.cgroup is not None:
         limit = f", limit {_size(after.limit_bytes)}" if after.limit_bytes else ""
-        return after.cgroup - before.cgroup, f"in this node's memory cgroup{limit}"
-    if before.host is not None and after.host is not None and after.host > before.host:
-        return after.host - before.host, "on this host"
-    return 0, ""
+        kills, where = after.cgroup - before.cgroup, f"in this node's memory cgroup{limit}"
+    elif before.host is not None and after.host is not None:
+        kills, where = after.host - before.host, "on this host"
+    else:
+        return 0, ""
+    return (kills, where) if kills > 0 else (0, "")
 
 
 def out_of_memory(kills: int, where: str) -> str:
