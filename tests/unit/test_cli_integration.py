@@ -78,3 +78,16 @@ def test_a_bad_component_argument_is_one_line_that_says_what_is_accepted(
         assert len(errors) == 1, result.stderr
         assert message in errors[0]
     assert not (tmp_path / "torchx_logs").exists()
+
+
+def test_list_of_local_cwd_says_where_the_jobs_records_are(tmp_path: Path) -> None:
+    """torchx's local schedulers raise a bare Exception (a traceback) for ``list``."""
+    result = run_torchx("list", "-s", "local_cwd", cwd=tmp_path)
+    assert result.returncode == 1
+    assert "Traceback" not in result.stderr
+    assert result.stderr.endswith(
+        "ERROR    local_cwd keeps no record of its jobs beyond the torchx process that ran them"
+        " (as torchx's local schedulers); each job's logs, summary and events stay in its"
+        " log_dir (default ./torchx_logs/<session>/<app id>), and `torchx-elastic timeline"
+        " <that directory>` shows how it went\n"
+    ), result.stderr

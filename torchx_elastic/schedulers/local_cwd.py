@@ -49,7 +49,13 @@ from dataclasses import asdict, dataclass
 from typing import Any, Callable, ClassVar, Dict, Iterable, List, Mapping, Optional
 
 from torchx.runner.api import Runner
-from torchx.schedulers.api import AppDryRunInfo, DescribeAppResponse, Stream, filter_regex
+from torchx.schedulers.api import (
+    AppDryRunInfo,
+    DescribeAppResponse,
+    ListAppResponse,
+    Stream,
+    filter_regex,
+)
 from torchx.schedulers.local_scheduler import (
     CWDImageProvider,
     ImageProvider,
@@ -70,6 +76,7 @@ from torchx_elastic.contract import (
     waiting_file,
 )
 from torchx_elastic.schedulers.compat import as_torchx_cfg, local_app, local_replicas, local_roles
+from torchx_elastic.schedulers.errors import UserError
 from torchx_elastic.schedulers.file_lines import follow_lines
 from torchx_elastic.schedulers.job_bar import (
     SharedBar,
@@ -225,6 +232,16 @@ class LocalCwdScheduler(ReplicaLogs, LocalScheduler):
                 self._tell_timeline(app_id)
             return self._with_waiting(desc)
         return self._with_waiting(super().describe(app_id))
+
+    def list(self) -> List[ListAppResponse]:
+        """torchx's local schedulers keep no record of their jobs beyond the process that ran
+        them, and raise a bare ``Exception`` (a traceback): say where the jobs' records are."""
+        raise UserError(
+            "local_cwd keeps no record of its jobs beyond the torchx process that ran them (as"
+            " torchx's local schedulers); each job's logs, summary and events stay in its"
+            f" log_dir (default ./{DEFAULT_LOG_DIR}/<session>/<app id>), and `torchx-elastic"
+            " timeline <that directory>` shows how it went"
+        )
 
     def _with_waiting(self, desc: Optional[DescribeAppResponse]) -> Optional[DescribeAppResponse]:
         """``desc`` with the rendezvous' waiting state (``waiting for nodes: 1 of 2 joined;
