@@ -67,6 +67,8 @@ def test_the_host_count_alone_where_no_cgroup_counts(tmp_path: Path) -> None:
     _write(v1_root / "sys/fs/cgroup/memory/memory.oom_control", V1_OOM_CONTROL.format(0))
     assert oom.read_counts(str(v1_root)) == oom.OomCounts(None, 9, None)
     assert oom.read_counts(str(tmp_path / "nothing")) == oom.OomCounts(None, None, None)
+    _host(tmp_path, 9, "not a cgroup line\n\n0::/\n")
+    assert oom.read_counts(str(tmp_path)) == oom.OomCounts(None, 9, None)
 
 
 def test_kills_between_prefers_the_cgroup_and_says_its_limit() -> None:

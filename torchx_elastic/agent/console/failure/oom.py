@@ -68,7 +68,10 @@ def _cgroup_files(root: str) -> list[tuple[str, str]]:
     mount = os.path.join(root, "sys/fs/cgroup")
     found = []
     for line in lines:
-        _, controllers, path = line.split(":", 2)
+        fields = line.split(":", 2)
+        if len(fields) != 3:
+            continue
+        _, controllers, path = fields
         relative = path.lstrip("/")
         if controllers == "" and os.path.exists(os.path.join(mount, "cgroup.controllers")):
             for directory in (os.path.join(mount, relative), mount):  # cgroup v2
