@@ -54,6 +54,11 @@ def test_our_local_cwd_options(tmp_path: Path) -> None:
         ),
         (["dist.ddp", "-j", "2x1", "--cpu", "-1"], "--cpu -1.0: expected a number of CPUs >= 0"),
         (
+            ["dist.ddp", "-j", "2x1", "--rdzv_port", "99999"],
+            "invalid rdzv_port 99999; accepted: a TCP port, 1 to 65535 (0: any free port, for"
+            " one node)",
+        ),
+        (
             ["dist.ddp", "-j", "2x1", "--console", "fancy"],
             "invalid console 'fancy'; accepted: ",
         ),

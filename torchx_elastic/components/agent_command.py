@@ -19,6 +19,7 @@ from torchx_elastic.contract.agent_args import (
 
 AGENT_MODULE = "torchx_elastic.agent"
 PYTHON = "python3"
+MAX_PORT = 65535
 
 
 def _literal(arg: str) -> str:
@@ -57,6 +58,11 @@ class AgentCommand:
             check_start_method(self.start_method)
         except StartMethodError as err:
             raise ComponentArgumentError(f"start_method {err}") from None
+        if not 0 <= self.rdzv_port <= MAX_PORT:
+            raise ComponentArgumentError(
+                f"invalid rdzv_port {self.rdzv_port}; accepted: a TCP port, 1 to {MAX_PORT} (0: any"
+                " free port, for one node)"
+            )
         if self.hang_timeout_s < 0:
             raise ComponentArgumentError(
                 f"invalid hang_timeout_s {self.hang_timeout_s:g}; accepted: 0 (off) or seconds > 0"

@@ -29,6 +29,8 @@ def port_taken(port: int) -> bool:
         probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             probe.bind(("", port))
+        except OverflowError:  # not a port: the agent says so
+            return False
         except OSError:
             return True
     return False
