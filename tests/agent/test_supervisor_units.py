@@ -82,6 +82,11 @@ class FakeRendezvous(RendezvousHandler):
             self.state.last_heartbeats[peer] = long_ago
         self.peers = []
 
+    def drop_this_node(self) -> None:
+        """A peer's sync dropped this node for a late heartbeat (torch's ``_sanitize``)."""
+        del self.state.participants[self._this_node]
+        del self.state.last_heartbeats[self._this_node]
+
     def get_backend(self) -> str:
         return "c10d"
 
@@ -290,6 +295,47 @@ def test_ranks_that_fail_with_a_lost_peer_re_form_without_it_and_no_restart_is_c
         "torchx-elastic: node 1: 10.0.0.2 (agent pid 200) stopped answering (no rendezvous"
         " heartbeat for "
     )
+
+
+def test_a_node_its_peers_dropped_joins_again_without_counting_a_restart(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Its heartbeats reached the others late (a stalled agent): they went on without it while
+    its ranks ran on alone; it stops them and joins the next round."""
+
+    def dropped(workers: FakeWorkers) -> None:
+        if workers.polls == 2:
+            h.rendezvous.drop_this_node()
+
+    h = harness(tmp_path, 0, [dropped, running_for(1, succeed)], peers=1)
+    supervisor, result = h.run()
+    assert result.state == WorkerState.SUCCEEDED
+    assert h.rendezvous.rounds == [2, 2]
+    assert h.attempts[0].closed_with[0] == signal.SIGTERM
+    (restart,) = h.events(ev.RESTART)
+    assert (restart["reason"], restart["attempt"], restart["next_round"]) == ("dropped", 0, 2)
+    assert h.events(ev.FAILURE) == []
+    assert supervisor.remaining_restarts == 0
+    assert capsys.readouterr().err.splitlines() == [
+        "torchx-elastic: the other nodes dropped this node from the rendezvous (they saw no"
+        " heartbeat from it for 10s: its agent was stalled or starved of CPU) and went on"
+        " without it: stopping its workers and joining again"
+    ]
+
+
+def test_a_node_alone_that_dropped_itself_after_a_stall_goes_on(tmp_path: Path) -> None:
+    """Its own sync drops it from its copy of the state after a stall; nobody went on
+    without it, so its ranks are left alone."""
+
+    def stalled(workers: FakeWorkers) -> RunProcsResult | None:
+        if workers.polls == 2:
+            h.rendezvous.drop_this_node()
+        return succeed(workers) if workers.polls > 4 else None
+
+    h = harness(tmp_path, 0, [stalled])
+    _, result = h.run()
+    assert result.state == WorkerState.SUCCEEDED
+    assert h.rendezvous.rounds == [1] and h.events(ev.RESTART) == []
 
 
 def test_a_lost_rendezvous_host_moves_the_rendezvous_and_re_forms_without_a_restart(

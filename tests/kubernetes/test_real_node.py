@@ -712,8 +712,12 @@ def _idle_millicpu(cluster: Cluster) -> int:
     return allocatable
 
 
+def _job_pod_names(cluster: Cluster, job: str) -> List[str]:
+    return [str(p["metadata"]["name"]) for p in cluster.pods(job)]
+
+
 def _pod_of(cluster: Cluster, job: str, index: int) -> str:
-    names = [str(p["metadata"]["name"]) for p in cluster.pods(job)]
+    names = _job_pod_names(cluster, job)
     return next((n for n in names if n.startswith(f"{job}-{index}-")), "")
 
 
@@ -798,7 +802,14 @@ def test_a_late_pod_joins_a_running_elastic_job_at_the_next_round(
         assert [p["metadata"]["name"] for p in pending] == [_pod_of(cluster, job, 1)]
     finally:
         cluster.delete_pod(blocker)
-    _wait("the world to grow", lambda: _log_has(cluster, _pod_of(cluster, job, 0), "world size 2"))
+    try:
+        _wait(
+            "the world to grow",
+            lambda: _log_has(cluster, _pod_of(cluster, job, 0), "world size 2"),
+        )
+    except AssertionError as err:  # what each pod's agent said decides where to look
+        logs = [f"{name}:\n{cluster.pod_log(name)}" for name in _job_pod_names(cluster, job)]
+        raise AssertionError("\n".join([str(err), *logs])) from None
     assert _wait_done(scheduler, handle) == AppState.SUCCEEDED, cluster.torchx(
         "status", handle
     ).stdout

@@ -215,6 +215,31 @@ def peer_hosts(handler: RendezvousHandler) -> list[str]:
     return sorted({str(n.addr) for n in participants if getattr(n, "addr", this_addr) != this_addr})
 
 
+def dropped_from_round(handler: RendezvousHandler, was_alone: bool) -> bool:
+    """Whether the handler's last synced rendezvous state leaves this node out while the
+    others go on: a peer's sync dropped it for a late heartbeat (torch's ``_sanitize``).
+    ``was_alone``: this node's round had no other member; then only a node in the rendezvous
+    now can have dropped it (after a stall, its own sync drops it from its copy of the
+    state, and nobody went on without it). False where this torch's handler does not tell."""
+    this_node, participants, wait_list = _participants(handler)
+    state = getattr(getattr(handler, "_state_holder", None), "state", None)
+    if this_node is None or state is None or getattr(state, "closed", False):
+        return False
+    if this_node in participants or this_node in wait_list:
+        return False
+    return bool(participants or wait_list) or not was_alone
+
+
+def sync_now(handler: RendezvousHandler) -> None:
+    """Read the rendezvous state from the store now: torch's handler serves a copy up to a
+    second old (``_BackendRendezvousStateHolder``'s cache), which may not show yet what a
+    peer wrote just before this node's ranks failed."""
+    holder = getattr(handler, "_state_holder", None)
+    if isinstance(getattr(holder, "_last_sync_time", None), float):
+        setattr(holder, "_last_sync_time", -1.0)  # noqa: B010
+    handler.num_nodes_waiting()
+
+
 def present_members(handler: RendezvousHandler) -> set[str]:
     """Nodes the handler knows to be in the rendezvous now (this node included)."""
     this_node, participants, wait_list = _participants(handler)

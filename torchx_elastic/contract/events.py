@@ -43,14 +43,16 @@ HANG: Final = "hang"
 FAILURE: Final = "failure"
 # the worker group restarts: attempt (the one that starts: +1 after a failure, the same after a
 # membership change), reason ("failure", "membership change", "peer lost": members of the
-# running round stopped answering, named in lost, or "rendezvous host lost": the rendezvous
-# moved to a survivor, how the loss showed in lost), next_round; after a failure
+# running round stopped answering, named in lost, "dropped": the other nodes dropped this
+# one for a late heartbeat and went on, so it joins again, or "rendezvous host lost": the
+# rendezvous moved to a survivor, how the loss showed in lost), next_round; after a failure
 # also the facts of the restart line: failed_rank, failed_node, failure, max_restarts,
 # restarts_left
 RESTART: Final = "restart"
 RESTART_AFTER_FAILURE: Final = "failure"  # a restart's reason
 RESTART_MEMBERSHIP_CHANGE: Final = "membership change"
 RESTART_PEER_LOST: Final = "peer lost"
+RESTART_DROPPED: Final = "dropped"  # the other nodes dropped this one: it joins again
 RESTART_HOST_LOST: Final = "rendezvous host lost"  # the rendezvous moved to a survivor
 # the job's progress as the rank-0 node sums it up when it changed, at most every
 # PROGRESS_INTERVAL_S, and at the end of an attempt: step, total, slowest/fastest rank and

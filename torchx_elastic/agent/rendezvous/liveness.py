@@ -104,3 +104,11 @@ def lost_peer_line(lost: dict[int, str], conf: dict[str, str]) -> str:
         f"torchx-elastic: {', '.join(node_names(lost))} stopped answering (no rendezvous"
         f" heartbeat for {dead_after_s(conf):g}s): stopping the workers and re-forming without it"
     )
+
+
+def dropped_line(conf: dict[str, str]) -> str:
+    return (
+        "torchx-elastic: the other nodes dropped this node from the rendezvous (they saw no"
+        f" heartbeat from it for {dead_after_s(conf):g}s: its agent was stalled or starved of"
+        " CPU) and went on without it: stopping its workers and joining again"
+    )

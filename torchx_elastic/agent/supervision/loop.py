@@ -319,7 +319,9 @@ class Supervisor:
                 self._restart(ev.RESTART_AFTER_FAILURE, **notice.fields())
             else:  # membership changes cost no restart
                 waiting = self.handler.num_nodes_waiting()  # syncs the rendezvous state
-                if not self._restarted_for_lost_peers() and waiting > 0:
+                if self._rejoined_after_being_dropped() or self._restarted_for_lost_peers():
+                    continue
+                if waiting > 0:
                     self._restart(ev.RESTART_MEMBERSHIP_CHANGE, next_round=self._rounds + 1)
 
     def _pause(self) -> None:
@@ -344,10 +346,10 @@ class Supervisor:
         deadline_s = time.monotonic() + liveness.dead_after_s(self.config.rdzv_configs)
         while True:
             try:
-                self.handler.num_nodes_waiting()  # the rendezvous state as of now
+                compat.sync_now(self.handler)  # the rendezvous state as of now
             except RendezvousError:  # the rendezvous is gone: the workers' failure is the news
                 return False
-            if self._restarted_for_lost_peers():
+            if self._rejoined_after_being_dropped() or self._restarted_for_lost_peers():
                 return True
             members = self.last_round_members
             if time.monotonic() > deadline_s or not self._silent_peers.suspects(
@@ -355,6 +357,17 @@ class Supervisor:
             ):
                 return False
             time.sleep(SUSPECT_POLL_S)
+
+    def _rejoined_after_being_dropped(self) -> bool:
+        """The other nodes dropped this one from the rendezvous (its heartbeats reached them
+        late) and went on without it, while its workers ran on alone: stop them and join
+        again (a membership change: no restart counted), said in one line. torch's agent
+        does not look: its node trains on in a job of its own."""
+        if not compat.dropped_from_round(self.handler, len(self.last_round_members) <= 1):
+            return False
+        print(liveness.dropped_line(self.config.rdzv_configs), file=sys.stderr, flush=True)
+        self._restart(ev.RESTART_DROPPED, next_round=self._rounds + 1)
+        return True
 
     def _restarted_for_lost_peers(self) -> bool:
         """Re-form without the members of the round that the rendezvous dropped for missing
