@@ -98,8 +98,14 @@ def _run_child(
 
 def _fresh_signals() -> None:
     """The dispositions a new interpreter starts with (the server ignores SIGINT and
-    catches SIGCHLD; ignored signals would survive an exec too)."""
+    catches SIGCHLD; ignored signals would survive an exec too), and no Python handler
+    inherited from the agent (its stop signals'): a worker blocked in C++ code (a collective
+    with a vanished peer) runs a Python handler only when that call returns, so SIGTERM
+    would not end it until the SIGKILL that follows the shutdown timeout."""
     signal.set_wakeup_fd(-1)
+    for sig in signal.valid_signals():
+        if callable(signal.getsignal(sig)):
+            signal.signal(sig, signal.SIG_DFL)
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
