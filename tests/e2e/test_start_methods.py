@@ -26,6 +26,10 @@ def open_fds():
 
 if __name__ == "__main__":
     signals = (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGCHLD))
+    # SIGINT has Python's handler in any new interpreter, no other signal a Python one
+    handled = [
+        getattr(s, "name", str(s)) for s in signal.valid_signals() if callable(signal.getsignal(s))
+    ]
     fds = open_fds()
     import torch
     from torch.utils.data import DataLoader
@@ -35,6 +39,7 @@ if __name__ == "__main__":
     out = {
         "sigint": signals[0] is signal.default_int_handler,
         "sigchld": signals[1] == signal.SIG_DFL,
+        "handled": handled,
         "fds": fds, "loaded": loaded,
         "argv": sys.argv, "file": __file__, "name": __name__, "path0": sys.path[0],
         "squares": squares, "random": random.random(), "threads": torch.get_num_threads(),
@@ -72,6 +77,8 @@ def test_script_sees_a_plain_python_process(tmp_path: Path, method: str) -> None
         assert rank_seen["threads"] == 1
         assert rank_seen["cwd"] == str(tmp_path)
         assert rank_seen["sigint"] and rank_seen["sigchld"]
+        # none of the agent's: SIGTERM ends a rank even while it is blocked in C++ code
+        assert rank_seen["handled"] == ["SIGINT"]
         assert rank_seen["fds"] == [0, 1, 2]
         assert rank_seen["loaded"] == [3, 12]
     assert seen[0]["random"] != seen[1]["random"]
