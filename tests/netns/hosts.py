@@ -19,6 +19,10 @@ HOSTS_SH = Path(os.environ.get("TORCHX_ELASTIC_NETNS_HOSTS", REPO.parent / "shar
 LOOP = Path(__file__).with_name("allreduce_loop.py")
 STEP_LINE = re.compile(r"step (\d+) world (\d+) at ([\d.]+)")
 DONE_LINE = re.compile(r"done world (\d+) at ([\d.]+)")
+# the frames of torch's C++ warnings (a store call to a lost host prints ~25 lines each)
+CPP_FRAME = re.compile(
+    r"^(\[n\d+ r\d+\] )?(frame #\d+: |Exception raised from |<omitting python frames>)"
+)
 
 
 def hosts(*args: str) -> str:
@@ -70,6 +74,19 @@ class Job:
     def text(self) -> str:
         return "".join(self.log(h).read_text(errors="replace") for h in self.agents)
 
+    def shown(self) -> str:
+        """Every host's log under its name, less the frames of torch's C++ warnings: what a
+        failed assertion prints (the checks read :meth:`text`)."""
+        return "".join(
+            f"===== {host}\n"
+            + "".join(
+                line
+                for line in self.log(host).read_text(errors="replace").splitlines(keepends=True)
+                if line.strip() and not CPP_FRAME.match(line)
+            )
+            for host in self.agents
+        )
+
     def steps_seen(self) -> list[tuple[int, int, float]]:
         """(step, world, wall time) of every step line of every host."""
         return sorted(
@@ -84,7 +101,7 @@ class Job:
                 return
             self.poll()
             time.sleep(0.2)
-        raise AssertionError(f"no step {step} in {timeout_s:g}s:\n{self.text()}")
+        raise AssertionError(f"no step {step} in {timeout_s:g}s:\n{self.shown()}")
 
     def poll(self) -> None:
         for host, agent in self.agents.items():

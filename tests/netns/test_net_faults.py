@@ -57,13 +57,13 @@ def job(tmp_path: Path) -> Iterator[Job]:
 def resumed_after_s(job: Job, fault_s: float) -> float:
     """Seconds from the fault to the first step of world 2."""
     firsts = [t for _, world, t in job.steps_seen() if world == 2 and t > fault_s]
-    assert firsts, f"no step of world 2 after the fault:\n{job.text()}"
+    assert firsts, f"no step of world 2 after the fault:\n{job.shown()}"
     return firsts[0] - fault_s
 
 
 def assert_survivors_done(job: Job, codes: dict[str, int | None]) -> None:
-    assert codes == {"h0": 0, "h1": 0}, job.text()
-    assert "done world 2" in job.text()
+    assert codes == {"h0": 0, "h1": 0}, job.shown()
+    assert "done world 2" in job.text(), job.shown()
     assert_no_exit_errors(job)
 
 
@@ -75,10 +75,19 @@ def assert_nothing_left(job: Job) -> None:
         time.sleep(0.2)
 
 
+MOVED = "and the job re-forms without the lost host"
+
+
 def assert_no_exit_errors(job: Job, *survivors: str) -> None:
-    text = "".join(job.log(host).read_text() for host in survivors or ("h0", "h1"))
-    for error in ("recvVector", "RendezvousConnectionError", "RendezvousError"):
-        assert error not in text, text
+    """No C++ store error and no rendezvous exception in the survivors' logs from the job
+    they re-formed to their exit. (When the store's host is killed, the agents' store calls
+    that were on the wire print torch's C++ warnings, ``sendBytes`` or ``recvVector``
+    failures by timing: those belong to the fault, before the move's line.)"""
+    hosts = survivors or ("h0", "h1")
+    for host in hosts:
+        text = job.log(host).read_text().rpartition(MOVED)[2]
+        for error in ("recvVector", "RendezvousConnectionError", "RendezvousError"):
+            assert error not in text, f"{error} in the log of {host}:\n{job.shown()}"
 
 
 def test_cut_off_host_is_left_behind_and_gives_up(job: Job) -> None:
@@ -90,7 +99,7 @@ def test_cut_off_host_is_left_behind_and_gives_up(job: Job) -> None:
     resumed_s = resumed_after_s(job, cut_s)
     assert resumed_s < 45, f"world 2 trains {resumed_s:.1f}s after the cut"
     assert_survivors_done(job, {h: codes[h] for h in ("h0", "h1")})
-    assert codes["h2"] == 1, job.log("h2").read_text()
+    assert codes["h2"] == 1, job.shown()
     assert job.ended_s["h2"] - cut_s < 60
     lost = job.log("h2").read_text()
     assert (
@@ -131,11 +140,8 @@ def assert_moved_to_h1(job: Job, how: str) -> None:
         assert (
             f"torchx-elastic: the rendezvous host is lost: {how}; the rendezvous moves from"
             " h0:29500 to h1:29500 ("
-        ) in job.log(host).read_text(), job.text()
-    assert (
-        "(this node hosts it) and the job re-forms without the lost host"
-        in job.log("h1").read_text()
-    )
+        ) in job.log(host).read_text(), job.shown()
+    assert f"(this node hosts it) {MOVED}" in job.log("h1").read_text()
     assert "(its host is a node of the last round) and the job re-forms without the lost" in (
         job.log("h2").read_text()
     )
@@ -147,12 +153,12 @@ def test_lost_rendezvous_host_moves_to_a_survivor(job: Job) -> None:
     cut_s = time.time()
     hosts("cut", "h0")
     codes = job.wait(list(HOSTS), 150)
-    assert codes == {"h0": 1, "h1": 0, "h2": 0}, job.text()
+    assert codes == {"h0": 1, "h1": 0, "h2": 0}, job.shown()
     resumed_s = resumed_after_s(job, cut_s)
     assert resumed_s < 90, f"world 2 trains {resumed_s:.1f}s after the cut"
     assert job.ended_s["h0"] - cut_s < 60
     assert_moved_to_h1(job, "h0:29500 did not answer for 20s, though other peers of this node did")
-    assert "done world 2" in job.text()
+    assert "done world 2" in job.text(), job.shown()
     assert_no_exit_errors(job, "h1", "h2")
     # h0 may first drop a peer whose heartbeats stopped (then re-form without it): its
     # last round's peers are then one or both of h1 and h2
@@ -160,18 +166,18 @@ def test_lost_rendezvous_host_moves_to_a_survivor(job: Job) -> None:
         r"torchx-elastic: error: this node is cut off: none of its peers \((h1, h2|h1|h2)\)"
         r" answered for 20s; its workers were stopped and it exits so that it can be replaced",
         job.log("h0").read_text(),
-    ), job.text()
+    ), job.shown()
     assert_nothing_left(job)
 
 
 def test_killed_rendezvous_host_moves_to_a_survivor(job: Job) -> None:
     kill_s = kill_mid_run(job, "h0")
     codes = job.wait(["h1", "h2"], 90)
-    assert codes == {"h1": 0, "h2": 0}, job.text()
+    assert codes == {"h1": 0, "h2": 0}, job.shown()
     resumed_s = resumed_after_s(job, kill_s)
     assert resumed_s < 30, f"world 2 trains {resumed_s:.1f}s after the kill"
     assert_moved_to_h1(job, "the connection to the rendezvous store at h0:29500 failed")
-    assert "done world 2" in job.text()
+    assert "done world 2" in job.text(), job.shown()
     assert_no_exit_errors(job, "h1", "h2")
     assert_nothing_left(job)
 
@@ -184,22 +190,22 @@ def test_the_lost_rendezvous_host_comes_back_and_joins_the_moved_job(job: Job) -
     job.start()
     job.wait_for_step(STEP_BEFORE_FAULT)
     hosts("cut", "h0")
-    assert job.wait(["h0"], 60) == {"h0": 1}, job.text()
+    assert job.wait(["h0"], 60) == {"h0": 1}, job.shown()
     hosts("heal", "h0")
     job.start_host("h0")
     codes = job.wait(list(HOSTS), 150)
-    assert codes == dict.fromkeys(HOSTS, 0), job.text()
+    assert codes == dict.fromkeys(HOSTS, 0), job.shown()
     assert (
         "torchx-elastic: the job's rendezvous moved from h0:29500 to h1:29500 while its host"
         " was lost; this node joins the job there"
-    ) in job.log("h0").read_text(), job.text()
+    ) in job.log("h0").read_text(), job.shown()
     back = job.log("h0").read_text().split("this node joins the job there")[1]
-    assert "done world 3" in back, job.text()
+    assert "done world 3" in back, job.shown()
     assert "waiting for nodes" not in back  # its first round at h0 was left, and said nothing
     # the survivors' calls that waited on h0 fail when it comes back: torch's C++ warnings
     # about those connections may print, but no agent error and no rendezvous exception (a
     # rank's traceback as the world grows is its collective meeting the restart)
     for text in (back, job.log("h1").read_text(), job.log("h2").read_text()):
         for error in ("RendezvousConnectionError", "RendezvousError", "torchx-elastic: error"):
-            assert error not in text, job.text()
+            assert error not in text, job.shown()
     assert_nothing_left(job)
