@@ -12,7 +12,7 @@ from pathlib import Path
 
 from bench import commands, logcheck, phases, procs, restart
 from bench.report import Ratio
-from torchx_elastic.contract import SECRET_ENV
+from torchx_elastic.contract import SECRET_ENV, SHARE_STORE_OPT_OUT_ENV
 
 BENCH_DIR = Path(__file__).resolve().parent
 REPO = BENCH_DIR.parent
@@ -21,7 +21,7 @@ CRASH_SCRIPT = "bench/crash_once.py"
 LOG_SCRIPT = "bench/log_heavy.py"
 SHORT_SCRIPT = "bench/short_job.py"
 # torch's opt-out of the rendezvous store it shares with the workers across restarts
-FRESH_STORE_ENV = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"
+FRESH_STORE_ENV = SHARE_STORE_OPT_OUT_ENV
 
 
 @dataclass(frozen=True)

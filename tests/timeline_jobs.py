@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from torchx_elastic import contract
 from torchx_elastic.contract import RANK_ERROR_FILE, STDERR_FILE
 from torchx_elastic.contract import events as ev
 from torchx_elastic.contract.error_file import write_error_file
@@ -129,7 +130,7 @@ def generated_job(
 
 def write_crash_files(log_dir: Path, crash_rank: int = 1) -> None:
     """The crashed rank's error file (its traceback) and its stderr."""
-    rank_dir = log_dir / "attempt_0" / f"rank_{crash_rank}"
+    rank_dir = Path(contract.rank_dir(str(log_dir), 0, crash_rank))
     write_error_file(
         str(rank_dir / RANK_ERROR_FILE), "ValueError: bad batch on rank 1", TRACEBACK, T0 + 9
     )

@@ -17,7 +17,7 @@ import pytest
 from tests.conftest import REPO, _env, run_agent, run_torchx
 from torchx_elastic.agent.config.cli import build_parser
 from torchx_elastic.agent.config.launch import UsageError, config_from_args
-from torchx_elastic.contract import EVENTS_FILE, STDOUT_FILE, SUMMARY_PREFIX
+from torchx_elastic.contract import EVENTS_FILE, STDOUT_FILE, SUMMARY_PREFIX, rank_dir
 from torchx_elastic.contract.job_progress import LINE_PREFIX
 
 LINES_PER_RANK = 10_000
@@ -89,7 +89,7 @@ def test_every_line_of_four_chatty_ranks_arrives_whole_once_in_order(tmp_path: P
     assert len(stderr_lines) == 4 * LINES_PER_RANK // 1000
     assert all(re.fullmatch(r"\[n0 r(\d)\] stderr rank=\1 i=\d+", ln) for ln in stderr_lines)
     for rank in range(4):
-        stdout_file = (tmp_path / "logs" / "attempt_0" / f"rank_{rank}" / STDOUT_FILE).read_text()
+        stdout_file = Path(rank_dir(str(tmp_path / "logs"), 0, rank), STDOUT_FILE).read_text()
         assert stdout_file.count("\n") == LINES_PER_RANK
         assert stdout_file.endswith("no newline at exit")
 
@@ -112,7 +112,7 @@ def test_rank_filter_shows_chosen_ranks_and_files_keep_all(tmp_path: Path) -> No
     assert result.returncode == 0, result.stderr
     assert sorted(result.stdout.splitlines()) == ["<0/0@0> hello from 0", "<2/2@0> hello from 2"]
     for rank in range(3):
-        path = tmp_path / "logs" / "attempt_0" / f"rank_{rank}" / STDOUT_FILE
+        path = Path(rank_dir(str(tmp_path / "logs"), 0, rank), STDOUT_FILE)
         assert path.read_text() == f"hello from {rank}\n"
 
 

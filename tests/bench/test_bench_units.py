@@ -13,7 +13,7 @@ from bench import commands, logcheck, phases, procs, restart
 from bench.benchmarks import Derived, Sample
 from bench.report import BenchmarkResult, Ratio, VariantResult, render_table
 from bench.run import benchmark_env, derived_result, main, rotated, selected, summary_notes
-from torchx_elastic.contract import STDOUT_FILE
+from torchx_elastic.contract import STDOUT_FILE, rank_dir
 
 # records of a 2-rank run: rank 1 crashes at t=10, rank 0 is back at 12.5, rank 1 at 13
 RECORDS = """\
@@ -65,8 +65,9 @@ def _lines(rank: int, count: int) -> bytes:
 
 def test_log_check_accepts_complete_logs(tmp_path: Path) -> None:
     for rank in range(2):
-        (tmp_path / f"rank_{rank}").mkdir()
-        (tmp_path / f"rank_{rank}" / STDOUT_FILE).write_bytes(b"hello\n" + _lines(rank, 5))
+        ours = Path(rank_dir(str(tmp_path), 0, rank))
+        ours.mkdir(parents=True)
+        (ours / STDOUT_FILE).write_bytes(b"hello\n" + _lines(rank, 5))
     check = logcheck.check_log_dir(tmp_path, expected_per_rank=5)
     assert check.complete(world_size=2)
     assert check.summary(world_size=2) == "10/10 lines, 0 malformed"

@@ -22,8 +22,11 @@ The rest of the agent uses torch.distributed.elastic's public API only (rendezvo
   custom (PrivateUse1) backend are looked up only when asked for.
 - :func:`exit_barrier`: ``torch.distributed.elastic.utils.store.barrier`` grew parameters.
 - :func:`start_file_timer`: ``FileTimerServer`` takes ``run_id`` from 2.x on.
+- :func:`assign_worker_ranks`: the ranks torch's agent gives each node's workers, with its
+  store keys (``SimpleElasticAgent._assign_worker_ranks``, private).
 - :func:`wrap_group_registry`: torch's registry of live process groups is private (a module
-  global that ``_World.pg_map`` reads every time, the same from 2.4 to 2.15).
+  global that ``_World.pg_map`` reads every time, the same from 2.4 to 2.15);
+  :func:`keep_created_groups` is its fallback, through torch's public group creators.
 - :func:`tcp_store_on_socket`: a ``TCPStore`` server on a socket the caller bound
   (``master_listen_fd``); 2.4's default (libuv) server cannot take one, its legacy one can.
 - :func:`torchrun_defaults`: the defaults of the installed torchrun's flags (2.4's
@@ -42,6 +45,7 @@ import datetime
 import functools
 import importlib
 import inspect
+import json
 import logging
 import os
 import socket
@@ -54,7 +58,7 @@ from typing import Any, Callable
 from torch.distributed.distributed_c10d import PrefixStore, Store
 from torch.distributed.elastic.rendezvous import RendezvousHandler
 
-from torchx_elastic.contract import MASTER_KEY
+from torchx_elastic.contract import MASTER_KEY, SHARE_STORE_OPT_OUT_ENV
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +79,34 @@ class Round:
     world_size: int
     master_addr: str
     master_port: int
+
+
+def assign_worker_ranks(
+    store: Store, group_rank: int, group_world_size: int, role: str, nproc: int
+) -> tuple[int, int, int, int]:
+    """This node's first global rank, the world size, its first role rank and the role's
+    world size: torch's agent's algorithm and store keys (``_assign_worker_ranks``, private).
+
+    Every node writes its role and worker count; node 0 hands out consecutive blocks of
+    ranks in node order; nodes may run different numbers of workers.
+    """
+    store.set(f"{ROLE_INFO_PREFIX}{group_rank}", json.dumps([role, nproc]))
+    if group_rank == 0:
+        infos = [json.loads(store.get(f"{ROLE_INFO_PREFIX}{i}")) for i in range(group_world_size)]
+        world_size = sum(n for _, n in infos)
+        role_sizes: dict[str, int] = {}
+        for name, n in infos:
+            role_sizes[name] = role_sizes.get(name, 0) + n
+        base, role_bases = 0, dict.fromkeys(role_sizes, 0)
+        for i, (name, n) in enumerate(infos):
+            value = [base, world_size, role_bases[name], role_sizes[name]]
+            store.set(f"{ASSIGNED_RANKS_PREFIX}{i}", json.dumps(value))
+            base += n
+            role_bases[name] += n
+    base, world_size, role_base, role_world_size = json.loads(
+        store.get(f"{ASSIGNED_RANKS_PREFIX}{group_rank}")
+    )
+    return int(base), int(world_size), int(role_base), int(role_world_size)
 
 
 def preload_compiler() -> None:
@@ -328,7 +360,6 @@ def start_file_timer(path: str, run_id: str) -> Any:
     return server
 
 
-SHARE_STORE_OPT_OUT_ENV = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"
 
 
 def next_round(
@@ -385,6 +416,38 @@ def wrap_group_registry(wrap: Callable[[dict[Any, Any]], dict[Any, Any]]) -> boo
         return False
     setattr(c10d, "_pg_map", wrap(registry))  # noqa: B010
     return True
+
+
+def keep_created_groups(kept: list[Any]) -> None:
+    """Where :func:`wrap_group_registry` cannot: append to ``kept`` every process group that
+    torch's public creators (``init_process_group``, ``new_group``) make from now on."""
+    import torch.distributed as distributed
+    import torch.distributed.distributed_c10d as c10d
+
+    init = c10d.init_process_group
+    new_group = c10d.new_group
+
+    @functools.wraps(init)
+    def init_process_group(*args: Any, **kwargs: Any) -> Any:
+        result = init(*args, **kwargs)
+        if distributed.group.WORLD is not None:
+            kept.append(distributed.group.WORLD)
+        return result
+
+    @functools.wraps(new_group)
+    def kept_new_group(*args: Any, **kwargs: Any) -> Any:
+        group = new_group(*args, **kwargs)
+        if group is not None:
+            kept.append(group)
+        return group
+
+    for module in (distributed, c10d):
+        for name, old, new in (
+            ("init_process_group", init, init_process_group),
+            ("new_group", new_group, kept_new_group),
+        ):
+            if getattr(module, name, None) is old:
+                setattr(module, name, new)
 
 
 def tcp_store_on_socket(sock: socket.socket, host: str, port: int, **kwargs: Any) -> Any:

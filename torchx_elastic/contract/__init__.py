@@ -50,6 +50,8 @@ FILE_TIMER_ENV = "TORCHELASTIC_ENABLE_FILE_TIMER"
 TIMER_FILE_ENV = "TORCHELASTIC_TIMER_FILE"
 SIGNALS_ENV = "TORCHELASTIC_SIGNALS_TO_HANDLE"
 SHUTDOWN_TIMEOUT_ENV = "TORCH_ELASTIC_SHUTDOWN_TIMEOUT"
+# torch's opt-out of the rendezvous store that its rounds share with the workers (2.5+)
+SHARE_STORE_OPT_OUT_ENV = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"
 
 # --- the files of a node's log directory -------------------------------------------------
 EVENTS_FILE = "events.jsonl"  # events.py
@@ -66,14 +68,42 @@ WAITING_FILE_PREFIX = "waiting_for_nodes."
 AGENTS_LOG_SUBDIR = "torchelastic"
 
 
+ATTEMPT_DIR_PREFIX = "attempt_"  # + the attempt (0 for the first start)
+RANK_DIR_PREFIX = "rank_"  # + the global rank
+# the lines of an attempt's ranks that the console's duplicate filters kept (--filter-*)
+FILTERED_FILE = "filtered_{stream}.log"  # stream: stdout or stderr
+
+
+def attempt_dir(log_dir: str, attempt: int | str) -> str:
+    """``<log_dir>/attempt_<attempt>``: the ranks' directories of one attempt."""
+    return os.path.join(log_dir, f"{ATTEMPT_DIR_PREFIX}{attempt}")
+
+
 def rank_dir(log_dir: str, attempt: int | str, rank: int | str) -> str:
     """``<log_dir>/attempt_<attempt>/rank_<rank>``: the files of global rank ``rank``."""
-    return os.path.join(log_dir, f"attempt_{attempt}", f"rank_{rank}")
+    return os.path.join(attempt_dir(log_dir, attempt), f"{RANK_DIR_PREFIX}{rank}")
+
+
+def ranks_of_attempt(log_dir: str, attempt: int) -> list[int]:
+    """The global ranks that have a directory in ``attempt`` (this node's), sorted."""
+    top = attempt_dir(log_dir, attempt)
+    names = os.listdir(top) if os.path.isdir(top) else []
+    return sorted(
+        int(name[len(RANK_DIR_PREFIX) :])
+        for name in names
+        if name.startswith(RANK_DIR_PREFIX) and name[len(RANK_DIR_PREFIX) :].isdigit()
+    )
 
 
 def agents_log_dir(app_log_dir: str, role: str) -> str:
     """Where a local job's agents of ``role`` write their log directory."""
     return os.path.join(app_log_dir, AGENTS_LOG_SUBDIR, role)
+
+
+# --- the agent's own line that the schedulers read back (``torchx status``) --------------
+# ``torchx-elastic: waiting for nodes: 1 of 2 joined; ...``: its first round's wait
+# (rendezvous/waiting.py), and the ``[job progress]`` line of that wait (job_progress.py)
+WAITING_FOR_NODES = "waiting for nodes: "
 
 
 # --- the store keys the agents of a job exchange ------------------------------------------

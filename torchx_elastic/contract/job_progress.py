@@ -21,11 +21,11 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from torchx_elastic.contract import JOB_PROGRESS_FILE
+from torchx_elastic.contract import JOB_PROGRESS_FILE, WAITING_FOR_NODES
 
 LINE_PREFIX = "[job progress] "
 # the line's form while the first rendezvous round waits for nodes (no step yet)
-WAITING_LINE_PREFIX = f"{LINE_PREFIX}waiting for nodes: "
+WAITING_LINE_PREFIX = f"{LINE_PREFIX}{WAITING_FOR_NODES}"
 MAX_QUIET_SHOWN = 4
 
 
@@ -161,7 +161,7 @@ class LineFigures:
 
 
 _LINE = re.compile(
-    r"\[job progress\] (?P<step>\d+)/(?P<total>\d+|\?)(?: \([\d.]+%\))?"
+    re.escape(LINE_PREFIX) + r"(?P<step>\d+)/(?P<total>\d+|\?)(?: \([\d.]+%\))?"
     r" of (?P<reporting>\d+)/(?P<ranks>\d+) ranks on \d+/\d+ nodes"
     r"(?:.*?, (?P<rate>[\d.e+-]+) steps/s)?"
     r"(?:.*?, ETA (?P<eta>[\dhms]+))?"

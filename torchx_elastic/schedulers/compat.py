@@ -6,17 +6,56 @@ torchx documents implementing a scheduler, and are used as such everywhere. What
 instead is the local scheduler's inner state: ``local_cwd`` adds to torchx's
 ``LocalScheduler``, whose running apps (``_apps``) and request layout (``PopenRequest``'s
 ``role_params``) are its own; the app a dry run carries (``AppDryRunInfo._app``), which
-``torchx run --dryrun`` prints; and where the Slurm scheduler recorded a job's directory.
+``torchx run --dryrun`` prints; where the Slurm scheduler recorded a job's directory; the
+labels, job states and retry policies of torchx's own Kubernetes scheduler, which ours keeps
+so that torchx's tools read its jobs; and what differs between torchx 0.7 and its
+development line (the Slurm scheduler's states and arguments, ``Runner.wait``).
 """
 
 from __future__ import annotations
 
+import inspect
 import os
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from torchx.runner.api import Runner
+from torchx.schedulers.kubernetes_scheduler import (
+    JOB_STATE,
+    LABEL_APP_NAME,
+    LABEL_KUBE_APP_NAME,
+    LABEL_ORGANIZATION,
+    LABEL_REPLICA_ID,
+    LABEL_ROLE_INDEX,
+    LABEL_ROLE_NAME,
+    LABEL_UNIQUE_NAME,
+    LABEL_VERSION,
+    RETRY_POLICIES,
+)
 from torchx.schedulers.local_scheduler import LocalScheduler, PopenRequest, ReplicaParam
 from torchx.specs import AppDef, AppDryRunInfo, CfgVal
+
+__all__ = [
+    "JOB_STATE",
+    "LABEL_APP_NAME",
+    "LABEL_KUBE_APP_NAME",
+    "LABEL_ORGANIZATION",
+    "LABEL_REPLICA_ID",
+    "LABEL_ROLE_INDEX",
+    "LABEL_ROLE_NAME",
+    "LABEL_UNIQUE_NAME",
+    "LABEL_VERSION",
+    "RETRY_POLICIES",
+    "as_torchx_cfg",
+    "asked_by_runner_wait",
+    "local_app",
+    "local_replicas",
+    "local_roles",
+    "show_app_as",
+    "slurm_output_file",
+    "slurm_scheduler_kwargs",
+    "torchx_reads_every_slurm_state",
+]
 
 
 def local_app(scheduler: LocalScheduler, app_id: str) -> Any:
@@ -60,3 +99,32 @@ def slurm_output_file(app_id: str, role: str, replica: int) -> str:
     name = f"slurm-{app_id}-{role}-{replica}.err"
     job_dir = slurm_scheduler._get_job_dirs().get(app_id)
     return os.path.join(job_dir, name) if job_dir else name
+
+
+def torchx_reads_every_slurm_state() -> bool:
+    """torchx's development line reads every sacct state itself (squeue first, then sacct,
+    with "CANCELLED by 0"); torchx 0.7's describe fails on a cancelled job."""
+    from torchx.schedulers import slurm_scheduler
+
+    return hasattr(slurm_scheduler, "appstate_from_slurm_state")
+
+
+def slurm_scheduler_kwargs(kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    """The arguments of a ``slurm`` factory call that the installed torchx line's
+    ``SlurmScheduler`` takes (its development line adds ``docker_client``)."""
+    from torchx.schedulers.slurm_scheduler import SlurmScheduler
+
+    accepted = inspect.signature(SlurmScheduler.__init__).parameters
+    return {key: value for key, value in kwargs.items() if key in accepted}
+
+
+def asked_by_runner_wait() -> bool:
+    """Whether torchx's ``Runner.wait`` is on the calling stack (it asks for a status again
+    only after a sleep)."""
+    wait_code = getattr(Runner.wait, "__code__", None)
+    frame = inspect.currentframe()
+    while frame is not None:
+        if frame.f_code is wait_code:
+            return True
+        frame = frame.f_back
+    return False

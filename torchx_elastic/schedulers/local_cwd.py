@@ -38,7 +38,6 @@ with the same meaning, declared once in :class:`LocalCwdOptions`.
 from __future__ import annotations
 
 import glob
-import inspect
 import os
 import subprocess
 import sys
@@ -48,7 +47,6 @@ import warnings
 from dataclasses import asdict, dataclass
 from typing import Any, Callable, ClassVar, Dict, Iterable, List, Mapping, Optional
 
-from torchx.runner.api import Runner
 from torchx.schedulers.api import (
     AppDryRunInfo,
     DescribeAppResponse,
@@ -75,7 +73,13 @@ from torchx_elastic.contract import (
     new_secret,
     waiting_file,
 )
-from torchx_elastic.schedulers.compat import as_torchx_cfg, local_app, local_replicas, local_roles
+from torchx_elastic.schedulers.compat import (
+    as_torchx_cfg,
+    asked_by_runner_wait,
+    local_app,
+    local_replicas,
+    local_roles,
+)
 from torchx_elastic.schedulers.errors import UserError
 from torchx_elastic.schedulers.file_lines import follow_lines
 from torchx_elastic.schedulers.job_bar import (
@@ -226,7 +230,7 @@ class LocalCwdScheduler(ReplicaLogs, LocalScheduler):
         app = local_app(self, app_id)
         # only the CLI's status poll (main thread) waits; its log thread must not be held up
         if app is not None and threading.current_thread() is threading.main_thread():
-            self._wait_for_exit(app_id, None if _asked_by_runner_wait() else STATUS_WAIT_S)
+            self._wait_for_exit(app_id, None if asked_by_runner_wait() else STATUS_WAIT_S)
             desc = super().describe(app_id)
             if desc is not None and is_terminal(desc.state):
                 self._tell_timeline(app_id)
@@ -284,17 +288,6 @@ class LocalCwdScheduler(ReplicaLogs, LocalScheduler):
             except subprocess.TimeoutExpired:
                 return
 
-
-def _asked_by_runner_wait() -> bool:
-    """Whether torchx's ``Runner.wait`` is on the calling stack: it asks again only after a
-    sleep (a second for ``torchx run``), so an answer before the end costs up to that."""
-    wait_code = getattr(Runner.wait, "__code__", None)
-    frame = inspect.currentframe()
-    while frame is not None:
-        if frame.f_code is wait_code:
-            return True
-        frame = frame.f_back
-    return False
 
 
 def create_scheduler(

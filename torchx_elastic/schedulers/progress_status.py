@@ -13,6 +13,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Iterable, List, Optional, Tuple
 
+from torchx_elastic.contract import WAITING_FOR_NODES
 from torchx_elastic.contract.job_progress import (
     LINE_PREFIX,
     WAITING_LINE_PREFIX,
@@ -55,7 +56,8 @@ def timestamped_figures(line: str) -> Optional[Tuple[Optional[datetime], LineFig
 
 
 # what a waiting agent prints (agent/rendezvous/waiting.py) until its first round is complete
-WAITING_MARK = "torchx-elastic: waiting for nodes: "
+AGENT_LINE_PREFIX = "torchx-elastic: "
+WAITING_MARK = f"{AGENT_LINE_PREFIX}{WAITING_FOR_NODES}"
 
 
 def waiting_message(
@@ -76,7 +78,7 @@ def waiting_message(
         return None
     if not text.startswith(WAITING_MARK):
         return None
-    message = text[len("torchx-elastic: ") :].strip()
+    message = text[len(AGENT_LINE_PREFIX) :].strip()
     at = log_timestamp(newest_stamp or stamp)
     if at is not None:
         age_s = ((now or datetime.now(timezone.utc)) - at).total_seconds()

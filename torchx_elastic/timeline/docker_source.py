@@ -19,7 +19,9 @@ from collections.abc import Iterable, Iterator
 from typing import IO, TYPE_CHECKING, Any, cast
 
 from torchx_elastic.contract import (
+    ATTEMPT_DIR_PREFIX,
     EVENTS_FILE,
+    RANK_DIR_PREFIX,
     RANK_ERROR_FILE,
     STDERR_FILE,
     SUMMARY_PREFIX,
@@ -35,7 +37,8 @@ AGENT_DIR_PREFIX = "torchx_elastic_"
 STDERR_TAIL_BYTES = 64 * 1024
 # a rank's error file and the tail of its stderr, in contract.rank_dir's layout
 _RANK_FILE = re.compile(
-    rf"attempt_\d+/rank_\d+/({re.escape(RANK_ERROR_FILE)}|{re.escape(STDERR_FILE)})"
+    rf"{ATTEMPT_DIR_PREFIX}\d+/{RANK_DIR_PREFIX}\d+/"
+    rf"({re.escape(RANK_ERROR_FILE)}|{re.escape(STDERR_FILE)})"
 )
 
 

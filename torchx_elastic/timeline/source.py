@@ -17,7 +17,12 @@ import logging
 import os
 from collections.abc import Iterator
 
-from torchx_elastic.contract import AGENTS_LOG_SUBDIR, EVENTS_FILE, agents_log_dir
+from torchx_elastic.contract import (
+    AGENTS_LOG_SUBDIR,
+    ATTEMPT_DIR_PREFIX,
+    EVENTS_FILE,
+    agents_log_dir,
+)
 from torchx_elastic.contract import events as ev
 from torchx_elastic.contract.events import read_events
 from torchx_elastic.timeline.failures import classifier
@@ -42,7 +47,7 @@ def _event_dirs(top: str) -> Iterator[str]:
         elif directory.count(os.sep) - top_depth >= _SEARCH_DEPTH:
             subdirs[:] = []
         else:
-            subdirs[:] = [d for d in subdirs if not d.startswith("attempt_")]
+            subdirs[:] = [d for d in subdirs if not d.startswith(ATTEMPT_DIR_PREFIX)]
 
 
 def find_log_dir(path: str, app_id: str | None = None) -> str:

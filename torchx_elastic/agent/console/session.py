@@ -41,7 +41,7 @@ from torchx_elastic.agent.console.output.sinks import (
 )
 from torchx_elastic.agent.console.progress.channel import ActivityChannel, RankActivity
 from torchx_elastic.agent.console.progress.exchange import JobProgressExchange
-from torchx_elastic.contract import ERROR_FILE_ENV, RANK_ERROR_FILE
+from torchx_elastic.contract import ERROR_FILE_ENV, FILTERED_FILE, RANK_ERROR_FILE
 from torchx_elastic.contract import events as ev
 from torchx_elastic.contract.agent_args import DEFAULT_CONSOLE, ConsoleMode
 from torchx_elastic.contract.events import EventLog
@@ -101,7 +101,10 @@ class ConsoleSession:
             ranks,
             self.console,
             self._sink_options,
-            {s: os.path.join(attempt_dir, f"filtered_{s}.log") for s in ("stdout", "stderr")},
+            {
+                s: os.path.join(attempt_dir, FILTERED_FILE.format(stream=s))
+                for s in ("stdout", "stderr")
+            },
         )
         self._sinks.append(sink)
         self._oom_at_start = oom.read_counts()

@@ -26,7 +26,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from torchx_elastic.contract import RESTART_COUNT_ENV
+from torchx_elastic.contract import RANK_DIR_PREFIX, RESTART_COUNT_ENV, attempt_dir
 
 RESULTS_DIR = "results"
 _PROTOCOL = pickle.HIGHEST_PROTOCOL
@@ -102,9 +102,8 @@ def write_call(call: Call, path: str) -> None:
 
 
 def result_path(call_file: str, attempt: int | str, rank: int | str) -> str:
-    return os.path.join(
-        os.path.dirname(call_file), RESULTS_DIR, f"attempt_{attempt}", f"rank_{rank}.pkl"
-    )
+    results = os.path.join(os.path.dirname(call_file), RESULTS_DIR)
+    return os.path.join(attempt_dir(results, attempt), f"{RANK_DIR_PREFIX}{rank}.pkl")
 
 
 def _is_fresh_interpreter() -> bool:
@@ -182,8 +181,8 @@ def read_results(call_file: str, attempt: int) -> dict[int, Any]:
         return results
     for name in os.listdir(directory):
         stem, ext = os.path.splitext(name)
-        if ext != ".pkl" or not stem.startswith("rank_"):
+        if ext != ".pkl" or not stem.startswith(RANK_DIR_PREFIX):
             continue
         with open(os.path.join(directory, name), "rb") as file:
-            results[int(stem[len("rank_") :])] = pickle.load(file)
+            results[int(stem[len(RANK_DIR_PREFIX) :])] = pickle.load(file)
     return results

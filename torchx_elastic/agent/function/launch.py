@@ -30,6 +30,7 @@ from torchx_elastic.agent.function.errors import FunctionFailedError
 from torchx_elastic.agent.function.options import AgentOptions
 from torchx_elastic.agent.workers.forkserver import ForkServer, WorkerExit
 from torchx_elastic.agent.workers.processes import process_failure
+from torchx_elastic.contract import ranks_of_attempt
 from torchx_elastic.contract.agent_args import FORK, SPAWN, StartMethodError, check_start_method
 
 log = logging.getLogger(__name__)
@@ -202,14 +203,8 @@ def launch_agent(
         raise_for_outcome(outcome, name, log_dir)
         attempt = int(outcome.summary.get("attempt", 0))
         if not call_file:
-            return dict.fromkeys(_local_ranks(log_dir, attempt))
+            return dict.fromkeys(ranks_of_attempt(log_dir, attempt))
         return collect_results(call_file, attempt, config.nproc_per_node, name)
     finally:
         shutil.rmtree(call_dir, ignore_errors=True)
 
-
-def _local_ranks(log_dir: str, attempt: int) -> list[int]:
-    """Global ranks of this node's workers in ``attempt`` (their log directories)."""
-    attempt_dir = os.path.join(log_dir, f"attempt_{attempt}")
-    names = os.listdir(attempt_dir) if os.path.isdir(attempt_dir) else []
-    return sorted(int(n[len("rank_") :]) for n in names if n.startswith("rank_"))

@@ -21,7 +21,7 @@ from typing import Any
 from torchx_elastic.agent.config.launch import AgentConfig
 from torchx_elastic.agent.rendezvous.diagnosis import Problem, resolved
 from torchx_elastic.agent.rendezvous.signed_store import MAGIC, RefusedEntry, StoreSigner
-from torchx_elastic.contract import ROLL_CALL_KEY_PREFIX
+from torchx_elastic.contract import ROLL_CALL_KEY_PREFIX, SECRET_ENV
 
 PREFIX = ROLL_CALL_KEY_PREFIX
 COUNT_KEY = PREFIX + "count"
@@ -150,7 +150,7 @@ def other_secret(unverified: list[NodeEntry], me: NodeEntry) -> Problem | None:
     return Problem(
         f"{', '.join(strangers)} came to run id {me.run_id!r} with another secret (or none):"
         " its rendezvous state is refused",
-        "give every node the same TORCHX_ELASTIC_RDZV_SECRET (docs/security.md)",
+        f"give every node the same {SECRET_ENV} (docs/security.md)",
     )
 
 

@@ -43,7 +43,7 @@ from torchx_elastic.agent.rendezvous.diagnosis import (
 )
 from torchx_elastic.agent.rendezvous.observed import WrappedRendezvous
 from torchx_elastic.agent.rendezvous.signed_store import StoreSigner
-from torchx_elastic.contract import waiting_file
+from torchx_elastic.contract import WAITING_FOR_NODES, waiting_file
 from torchx_elastic.contract.job_progress import WAITING_LINE_PREFIX
 
 log = logging.getLogger(__name__)
@@ -90,7 +90,7 @@ def waiting_line(
     """``waiting for nodes: 1 of 2 joined (...)``: the state of the first round."""
     here = ", ".join(peer.name for peer in peers) or "none"
     role = "hosting the rendezvous" if hosting else "rendezvous"
-    text = f"waiting for nodes: {joined_text(peers, config)}; here: {here}"
+    text = f"{WAITING_FOR_NODES}{joined_text(peers, config)}; here: {here}"
     text += f"; {missing_text(peers, config)}"
     text += f"; {role} at {config.rdzv_endpoint}, run id {config.run_id!r}"
     return text + f"; gives up at {until} (join timeout {join_timeout_text(config)})"

@@ -10,7 +10,6 @@ other nodes at the exit barrier. The same states and decisions as torch's
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import signal
@@ -33,7 +32,6 @@ from torch.distributed.elastic.multiprocessing.errors import ProcessFailure
 from torch.distributed.elastic.rendezvous import RendezvousError, RendezvousHandler
 
 from torchx_elastic.agent import compat
-from torchx_elastic.agent.compat import ASSIGNED_RANKS_PREFIX, ROLE_INFO_PREFIX
 from torchx_elastic.agent.config.launch import AgentConfig
 from torchx_elastic.agent.console.failure.first_failure import FirstFailure, RestartNotice
 from torchx_elastic.agent.console.output.sinks import OutputSink, RankOutput
@@ -127,27 +125,10 @@ class Supervision:
 def assign_ranks(
     store: Store, group_rank: int, group_world_size: int, config: AgentConfig
 ) -> tuple[WorkerRank, ...]:
-    """Global and role ranks of this node's workers (torch's algorithm and store keys).
-
-    Every node writes its role and worker count; node 0 hands out consecutive blocks of
-    ranks in node order; nodes may run different numbers of workers.
-    """
+    """Global and role ranks of this node's workers, as torch's agent assigns them."""
     nproc = config.nproc_per_node
-    store.set(f"{ROLE_INFO_PREFIX}{group_rank}", json.dumps([config.role, nproc]))
-    if group_rank == 0:
-        infos = [json.loads(store.get(f"{ROLE_INFO_PREFIX}{i}")) for i in range(group_world_size)]
-        world_size = sum(n for _, n in infos)
-        role_sizes: dict[str, int] = {}
-        for role, n in infos:
-            role_sizes[role] = role_sizes.get(role, 0) + n
-        base, role_bases = 0, dict.fromkeys(role_sizes, 0)
-        for i, (role, n) in enumerate(infos):
-            value = [base, world_size, role_bases[role], role_sizes[role]]
-            store.set(f"{ASSIGNED_RANKS_PREFIX}{i}", json.dumps(value))
-            base += n
-            role_bases[role] += n
-    base, world_size, role_base, role_world_size = json.loads(
-        store.get(f"{ASSIGNED_RANKS_PREFIX}{group_rank}")
+    base, world_size, role_base, role_world_size = compat.assign_worker_ranks(
+        store, group_rank, group_world_size, config.role, nproc
     )
     return tuple(
         WorkerRank(i, base + i, role_base + i, world_size, role_world_size) for i in range(nproc)

@@ -28,13 +28,11 @@ So, in a forked worker:
 from __future__ import annotations
 
 import atexit
-import functools
 import gc
 import io
 import os
 import sys
 import threading
-from collections.abc import Callable
 from typing import Any, NoReturn
 
 _kept_groups: list[Any] = []
@@ -76,35 +74,7 @@ def keep_process_groups() -> None:
     from torchx_elastic.agent import compat
 
     if not compat.wrap_group_registry(_GroupRegistry):  # at least the public creators
-        _keep_created_groups(distributed, c10d)
-
-
-def _keep_created_groups(distributed: Any, c10d: Any) -> None:
-    init = c10d.init_process_group
-    new_group = c10d.new_group
-
-    @functools.wraps(init)
-    def init_process_group(*args: Any, **kwargs: Any) -> Any:
-        result = init(*args, **kwargs)
-        if distributed.group.WORLD is not None:
-            _kept_groups.append(distributed.group.WORLD)
-        return result
-
-    @functools.wraps(new_group)
-    def kept_new_group(*args: Any, **kwargs: Any) -> Any:
-        group = new_group(*args, **kwargs)
-        if group is not None:
-            _kept_groups.append(group)
-        return group
-
-    for module in (distributed, c10d):
-        _replace(module, "init_process_group", init, init_process_group)
-        _replace(module, "new_group", new_group, kept_new_group)
-
-
-def _replace(module: object, name: str, old: Callable[..., Any], new: Callable[..., Any]) -> None:
-    if getattr(module, name, None) is old:
-        setattr(module, name, new)
+        compat.keep_created_groups(_kept_groups)
 
 
 def flush_open_files() -> None:

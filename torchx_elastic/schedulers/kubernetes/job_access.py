@@ -16,9 +16,8 @@ from __future__ import annotations
 import copy
 from typing import Dict, List
 
-from torchx.schedulers.kubernetes_scheduler import LABEL_UNIQUE_NAME
-
 from torchx_elastic.contract import SECRET_ENV, new_secret
+from torchx_elastic.schedulers.compat import LABEL_UNIQUE_NAME
 from torchx_elastic.schedulers.kubernetes.names import JobNames
 from torchx_elastic.schedulers.kubernetes.pods import Manifest
 

@@ -13,7 +13,10 @@ from __future__ import annotations
 from typing import Dict, List, Mapping, Sequence
 
 import torchx
-from torchx.schedulers.kubernetes_scheduler import (
+from torchx.specs import AppDef, Role, macros
+
+from torchx_elastic.contract import ERROR_FILE_ENV, RANK0_ENV
+from torchx_elastic.schedulers.compat import (  # torchx's kubernetes names
     LABEL_APP_NAME,
     LABEL_KUBE_APP_NAME,
     LABEL_ORGANIZATION,
@@ -24,9 +27,6 @@ from torchx.schedulers.kubernetes_scheduler import (
     LABEL_VERSION,
     RETRY_POLICIES,
 )
-from torchx.specs import AppDef, Role, macros
-
-from torchx_elastic.contract import ERROR_FILE_ENV, RANK0_ENV
 from torchx_elastic.schedulers.kubernetes import job_access
 from torchx_elastic.schedulers.kubernetes.names import JobNames
 from torchx_elastic.schedulers.kubernetes.options import KubernetesOptions

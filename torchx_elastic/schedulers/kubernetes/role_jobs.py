@@ -25,10 +25,10 @@ from __future__ import annotations
 from typing import Dict, List, Tuple
 
 from torchx.schedulers.api import DescribeAppResponse
-from torchx.schedulers.kubernetes_scheduler import LABEL_ROLE_NAME
 from torchx.specs import AppDef, AppState, ReplicaState, Role
 
 from torchx_elastic.contract import ROLE_RANK0_ENV
+from torchx_elastic.schedulers.compat import LABEL_ROLE_NAME
 from torchx_elastic.schedulers.kubernetes import job_access, status
 from torchx_elastic.schedulers.kubernetes.manifests import headless_service, labels, role_job
 from torchx_elastic.schedulers.kubernetes.names import JobNames

@@ -12,15 +12,15 @@ import re
 from typing import Any, Dict, List, Optional, Tuple
 
 from torchx.schedulers.api import DescribeAppResponse
-from torchx.schedulers.kubernetes_scheduler import (
+from torchx.specs import AppState, ReplicaState, ReplicaStatus, Role, RoleStatus
+
+from torchx_elastic.contract.error_file import parse_error_json
+from torchx_elastic.schedulers.compat import (  # torchx's kubernetes names
     JOB_STATE,
     LABEL_REPLICA_ID,
     LABEL_ROLE_INDEX,
     LABEL_ROLE_NAME,
 )
-from torchx.specs import AppState, ReplicaState, ReplicaStatus, Role, RoleStatus
-
-from torchx_elastic.contract.error_file import parse_error_json
 from torchx_elastic.schedulers.kubernetes.manifests import ANNOTATION_COMPLETION_INDEX
 from torchx_elastic.schedulers.kubernetes.security import with_hint
 

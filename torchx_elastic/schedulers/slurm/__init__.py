@@ -18,11 +18,9 @@ Everything else (run options, workspace, logs, cancel) is torchx's.
 
 from __future__ import annotations
 
-import inspect
 from typing import Any
 
-from torchx.schedulers.slurm_scheduler import SlurmScheduler as _TorchxSlurmScheduler
-
+from torchx_elastic.schedulers.compat import slurm_scheduler_kwargs
 from torchx_elastic.schedulers.slurm.scheduler import SlurmScheduler
 
 __all__ = ["SlurmScheduler", "create_scheduler"]
@@ -31,5 +29,4 @@ __all__ = ["SlurmScheduler", "create_scheduler"]
 def create_scheduler(session_name: str, **kwargs: Any) -> SlurmScheduler:
     """torchx's ``slurm`` factory, with the arguments the installed torchx line takes
     (its development line adds ``docker_client``)."""
-    accepted = inspect.signature(_TorchxSlurmScheduler.__init__).parameters
-    return SlurmScheduler(session_name, **{k: v for k, v in kwargs.items() if k in accepted})
+    return SlurmScheduler(session_name, **slurm_scheduler_kwargs(kwargs))

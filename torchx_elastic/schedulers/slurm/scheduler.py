@@ -5,12 +5,12 @@ from __future__ import annotations
 import subprocess
 from typing import Any, Optional
 
-from torchx.schedulers import slurm_scheduler as _torchx_slurm
 from torchx.schedulers.api import AppDryRunInfo, DescribeAppResponse
 from torchx.schedulers.slurm_scheduler import SlurmScheduler as _TorchxSlurmScheduler
 from torchx.specs import AppDef, Role, is_terminal
 
 from torchx_elastic.components.agent_command import AGENT_MODULE
+from torchx_elastic.schedulers.compat import torchx_reads_every_slurm_state
 from torchx_elastic.schedulers.progress_status import join_message
 from torchx_elastic.schedulers.slurm.progress import progress_of
 from torchx_elastic.schedulers.slurm.status import (
@@ -19,9 +19,8 @@ from torchx_elastic.schedulers.slurm.status import (
     describe_from_sacct,
 )
 
-# torchx's development line reads every sacct state itself (squeue first, then sacct, with
-# "CANCELLED by 0"): its describe is kept; torchx 0.7's fails on a cancelled job
-TORCHX_READS_EVERY_STATE = hasattr(_torchx_slurm, "appstate_from_slurm_state")
+# torchx's development line reads every sacct state itself: its describe is kept
+TORCHX_READS_EVERY_STATE = torchx_reads_every_slurm_state()
 
 
 def runs_the_agent(role: Role) -> bool:
