@@ -20,32 +20,11 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from torchx.runner.api import Runner
-from torchx.schedulers.kubernetes_scheduler import (
-    JOB_STATE,
-    LABEL_APP_NAME,
-    LABEL_KUBE_APP_NAME,
-    LABEL_ORGANIZATION,
-    LABEL_REPLICA_ID,
-    LABEL_ROLE_INDEX,
-    LABEL_ROLE_NAME,
-    LABEL_UNIQUE_NAME,
-    LABEL_VERSION,
-    RETRY_POLICIES,
-)
+from torchx.schedulers import kubernetes_scheduler as torchx_kubernetes
 from torchx.schedulers.local_scheduler import LocalScheduler, PopenRequest, ReplicaParam
 from torchx.specs import AppDef, AppDryRunInfo, CfgVal
 
 __all__ = [
-    "JOB_STATE",
-    "LABEL_APP_NAME",
-    "LABEL_KUBE_APP_NAME",
-    "LABEL_ORGANIZATION",
-    "LABEL_REPLICA_ID",
-    "LABEL_ROLE_INDEX",
-    "LABEL_ROLE_NAME",
-    "LABEL_UNIQUE_NAME",
-    "LABEL_VERSION",
-    "RETRY_POLICIES",
     "as_torchx_cfg",
     "asked_by_runner_wait",
     "local_app",
@@ -55,6 +34,7 @@ __all__ = [
     "slurm_output_file",
     "slurm_scheduler_kwargs",
     "torchx_reads_every_slurm_state",
+    "torchx_kubernetes",
 ]
 
 

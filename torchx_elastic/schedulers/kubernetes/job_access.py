@@ -17,7 +17,7 @@ import copy
 from typing import Dict, List
 
 from torchx_elastic.contract import SECRET_ENV, new_secret
-from torchx_elastic.schedulers.compat import LABEL_UNIQUE_NAME
+from torchx_elastic.schedulers.compat import torchx_kubernetes
 from torchx_elastic.schedulers.kubernetes.names import JobNames
 from torchx_elastic.schedulers.kubernetes.pods import Manifest
 
@@ -46,7 +46,7 @@ def manifests(names: JobNames, labels: Dict[str, str], network_policy: bool) -> 
         }
     ]
     if network_policy:
-        job_pods: Manifest = {"matchLabels": {LABEL_UNIQUE_NAME: names.job}}
+        job_pods: Manifest = {"matchLabels": {torchx_kubernetes.LABEL_UNIQUE_NAME: names.job}}
         found.append(
             {
                 "apiVersion": "networking.k8s.io/v1",

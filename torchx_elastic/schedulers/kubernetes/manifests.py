@@ -16,17 +16,7 @@ import torchx
 from torchx.specs import AppDef, Role, macros
 
 from torchx_elastic.contract import ERROR_FILE_ENV, RANK0_ENV
-from torchx_elastic.schedulers.compat import (  # torchx's kubernetes names
-    LABEL_APP_NAME,
-    LABEL_KUBE_APP_NAME,
-    LABEL_ORGANIZATION,
-    LABEL_REPLICA_ID,
-    LABEL_ROLE_INDEX,
-    LABEL_ROLE_NAME,
-    LABEL_UNIQUE_NAME,
-    LABEL_VERSION,
-    RETRY_POLICIES,
-)
+from torchx_elastic.schedulers.compat import torchx_kubernetes
 from torchx_elastic.schedulers.kubernetes import job_access
 from torchx_elastic.schedulers.kubernetes.names import JobNames
 from torchx_elastic.schedulers.kubernetes.options import KubernetesOptions
@@ -34,7 +24,7 @@ from torchx_elastic.schedulers.kubernetes.pods import Manifest, pod_template
 from torchx_elastic.schedulers.names import dns_label
 
 MANAGED_BY = "torchx-elastic"
-MANAGED_BY_SELECTOR = f"{LABEL_ORGANIZATION}={MANAGED_BY}"
+MANAGED_BY_SELECTOR = f"{torchx_kubernetes.LABEL_ORGANIZATION}={MANAGED_BY}"
 LABEL_KUEUE_QUEUE = "kueue.x-k8s.io/queue-name"
 # Kueue's partial admission: admit the Job with fewer pods, down to this many
 ANNOTATION_KUEUE_MIN_PARALLELISM = "kueue.x-k8s.io/job-min-parallelism"
@@ -52,19 +42,19 @@ def labels(app: AppDef, role: Role, role_index: int, names: JobNames) -> Dict[st
     """torchx's labels (so torchx's tools recognise the pods), with valid label values."""
     app_label = dns_label(app.name)
     return {
-        LABEL_VERSION: torchx.__version__,
-        LABEL_APP_NAME: app_label,
-        LABEL_ROLE_INDEX: str(role_index),
-        LABEL_ROLE_NAME: dns_label(role.name, fallback="worker"),
-        LABEL_KUBE_APP_NAME: app_label,
-        LABEL_ORGANIZATION: MANAGED_BY,
-        LABEL_UNIQUE_NAME: names.job,
+        torchx_kubernetes.LABEL_VERSION: torchx.__version__,
+        torchx_kubernetes.LABEL_APP_NAME: app_label,
+        torchx_kubernetes.LABEL_ROLE_INDEX: str(role_index),
+        torchx_kubernetes.LABEL_ROLE_NAME: dns_label(role.name, fallback="worker"),
+        torchx_kubernetes.LABEL_KUBE_APP_NAME: app_label,
+        torchx_kubernetes.LABEL_ORGANIZATION: MANAGED_BY,
+        torchx_kubernetes.LABEL_UNIQUE_NAME: names.job,
     }
 
 
 def selector(names: JobNames) -> str:
     """The label selector of every object of one job."""
-    return f"{LABEL_UNIQUE_NAME}={names.job}"
+    return f"{torchx_kubernetes.LABEL_UNIQUE_NAME}={names.job}"
 
 
 def _only_role(app: AppDef) -> Role:
@@ -161,7 +151,7 @@ def headless_service(
             "clusterIP": "None",
             # pod 0's name resolves as soon as it has an address, before it is ready
             "publishNotReadyAddresses": True,
-            "selector": {LABEL_UNIQUE_NAME: names.job},
+            "selector": {torchx_kubernetes.LABEL_UNIQUE_NAME: names.job},
             "ports": [
                 {"name": dns_label(name, 15, fallback="port"), "port": port, "targetPort": port}
                 for name, port in port_map.items()
@@ -260,7 +250,7 @@ def volcano_job(app: AppDef, options: KubernetesOptions, names: JobNames) -> Lis
                 img_root="", app_id=names.app_id, replica_id=str(replica_id), rank0_env=RANK0_ENV
             )
             pod_labels = labels(app, role, role_index, names)
-            pod_labels[LABEL_REPLICA_ID] = str(replica_id)
+            pod_labels[torchx_kubernetes.LABEL_REPLICA_ID] = str(replica_id)
             template = pod_template(
                 values.apply(role),
                 options,
@@ -279,7 +269,9 @@ def volcano_job(app: AppDef, options: KubernetesOptions, names: JobNames) -> Lis
             }
             if role.max_retries > 0:
                 task["maxRetry"] = role.max_retries
-                task["policies"] = [dict(p) for p in RETRY_POLICIES[role.retry_policy]]
+                task["policies"] = [
+                    dict(p) for p in torchx_kubernetes.RETRY_POLICIES[role.retry_policy]
+                ]
             if role.min_replicas is not None:
                 # the first min_replicas tasks form the gang, the rest are optional
                 task["minAvailable"] = 1 if replica_id < role.min_replicas else 0

@@ -28,7 +28,7 @@ from torchx.schedulers.api import DescribeAppResponse
 from torchx.specs import AppDef, AppState, ReplicaState, Role
 
 from torchx_elastic.contract import ROLE_RANK0_ENV
-from torchx_elastic.schedulers.compat import LABEL_ROLE_NAME
+from torchx_elastic.schedulers.compat import torchx_kubernetes
 from torchx_elastic.schedulers.kubernetes import job_access, status
 from torchx_elastic.schedulers.kubernetes.manifests import headless_service, labels, role_job
 from torchx_elastic.schedulers.kubernetes.names import JobNames
@@ -94,7 +94,9 @@ def _port_map(app: AppDef) -> Dict[str, int]:
 
 
 def _role_label(pod: Manifest) -> str:
-    return str(((pod.get("metadata") or {}).get("labels") or {}).get(LABEL_ROLE_NAME, ""))
+    return str(
+        ((pod.get("metadata") or {}).get("labels") or {}).get(torchx_kubernetes.LABEL_ROLE_NAME, "")
+    )
 
 
 def is_part(job: Manifest) -> bool:
@@ -105,7 +107,11 @@ def is_part(job: Manifest) -> bool:
 def first_role_name(job: Manifest) -> str:
     """The role label of a Job's pods (the first role's, for the app's first Job)."""
     template = (job.get("spec") or {}).get("template") or {}
-    return str(((template.get("metadata") or {}).get("labels") or {}).get(LABEL_ROLE_NAME, ""))
+    return str(
+        ((template.get("metadata") or {}).get("labels") or {}).get(
+            torchx_kubernetes.LABEL_ROLE_NAME, ""
+        )
+    )
 
 
 def pods_of(job: Manifest, pods: List[Manifest]) -> List[Manifest]:

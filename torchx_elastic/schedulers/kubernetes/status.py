@@ -15,12 +15,7 @@ from torchx.schedulers.api import DescribeAppResponse
 from torchx.specs import AppState, ReplicaState, ReplicaStatus, Role, RoleStatus
 
 from torchx_elastic.contract.error_file import parse_error_json
-from torchx_elastic.schedulers.compat import (  # torchx's kubernetes names
-    JOB_STATE,
-    LABEL_REPLICA_ID,
-    LABEL_ROLE_INDEX,
-    LABEL_ROLE_NAME,
-)
+from torchx_elastic.schedulers.compat import torchx_kubernetes
 from torchx_elastic.schedulers.kubernetes.manifests import ANNOTATION_COMPLETION_INDEX
 from torchx_elastic.schedulers.kubernetes.security import with_hint
 
@@ -55,7 +50,11 @@ _AGENT_ERROR = "torchx-elastic: error:"
 _REPORT_END = ("Logs of every rank:", "Summary (JSON):")
 _JSON_MESSAGE = re.compile(r'"message":\s*"((?:[^"\\]|\\.)*)"')
 VOLCANO_STATE: Dict[str, AppState] = {
-    **{phase: state for phase, state in JOB_STATE.items() if isinstance(state, AppState)},
+    **{
+        phase: state
+        for phase, state in torchx_kubernetes.JOB_STATE.items()
+        if isinstance(state, AppState)
+    },
     # torchx 0.7 maps "Failed" to a ReplicaState by mistake
     "Failed": AppState.FAILED,
 }
@@ -159,7 +158,10 @@ def attempts_restarted(pods: List[Obj]) -> int:
         index = replica_id(pod)
         if index is None:
             continue
-        key = ((_get(pod, "metadata", "labels") or {}).get(LABEL_ROLE_NAME, ""), index)
+        key = (
+            (_get(pod, "metadata", "labels") or {}).get(torchx_kubernetes.LABEL_ROLE_NAME, ""),
+            index,
+        )
         pods_of[key] = pods_of.get(key, 0) + 1
         annotated[key] = max(annotated.get(key, 0), restarts_of(pod))
     return max((max(n - 1, annotated[key]) for key, n in pods_of.items()), default=0)
@@ -169,7 +171,9 @@ def replica_id(pod: Obj) -> Optional[int]:
     """The replica of a pod: Volcano's replica label or the Indexed Job's completion index."""
     labels = _get(pod, "metadata", "labels") or {}
     annotations = _get(pod, "metadata", "annotations") or {}
-    text = labels.get(LABEL_REPLICA_ID, annotations.get(ANNOTATION_COMPLETION_INDEX))
+    text = labels.get(
+        torchx_kubernetes.LABEL_REPLICA_ID, annotations.get(ANNOTATION_COMPLETION_INDEX)
+    )
     return int(text) if text is not None and str(text).isdigit() else None
 
 
@@ -178,7 +182,7 @@ def latest_pods(pods: List[Obj]) -> Dict[Tuple[str, int], Obj]:
     latest: Dict[Tuple[str, int], Obj] = {}
     for pod in sorted(pods, key=lambda p: str(_get(p, "metadata", "creationTimestamp") or "")):
         index = replica_id(pod)
-        role = (_get(pod, "metadata", "labels") or {}).get(LABEL_ROLE_NAME, "")
+        role = (_get(pod, "metadata", "labels") or {}).get(torchx_kubernetes.LABEL_ROLE_NAME, "")
         if index is not None:
             latest[(role, index)] = pod
     return latest
@@ -217,7 +221,7 @@ def role_of(obj: Obj, template: Obj, num_replicas: int) -> Role:
     labels = _get(template, "metadata", "labels") or _get(obj, "metadata", "labels") or {}
     containers = _get(template, "spec", "containers") or [{}]
     return Role(
-        name=labels.get(LABEL_ROLE_NAME, "worker"),
+        name=labels.get(torchx_kubernetes.LABEL_ROLE_NAME, "worker"),
         image=containers[0].get("image", ""),
         num_replicas=num_replicas,
     )
@@ -273,7 +277,7 @@ def describe_volcano_job(app_id: str, job: Obj, pods: List[Obj]) -> DescribeAppR
         template = task.get("template") or {}
         labels = _get(template, "metadata", "labels") or {}
         role = role_of(job, template, 0)
-        role = roles.setdefault(labels.get(LABEL_ROLE_INDEX, role.name), role)
+        role = roles.setdefault(labels.get(torchx_kubernetes.LABEL_ROLE_INDEX, role.name), role)
         role.num_replicas += int(task.get("replicas", 1))
     statuses, problems, any_running = roles_and_problems(list(roles.values()), pods)
     phase = _get(job, "status", "state", "phase")
