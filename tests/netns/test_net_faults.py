@@ -58,6 +58,8 @@ def resumed_after_s(job: Job, fault_s: float) -> float:
     """Seconds from the fault to the first step of world 2."""
     firsts = [t for _, world, t in job.steps_seen() if world == 2 and t > fault_s]
     assert firsts, f"no step of world 2 after the fault:\n{job.shown()}"
+    # the figure docs/agent.md quotes (``pytest -s tests/netns`` shows it)
+    print(f"\n[netns] world 2 trains {firsts[0] - fault_s:.1f}s after the fault")
     return firsts[0] - fault_s
 
 
