@@ -120,6 +120,17 @@ CASES = [
         ],
     ),
     Case(
+        "static, --node-rank 0, --rdzv-conf timeout=15, the other node never starts",
+        lambda p: [
+            [
+                f"--rdzv-endpoint=localhost:{p}",
+                "--rdzv-backend=static",
+                "--node-rank=0",
+                "--rdzv-conf=timeout=15",
+            ]
+        ],
+    ),
+    Case(
         "static, --nnodes 3, nodes given --node-rank 0, 1, 1",
         lambda p: [
             [f"--rdzv-endpoint=localhost:{p}", *STATIC_3, f"--node-rank={rank}"]

@@ -12,6 +12,7 @@ from torch.distributed import HashStore  # type: ignore[attr-defined]
 
 from torchx_elastic.agent.config.cli import build_parser
 from torchx_elastic.agent.config.launch import config_from_args
+from torchx_elastic.agent.rendezvous import static_ranks
 from torchx_elastic.agent.rendezvous.diagnosis import Problem, RendezvousDiagnosis
 from torchx_elastic.agent.rendezvous.roll_call import NodeEntry, RollCall
 from torchx_elastic.agent.rendezvous.signed_store import StoreSigner
@@ -147,3 +148,31 @@ def test_a_peer_on_the_c10d_backend_is_named_at_once_with_both_settings() -> Non
     # the c10d node reads this node's entry in the same store
     entries, _ = RollCall(store, c10d, signer).entries()
     assert [e.rdzv_backend for e in entries] == ["c10d", "static", "c10d"]
+
+
+def test_node_rank_0_says_what_it_waits_for_while_the_store_blocks(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    argv = ["--nnodes", "3", "--rdzv-backend", "static", "--rdzv-endpoint", "h0:29500"]
+    config = config_from_args(build_parser().parse_args([*argv, "--rdzv-id", "job", "t.py"]))
+    monkeypatch.setattr(static_ranks, "POLL_S", 0.01)
+    interval = static_ranks.GrowingInterval
+    monkeypatch.setattr(static_ranks, "GrowingInterval", lambda: interval(0.05, 0.05))
+    line = static_ranks.host_waiting_line(config, "10:00:00")
+    assert static_ranks.said_while_waiting(lambda: time.sleep(0.3) or "info", lambda: line) == (
+        "info"
+    )
+    said = capsys.readouterr().err.splitlines()
+    assert len(said) >= 2 and set(said) == {
+        "torchx-elastic: waiting for nodes: this node (--node-rank 0) hosts the static"
+        " rendezvous at h0:29500 and waits for the other 2 nodes (--node-rank 1 to 2) to"
+        " connect; gives up at 10:00:00 (--rdzv-conf timeout=900)"
+    }
+    assert static_ranks.said_while_waiting(lambda: "at once", lambda: line) == "at once"
+    assert capsys.readouterr().err == ""  # nothing said when nothing was waited for
+    err = RuntimeError("Timed out after 901 seconds waiting for clients. 2/3 clients joined.")
+    assert static_ranks.host_timed_out(config, err).line() == (
+        "only 2 of 3 nodes connected to this node's static rendezvous within 900s; start the"
+        " missing node(s) with --rdzv-backend static --rdzv-endpoint h0:29500 and their own"
+        " --node-rank, or raise the limit with --rdzv-conf timeout=SECONDS"
+    )

@@ -13,7 +13,7 @@ from torch.distributed import HashStore  # type: ignore[attr-defined]
 
 from torchx_elastic.agent.config.cli import build_parser
 from torchx_elastic.agent.config.launch import AgentConfig, config_from_args
-from torchx_elastic.agent.rendezvous import waiting
+from torchx_elastic.agent.rendezvous import roll_call, waiting
 from torchx_elastic.agent.rendezvous.roll_call import NodeEntry, RollCall
 from torchx_elastic.agent.rendezvous.signed_store import StoreSigner
 from torchx_elastic.agent.rendezvous.waiting import progress_line, waiting_line
@@ -104,3 +104,33 @@ def test_a_later_round_that_waits_says_who_is_back_and_who_is_not(
         r" \d\d:\d\d:\d\d \(join timeout 600s\)",
         lines[0],
     ), lines[0]
+
+
+@pytest.mark.parametrize(
+    ("setting", "flag", "mine", "theirs"),
+    [
+        ("nnodes", "--nnodes", "2", "3"),
+        ("nproc_per_node", "--nproc-per-node", 2, 4),
+        ("max_restarts", "--max-restarts", 0, 3),
+        ("rdzv_backend", "--rdzv-backend", "c10d", "static"),
+    ],
+)
+def test_a_peer_with_another_shared_setting_is_named_with_both_values_and_hosts(
+    setting: str, flag: str, mine: object, theirs: object
+) -> None:
+    """Each node publishes its settings in the roll call; the first to read a peer's that
+    differ names the flag, both values and both nodes (nothing is said while they agree)."""
+    store = HashStore()
+    base = NodeEntry("h0", 5, "job", "h0", "2", 1, 0, "c10d")
+    me = NodeEntry(**{**base.__dict__, setting: mine})
+    peer = NodeEntry(**{**base.__dict__, "host": "h1", "pid": 6, setting: theirs})
+    call = RollCall(store, me, StoreSigner(None))
+    RollCall(store, NodeEntry(**{**peer.__dict__, setting: mine}), StoreSigner(None))
+    assert roll_call.settings_mismatch(call.entries()[0], me) is None
+    RollCall(store, peer, StoreSigner(None))
+    problem = roll_call.settings_mismatch(call.entries()[0], me)
+    assert problem is not None
+    assert problem.line() == (
+        f"nodes disagree on {flag}: {mine} on h0 (pid 5), {theirs} on h1 (pid 6); start every"
+        f" node of run id 'job' with the same {flag}"
+    )

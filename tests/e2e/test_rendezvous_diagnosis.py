@@ -114,7 +114,7 @@ def cases(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Agent]
         name: free_port()
         for name in (
             *("alone", "mismatch", "shared", "taken", "addr", "reach", "secret", "static"),
-            "backend",
+            *("backend", "static_alone"),
         )
     }
     s.blocker.bind(("127.0.0.1", ports["taken"]))
@@ -142,6 +142,14 @@ def cases(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Agent]
         found[name] = s.agent(name, f"localhost:{ports['static']}", *static, rank, nnodes="3")
     found["backend_static"] = s.agent(
         "backend_static", f"localhost:{ports['backend']}", *static, "1", *timeout
+    )
+    found["static_alone"] = s.agent(
+        "static_alone",
+        f"localhost:{ports['static_alone']}",
+        *static,
+        "0",
+        "--rdzv-conf",
+        "timeout=14",
     )
     found["static_refused"] = s.agent(
         "static_refused", f"127.0.0.1:{free_port()}", *static, "1", *timeout
@@ -188,6 +196,28 @@ def test_a_waiting_node_says_what_it_waits_for_then_why_it_gave_up(
     assert "Traceback" not in alone.output()
     assert alone.exit_code() == 1
     assert not list((alone.log.parent / "logs-alone").glob(f"{WAITING_FILE_PREFIX}*.json"))
+
+
+def test_a_static_host_says_what_it_waits_for_then_why_it_gave_up(
+    cases: dict[str, Agent],
+) -> None:
+    """Node rank 0 of a static rendezvous whose other node never starts (torch's store
+    blocks it silently until the timeout, then raises DistStoreError with a traceback)."""
+    agent = cases["static_alone"]
+    agent.wait_for(
+        "torchx-elastic: waiting for nodes: this node (--node-rank 0) hosts the static"
+        " rendezvous at localhost:",
+        START_S,
+    )
+    agent.wait_for(" and waits for the other 1 node (--node-rank 1) to connect; gives up at ", 0)
+    assert "(--rdzv-conf timeout=14)" in agent.output()
+    agent.wait_for("torchx-elastic: error: rendezvous at localhost:", START_S + 20)
+    assert (
+        " failed: only 1 of 2 nodes connected to this node's static rendezvous within 14s;"
+        " start the missing node(s) with --rdzv-backend static --rdzv-endpoint localhost:"
+    ) in agent.output()
+    assert "Traceback" not in agent.output()
+    assert agent.exit_code() == 1
 
 
 def test_an_endpoint_that_does_not_resolve_is_named_retried_then_the_error(

@@ -12,26 +12,38 @@ A static node also publishes itself in the roll call of the store it reached (ro
 as a c10d node does: a node started with ``--rdzv-backend c10d`` on the same endpoint (whose
 store a static node of rank 1 reaches, or which reaches a static rank 0's) is named by both,
 with the settings they disagree on, instead of each waiting for peers that never come.
+
+Node rank 0 hosts the store, and torch's static handler blocks it until every other node
+has connected, silently (torchrun's too): it says what it waits for, within seconds and then
+at a growing interval, until the others came or the timeout.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import re
+import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from torch.distributed.elastic.rendezvous import RendezvousHandler, RendezvousInfo
 
 from torchx_elastic.agent import compat
 from torchx_elastic.agent.config.launch import AgentConfig
-from torchx_elastic.agent.rendezvous.diagnosis import Problem, RendezvousDiagnosis
+from torchx_elastic.agent.rendezvous.diagnosis import (
+    GrowingInterval,
+    Problem,
+    RendezvousDiagnosis,
+    gives_up_at,
+    say,
+)
 from torchx_elastic.agent.rendezvous.observed import WrappedRendezvous
 from torchx_elastic.agent.rendezvous.roll_call import NodeEntry, RollCall, settings_mismatch
 from torchx_elastic.agent.rendezvous.signed_store import StoreSigner
 from torchx_elastic.agent.rendezvous.waiting import HOST_LINGER_S
-from torchx_elastic.contract import STATIC_RANK_KEY_PREFIX
+from torchx_elastic.contract import STATIC_RANK_KEY_PREFIX, WAITING_FOR_NODES
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +51,54 @@ CLAIMS_WAIT_S = 10.0  # a peer that claims nothing (torchrun's) only delays this
 FRESH_S = 60.0  # claims further apart than this are of different starts of the job
 POLL_S = 0.1
 FIX = "give each node its own --node-rank, 0 to --nnodes - 1"
+DEFAULT_TIMEOUT_S = 900  # the launch's rdzv_configs["timeout"] (config/launch.py)
+T = TypeVar("T")
+
+
+def host_waiting_line(config: AgentConfig, until: str) -> str:
+    """What node rank 0 of a static rendezvous says while the others have not connected."""
+    others = config.max_nodes - 1
+    ranks = "1" if others == 1 else f"1 to {others}"
+    timeout = config.rdzv_configs.get("timeout", DEFAULT_TIMEOUT_S)
+    return (
+        f"{WAITING_FOR_NODES}this node (--node-rank 0) hosts the static rendezvous at"
+        f" {config.rdzv_endpoint} and waits for the other {others} node{'s' * (others > 1)}"
+        f" (--node-rank {ranks}) to connect; gives up at {until} (--rdzv-conf timeout="
+        f"{timeout})"
+    )
+
+
+def host_timed_out(config: AgentConfig, err: Exception) -> Problem:
+    """Node rank 0's store gave up on the nodes that never connected (torch's
+    ``Timed out after N seconds waiting for clients. K/M clients joined.``)."""
+    joined = re.search(r"(\d+)/(\d+) clients joined", str(err))
+    count = f"only {joined[1]} of {joined[2]}" if joined else "not all"
+    timeout = config.rdzv_configs.get("timeout", DEFAULT_TIMEOUT_S)
+    return Problem(
+        f"{count} nodes connected to this node's static rendezvous within {timeout}s",
+        f"start the missing node(s) with --rdzv-backend static --rdzv-endpoint"
+        f" {config.rdzv_endpoint} and their own --node-rank, or raise the limit with"
+        " --rdzv-conf timeout=SECONDS",
+    )
+
+
+def said_while_waiting(call: Callable[[], T], line: Callable[[], str]) -> T:
+    """``call()``, saying ``line()`` at a growing interval (2 s, 4 s, ...) while it blocks."""
+    done = threading.Event()
+
+    def report() -> None:
+        interval = GrowingInterval()
+        while not done.wait(POLL_S):
+            if interval.due():
+                say(line())
+
+    reporter = threading.Thread(target=report, name="StaticWaiting", daemon=True)
+    reporter.start()
+    try:
+        return call()
+    finally:
+        done.set()
+        reporter.join()
 
 
 def duplicate(rank: int, first: str) -> Problem:
@@ -125,7 +185,21 @@ class CheckedStaticRanks(WrappedRendezvous):
         self._call: RollCall | None = None
 
     def next_rendezvous(self) -> RendezvousInfo:
-        info = self.handler.next_rendezvous()
+        if self._rounds == 0 and self._config.rdzv_configs.get("rank") == 0:
+            timeout_s = float(self._config.rdzv_configs.get("timeout", DEFAULT_TIMEOUT_S))
+            until = gives_up_at(timeout_s)
+            try:
+                info = said_while_waiting(
+                    self.handler.next_rendezvous, lambda: host_waiting_line(self._config, until)
+                )
+            except RuntimeError as err:  # torch's DistStoreError
+                if "waiting for clients" not in str(err):
+                    raise
+                raise RendezvousDiagnosis(
+                    self._config.rdzv_endpoint, host_timed_out(self._config, err)
+                ) from None
+        else:
+            info = self.handler.next_rendezvous()
         store, rank, nodes = compat.round_placement(info)
         me = NodeEntry.of_this_node(self._config)
         if self._call is None:
