@@ -6,6 +6,7 @@ import datetime
 import gc
 import socket
 import threading
+import time
 
 import pytest
 from torch.distributed import TCPStore  # type: ignore[attr-defined]
@@ -110,6 +111,20 @@ def test_a_program_that_takes_connections_but_never_answers_is_not_a_store() -> 
             " answered as a rendezvous store for 0.1s (its host is starting or short of CPU,"
             f" or another program took the port); waiting until {said[0][-8:]}"
         ]
+
+
+def test_the_silence_of_a_program_on_the_port_is_said_before_half_the_wait() -> None:
+    """A long wait for the store's answer (30 s by default) is said after ``said_s``."""
+    with socket.socket() as other:
+        other.bind(("127.0.0.1", 0))
+        other.listen()
+        endpoint = Endpoint("127.0.0.1", other.getsockname()[1])
+        said: list[str] = []
+        started = time.monotonic()
+        with pytest.raises(RendezvousDiagnosis, match="is not a rendezvous store"):
+            store_client(_never_answers, endpoint, answer_s=1.0, report=said.append, said_s=0.2)
+        assert len(said) == 1 and "has not answered as a rendezvous store for 0.2s" in said[0]
+        assert time.monotonic() - started >= 1.0
 
 
 def test_a_store_host_that_resets_the_handshake_and_goes_is_the_end_of_an_elastic_job() -> None:

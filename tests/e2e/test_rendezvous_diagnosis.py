@@ -292,7 +292,7 @@ def test_a_port_taken_on_the_rendezvous_host_is_named(cases: dict[str, Agent]) -
     # without is_host the agent takes the program on its port for another agent's store
     other = cases["taken"]
     other.wait_for(
-        "has not answered as a rendezvous store for 15s (its host is starting", START_S + 17
+        "has not answered as a rendezvous store for 8s (its host is starting", START_S + 10
     )
     other.wait_for("is not a rendezvous store (another program took the port)", START_S + 32)
     assert other.exit_code() == 1

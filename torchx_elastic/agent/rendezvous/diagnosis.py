@@ -205,8 +205,10 @@ def wait_until_reachable(
 
 
 # a store host that is starting or starved of CPU (a throttled pod) answers late; a program
-# that is no store never does: said at half of it, the diagnosis at the end
+# that is no store never does: said after STORE_SILENCE_SAID_S (or half the wait, if less),
+# the diagnosis at the end
 STORE_ANSWER_S = 30.0
+STORE_SILENCE_SAID_S = 8.0
 
 
 def _raise_if_gone(endpoint: Endpoint, err: BaseException | None) -> None:
@@ -223,6 +225,7 @@ def store_client(
     endpoint: Endpoint,
     answer_s: float = STORE_ANSWER_S,
     report: Callable[[str], None] = say,
+    said_s: float = STORE_SILENCE_SAID_S,
 ) -> Any:
     """``connect()`` (a ``TCPStore`` client) in a thread: a program that accepts the
     connection but is no store leaves torch's client waiting forever for its handshake.
@@ -244,14 +247,15 @@ def store_client(
 
     thread = threading.Thread(target=run, name="store-connect", daemon=True)
     thread.start()
-    # half the time for the handshake, then probes each second: a store host that exits
-    # (its port reset or refused, its name or address gone) shows within the other half
+    # the handshake alone until the silence is said, then probes each second: a store host
+    # that exits (its port reset or refused, its name or address gone) shows at once
     deadline = time.monotonic() + answer_s
-    thread.join(answer_s / 2)
+    silent_s = min(said_s, answer_s / 2)
+    thread.join(silent_s)
     if thread.is_alive():
         report(
             f"rendezvous at {endpoint}: the program there took the connection but has not"
-            f" answered as a rendezvous store for {answer_s / 2:g}s (its host is starting or"
+            f" answered as a rendezvous store for {silent_s:g}s (its host is starting or"
             f" short of CPU, or another program took the port); waiting until"
             f" {gives_up_at(deadline - time.monotonic())}"
         )
