@@ -108,6 +108,13 @@ CASES = [
         ],
     ),
     Case(
+        "two jobs share an endpoint (run ids j and other)",
+        lambda p: [
+            [f"--rdzv-endpoint=localhost:{p}"],
+            [f"--rdzv-endpoint=localhost:{p}", "--rdzv-id=other"],
+        ],
+    ),
+    Case(
         "another program holds the port on the rendezvous host",
         lambda p: [[f"--rdzv-endpoint=127.0.0.1:{p}"]],
         setup=occupy,
