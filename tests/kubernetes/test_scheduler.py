@@ -543,6 +543,9 @@ def test_list_by_label(scheduler: KubernetesScheduler, fake: FakeCluster) -> Non
     fake.set_phase(fake.pod(JOB, 0), "Running")
     apps = scheduler.list()
     assert [(a.app_id, a.state) for a in apps] == [(APP_ID, AppState.RUNNING)]
+    # torchx's development line passes the run options: their namespace is the one listed
+    assert scheduler.list({"namespace": "default"}) == apps
+    assert scheduler.list({"namespace": "elsewhere"}) == []
 
 
 def test_volcano_backend(scheduler: KubernetesScheduler, fake: FakeCluster) -> None:

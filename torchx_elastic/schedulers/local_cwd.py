@@ -237,9 +237,10 @@ class LocalCwdScheduler(ReplicaLogs, LocalScheduler):
             return self._with_waiting(desc)
         return self._with_waiting(super().describe(app_id))
 
-    def list(self) -> List[ListAppResponse]:
+    def list(self, cfg: Optional[Mapping[str, CfgVal]] = None) -> List[ListAppResponse]:
         """torchx's local schedulers keep no record of their jobs beyond the process that ran
-        them, and raise a bare ``Exception`` (a traceback): say where the jobs' records are."""
+        them, and raise a bare ``Exception`` (a traceback): say where the jobs' records are.
+        ``cfg``: the run options, which torchx's development line passes."""
         raise UserError(
             "local_cwd keeps no record of its jobs beyond the torchx process that ran them (as"
             " torchx's local schedulers); each job's logs, summary and events stay in its"

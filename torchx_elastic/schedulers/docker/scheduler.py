@@ -296,7 +296,9 @@ class DockerScheduler(ReplicaLogs, WorkspaceImages, Scheduler[Mapping[str, CfgVa
             roles_statuses=statuses,
         )
 
-    def list(self) -> List[ListAppResponse]:
+    def list(self, cfg: Optional[Mapping[str, CfgVal]] = None) -> List[ListAppResponse]:
+        """Every job of this engine (``cfg``: torchx's development line passes the run
+        options; none of them changes what is listed)."""
         by_app: dict[str, List[ContainerSnapshot]] = {}
         for container in self._containers():
             snapshot = ContainerSnapshot.from_attrs(container.attrs)

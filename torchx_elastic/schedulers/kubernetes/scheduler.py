@@ -278,8 +278,10 @@ class KubernetesScheduler(ReplicaLogs, WorkspaceImages, Scheduler[Cfg]):
             return progress_message(text.splitlines(), where=f"log of pod {name}")
         return None
 
-    def list(self) -> List[ListAppResponse]:
-        namespace = self._namespace or current_namespace()
+    def list(self, cfg: Optional[Cfg] = None) -> List[ListAppResponse]:
+        """The jobs of the namespace (``cfg``'s, which torchx's development line passes)."""
+        given = (cfg or {}).get("namespace")
+        namespace = str(given) if given else self._namespace or current_namespace()
         selector = manifests.MANAGED_BY_SELECTOR
         apps = []
         for job in self._api().list_jobs(namespace, selector):
