@@ -360,8 +360,6 @@ def start_file_timer(path: str, run_id: str) -> Any:
     return server
 
 
-
-
 def next_round(
     handler: RendezvousHandler, local_addr: str | None = None, single_node: bool = False
 ) -> Round:

@@ -290,7 +290,6 @@ class LocalCwdScheduler(ReplicaLogs, LocalScheduler):
                 return
 
 
-
 def create_scheduler(
     session_name: str,
     cache_size: int = 100,

@@ -207,4 +207,3 @@ def launch_agent(
         return collect_results(call_file, attempt, config.nproc_per_node, name)
     finally:
         shutil.rmtree(call_dir, ignore_errors=True)
-
