@@ -10,6 +10,7 @@ from docker_fake_engine import FakeEngine, FakeImage
 from torchx.specs import AppState
 
 from torchx_elastic.components.dist import ddp
+from torchx_elastic.components.ft import ddp as ft_ddp
 from torchx_elastic.contract import ENV_FILE_ENV, RANK0_ENV, SECRET_ENV
 from torchx_elastic.schedulers.docker import DockerScheduler, create_scheduler
 from torchx_elastic.schedulers.docker.errors import (
@@ -18,6 +19,7 @@ from torchx_elastic.schedulers.docker.errors import (
     ImageMissingError,
     NameClashError,
 )
+from torchx_elastic.schedulers.docker.request import container_name
 from torchx_elastic.schedulers.docker.secret_file import SecretEnvFileError
 
 
@@ -396,3 +398,75 @@ def test_a_missing_secret_env_file_fails_before_anything_is_created(
     ):
         submit(scheduler, secret_env_file=str(missing))
     assert engine.containers == {} and engine.networks == {}
+
+
+def test_a_failed_replica_group_stops_only_its_own_containers(
+    scheduler: DockerScheduler, engine: FakeEngine
+) -> None:
+    """ft.ddp: a group that failed for good ends alone; the Lighthouse and the other group
+    run on, and the status says what each group does and where the job is."""
+    app = ft_ddp(script="examples/ft_ddp.py", j="2x1", max_retries=1)
+    app_id = scheduler.submit(app, {})  # type: ignore[arg-type]
+    lighthouse = engine.containers[container_name(app_id, "lighthouse", 0)]
+    lighthouse.write(
+        "[torchx-elastic ft] quorum 3 at step 8: 2 of 2 replica groups (ft_ddp_0, ft_ddp_1)\n"
+        "[torchx-elastic ft] quorum 4 at step 9: 1 of 2 replica groups (ft_ddp_0)\n",
+        stream="stderr",
+    )
+    engine.containers[container_name(app_id, "group0", 0)].write(
+        "[job progress] 12/40 (30.0%) of 2/2 ranks on 2/2 nodes, slowest r1 (n1) 12,"
+        " fastest r0 (n0) 12, 2.5 steps/s, ETA 11s\n",
+        stream="stderr",
+    )
+    engine.containers[container_name(app_id, "group1", 0)].write(
+        "[job progress] 8/40 (20.0%) of 2/2 ranks on 2/2 nodes, slowest r1 (n1) 8,"
+        " fastest r0 (n0) 8, 2.4 steps/s, ETA 13s\n",
+        stream="stderr",
+    )
+    desc = scheduler.describe(app_id)
+    assert desc is not None and desc.state == AppState.RUNNING
+    lines = desc.msg.splitlines()
+    assert lines[0] == "lighthouse: RUNNING"
+    assert lines[1].startswith("group0: RUNNING; training (in quorum 4), progress 12/40 (30.0%)")
+    assert lines[2].startswith("group1: RUNNING; recovering (not in quorum 4), progress 8/40")
+    assert lines[3] == "last quorum 4 at step 9: 1 of 2 replica groups (ft_ddp_0)"
+    assert lines[4].startswith(
+        "job progress 12/40 (30.0%), group0 the furthest of 2 groups: 4/4 ranks reporting,"
+        " 2.5 steps/s, ETA 11s (as of 0s ago); 1 of 2 groups in quorum 4"
+    )
+
+    engine.containers[container_name(app_id, "group1", 1)].crash(1)  # out of restarts
+    desc = scheduler.describe(app_id)
+    assert desc is not None and desc.state == AppState.RUNNING, desc.msg
+    assert desc.msg.splitlines()[0] == (
+        f"group1[1] (container {container_name(app_id, 'group1', 1)}) failed first: exit code 1;"
+        f" its log: torchx log docker://test/{app_id}/group1/1; stopped the 1 replica(s) still"
+        " running in group1"
+    )
+    # a failed group's last progress says where it stopped
+    assert desc.msg.splitlines()[3].startswith("group1: FAILED; progress 8/40 (20.0%)")
+    assert f"stop {container_name(app_id, 'group1', 0)} timeout=10" in engine.calls
+    for role, replica in (("lighthouse", 0), ("group0", 0), ("group0", 1)):
+        assert engine.containers[container_name(app_id, role, replica)].status == "running"
+    for replica in (0, 1):
+        engine.containers[container_name(app_id, "group0", replica)].finish(0)
+    lighthouse.finish(0)  # every group ended
+    desc = scheduler.describe(app_id)
+    assert desc is not None and desc.state == AppState.FAILED
+    assert desc.msg.splitlines()[1] == "group1 failed"
+
+
+def test_an_app_of_several_roles_succeeds_when_every_role_did(
+    scheduler: DockerScheduler, engine: FakeEngine
+) -> None:
+    app_id = scheduler.submit(ft_ddp(script="examples/ft_ddp.py", j="1x2"), {})  # type: ignore[arg-type]
+    for container in engine.containers.values():
+        container.finish(0)
+    desc = scheduler.describe(app_id)
+    assert desc is not None and desc.state == AppState.SUCCEEDED
+    assert desc.msg.splitlines() == [
+        "lighthouse: SUCCEEDED",
+        "group0: SUCCEEDED",
+        "group1: SUCCEEDED",
+    ]
+    assert [r.role for r in desc.roles_statuses] == ["group0", "group1", "lighthouse"]

@@ -3,9 +3,8 @@ golden YAML, the API schemas and the fake cluster's Job controller."""
 
 from __future__ import annotations
 
-from typing import Any, Dict, List
+from typing import Any, Dict
 
-import pytest
 import yaml
 from torchx.specs import AppState
 
@@ -15,7 +14,6 @@ from tests.kubernetes.test_manifests import GOLDEN, _check_golden, _dryrun_yaml
 from tests.kubernetes.validation import validate_all
 from torchx_elastic.components.ft import ddp as ft_ddp
 from torchx_elastic.contract import RANK0_ENV, ROLE_RANK0_ENV
-from torchx_elastic.schedulers.kubernetes.role_jobs import app_state
 from torchx_elastic.schedulers.kubernetes.scheduler import KubernetesScheduler
 
 JOB = f"ft-ddp-{SUFFIX}"
@@ -85,14 +83,29 @@ def test_a_failed_group_pod_is_replaced_in_its_own_job(
         "group0: RUNNING",
         "group1: RUNNING, 1 restart(s)",
     ]
-    # the Lighthouse's last quorum, from its log: group 1 is not in it yet
+    # the Lighthouse's last quorum, from its log: group 1 is not in it yet; each group's
+    # progress from its rank-0 agent's log (group 1's, before its pod was replaced, is gone)
     fake.write_log(
         _pod(fake, JOB, 0),
         b"[torchx-elastic ft] quorum 2 at step 8: 1 of 2 replica groups (ft_ddp_0)\n",
     )
+    fake.write_log(
+        _pod(fake, groups[0], 0),
+        b"[job progress] 9/200 (4.5%) of 2/2 ranks on 2/2 nodes, slowest r1 (n1) 9,"
+        b" fastest r0 (n0) 9, 5.1 steps/s, ETA 37s\n",
+        age_s=3,
+    )
     desc = scheduler.describe(APP_ID)
     assert desc is not None
-    assert desc.msg.splitlines()[-1] == "last quorum 2 at step 8: 1 of 2 replica groups (ft_ddp_0)"
+    assert desc.msg.splitlines() == [
+        "lighthouse: RUNNING",
+        "group0: RUNNING; training (in quorum 2), progress 9/200 (4.5%) of 2/2 ranks,"
+        " 5.1 steps/s, ETA 37s (as of 3s ago, its rank-0 agent)",
+        "group1: RUNNING, 1 restart(s); recovering (not in quorum 2)",
+        "last quorum 2 at step 8: 1 of 2 replica groups (ft_ddp_0)",
+        "job progress 9/200 (4.5%), group0 the furthest of 2 groups: 2/2 ranks reporting,"
+        " 5.1 steps/s, ETA 37s (as of 3s ago); 1 of 2 groups in quorum 2",
+    ]
     assert [r.role for r in desc.roles_statuses] == ["lighthouse", "group0", "group1"]
     for job in groups:
         for index in range(2):
@@ -104,27 +117,6 @@ def test_a_failed_group_pod_is_replaced_in_its_own_job(
     assert desc is not None and desc.state == AppState.SUCCEEDED, desc.msg
     scheduler.cancel(APP_ID)
     assert not fake.objects["jobs"] and not fake.pods(JOB)
-
-
-S, F, R, P = AppState.SUCCEEDED, AppState.FAILED, AppState.RUNNING, AppState.PENDING
-
-
-@pytest.mark.parametrize(
-    "states,expected",
-    [
-        ([R, R, R], (R, "")),
-        ([P, P, P], (P, "")),
-        ([R, F, R], (R, "")),  # one group failed for good: the other trains on
-        ([F, R, R], (F, "the lighthouse Job failed")),
-        ([R, F, F], (F, "every role's Job failed (group0, group1)")),
-        ([S, S, S], (S, "")),
-        ([S, S, F], (F, "the Job of group1 failed")),
-    ],
-)
-def test_the_app_state_from_its_jobs(
-    states: List[AppState], expected: tuple[AppState, str]
-) -> None:
-    assert app_state(list(zip(["lighthouse", "group0", "group1"], states, strict=True))) == expected
 
 
 def test_pods_refused_by_admission_fail_an_app_of_several_jobs_with_the_reason(

@@ -19,9 +19,14 @@ from torchx_elastic.components.dist_app import DistApp
 from torchx_elastic.components.errors import ComponentArgumentError
 from torchx_elastic.components.node_resource import node_resource
 from torchx_elastic.contract import ROLE_RANK0_ENV
-from torchx_elastic.ft.protocol import GROUP_ID_ENV, NUM_GROUPS_ENV, registry_port
+from torchx_elastic.ft.protocol import (
+    GROUP_ID_ENV,
+    LIGHTHOUSE_ROLE,
+    NUM_GROUPS_ENV,
+    group_role_name,
+    registry_port,
+)
 
-LIGHTHOUSE_ROLE = "lighthouse"
 LIGHTHOUSE_MODULE = "torchx_elastic.ft.lighthouse"
 GROUP_MODULE = "torchx_elastic.ft.group"
 # torchft's Rust side logs every quorum check at INFO; --env RUST_LOG=info shows them again
@@ -31,10 +36,6 @@ DEFAULT_RUST_LOG = "warn"
 
 class FtUsageError(ComponentArgumentError):
     """A combination of ``ft.ddp`` parameters that cannot make a job."""
-
-
-def group_role_name(group: int) -> str:
-    return f"group{group}"
 
 
 @dataclass(frozen=True)

@@ -94,6 +94,18 @@ class JobSummary:
         percent = "" if fraction is None else f" ({100 * fraction:.1f}%)"
         return f"{LINE_PREFIX}{self.step}/{total}{percent} {self.counts()}, {self.details()}"
 
+    def figures(self) -> LineFigures:
+        """What its line says (:func:`parse_line` of :meth:`line`)."""
+        return LineFigures(
+            step=self.step,
+            total=self.total,
+            ranks_reporting=self.ranks_reporting,
+            ranks=self.ranks,
+            rate_per_s=self.rate_per_s,
+            eta=None if self.eta_s is None else format_duration(self.eta_s),
+            quiet=None,
+        )
+
     def to_json(self) -> str:
         return json.dumps(asdict(self), separators=(",", ":"))
 

@@ -68,16 +68,17 @@ class Quorum:
         )
 
 
-_QUORUM_LINE = re.compile(r"quorum \d+ at step \d+: \d+ of \d+ replica groups \([^)]*\)")
+_QUORUM_LINE = re.compile(r"quorum (\d+) at step (\d+): \d+ of (\d+) replica groups \(([^)]*)\)")
 
 
-def last_quorum_line(lines: List[str]) -> Optional[str]:
-    """The last quorum the Lighthouse role logged (:meth:`Quorum.line`), e.g. for
-    ``torchx status``; None when it logged none yet."""
+def last_logged_quorum(lines: List[str]) -> Optional[Tuple[Quorum, int]]:
+    """The last quorum the Lighthouse role logged (:meth:`Quorum.line`) and the app's number
+    of groups, e.g. for ``torchx status``; None when it logged none yet."""
     for line in reversed(lines):
         found = _QUORUM_LINE.search(line)
         if found:
-            return f"last {found[0]}"
+            members = tuple(member for member in found[4].split(", ") if member)
+            return Quorum(int(found[1]), int(found[2]), members), int(found[3])
     return None
 
 

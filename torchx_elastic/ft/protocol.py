@@ -11,13 +11,37 @@ The Lighthouse role serves, on ``lighthouse_port + 1`` (:func:`registry_port`):
 from __future__ import annotations
 
 import json
+import re
 import urllib.request
+from typing import Optional
 
 LIGHTHOUSE_ENV = "TORCHFT_LIGHTHOUSE"
 GROUP_ID_ENV = "REPLICA_GROUP_ID"
 NUM_GROUPS_ENV = "NUM_REPLICA_GROUPS"
 DEFAULT_LIGHTHOUSE_PORT = 29510
 REQUEST_TIMEOUT_S = 5.0
+LIGHTHOUSE_ROLE = "lighthouse"  # the app's first role
+_GROUP_ROLE = re.compile(r"group(\d+)")
+_TRAILING_DIGITS = re.compile(r"(\d+)$")
+
+
+def group_role_name(group: int) -> str:
+    """The role of replica group ``group``: ``group0`` .. ``group<R-1>``."""
+    return f"group{group}"
+
+
+def role_group(role: str) -> Optional[int]:
+    """The replica group a role runs (:func:`group_role_name`); None for any other role."""
+    match = _GROUP_ROLE.fullmatch(role)
+    return None if match is None else int(match[1])
+
+
+def member_group(replica_id: str) -> Optional[int]:
+    """The replica group of a quorum member: the trailing digits of the ``replica_id`` the
+    script gave its ``Manager``, which is how torchft's own ``Manager`` numbers the groups
+    (their global ranks); None when it ends in none."""
+    match = _TRAILING_DIGITS.search(replica_id.partition(":")[0])
+    return None if match is None else int(match[1])
 
 
 def registry_port(lighthouse_port: int) -> int:

@@ -79,3 +79,16 @@ def follow_lines(
     finally:
         for f in files:
             f.close()
+
+
+def tail_lines(path: str, max_bytes: int = READ_BYTES) -> List[str]:
+    """The whole lines among the last ``max_bytes`` of a file; none when it cannot be read."""
+    try:
+        with open(path, "rb") as file:
+            start = max(0, os.path.getsize(path) - max_bytes)
+            file.seek(start)
+            data = file.read(max_bytes)
+    except OSError:
+        return []
+    lines = data.decode("utf-8", errors="replace").splitlines()
+    return lines[1:] if start else lines  # the first is cut

@@ -26,6 +26,7 @@ from typing import IO, TYPE_CHECKING, Callable, Dict, Iterable, Iterator, List, 
 from torchx_elastic.contract import JOB_PROGRESS_FILE, agents_log_dir
 from torchx_elastic.contract.job_progress import LINE_PREFIX, JobSummary, read_file
 from torchx_elastic.rich_job_bar import rich_bar
+from torchx_elastic.schedulers import ft_groups
 
 if TYPE_CHECKING:
     from rich.console import Console, RenderableType
@@ -51,11 +52,21 @@ def terminal_wanted(stream: IO[str]) -> bool:
     return tty and os.environ.get("TERM", "") != "dumb"
 
 
+QuorumReader = Callable[[], Optional[ft_groups.LoggedQuorum]]
+
+
 class _Bar:
     """The live part, re-rendered by ``rich.live.Live`` at every refresh."""
 
-    def __init__(self, files: Callable[[], List[str]], console: Console, term_fd: int) -> None:
+    def __init__(
+        self,
+        files: Callable[[], List[str]],
+        console: Console,
+        term_fd: int,
+        quorum: Optional[QuorumReader] = None,
+    ) -> None:
         self._files = files
+        self._quorum = quorum
         self._console = console
         self._term_fd = term_fd
         self._cache: Dict[str, tuple[float, Optional[JobSummary]]] = {}
@@ -79,16 +90,28 @@ class _Bar:
 
         with contextlib.suppress(OSError):  # follow the terminal's size
             self._console.size = os.get_terminal_size(self._term_fd)
+        return Group(*self.rows())
+
+    def rows(self) -> List[RenderableType]:
+        """One bar per role whose rank-0 agent reported; for ``ft.ddp``, the job's across the
+        replica groups first and each group's labelled ``training`` or ``recovering``."""
         summaries = self.summaries()
-        one = len(summaries) == 1
-        return Group(*(rich_bar(s, "job" if one else role) for role, s in summaries))
+        if len(summaries) == 1:
+            return [rich_bar(summaries[0][1], "job")]
+        job = ft_groups.job_summary(dict(summaries))
+        quorum = self._quorum() if self._quorum is not None and job is not None else None
+        rows = [] if job is None else [rich_bar(job, "job")]
+        return rows + [rich_bar(s, ft_groups.bar_label(role, quorum)) for role, s in summaries]
 
 
 class TerminalBar:
     """Lines written to stdout/stderr scroll above one live bar of the job's progress."""
 
-    def __init__(self, files: Callable[[], List[str]]) -> None:
+    def __init__(
+        self, files: Callable[[], List[str]], quorum: Optional[QuorumReader] = None
+    ) -> None:
         self._files = files
+        self._quorum = quorum
         self._lock = threading.Lock()
         self._live: Optional[Live] = None
         self._saved: Dict[int, int] = {}  # redirected fd -> a copy of what it was
@@ -121,7 +144,7 @@ class TerminalBar:
                     self._pipes[read_end] = fd
             self._console = console
             self._live = Live(
-                _Bar(self._files, console, term_fd),
+                _Bar(self._files, console, term_fd, self._quorum),
                 console=console,
                 refresh_per_second=REFRESH_PER_SECOND,
                 transient=False,

@@ -45,6 +45,7 @@ import threading
 import time
 import warnings
 from dataclasses import asdict, dataclass
+from datetime import datetime, timezone
 from typing import Any, Callable, ClassVar, Dict, Iterable, List, Mapping, Optional
 
 from torchx.schedulers.api import (
@@ -60,9 +61,10 @@ from torchx.schedulers.local_scheduler import (
     LocalScheduler,
     PopenRequest,
 )
-from torchx.specs import AppDef, CfgVal, is_terminal, runopts
+from torchx.specs import NONE, AppDef, AppState, CfgVal, is_terminal, runopts
 
 from torchx_elastic.contract import (
+    JOB_PROGRESS_FILE,
     LAUNCHER_PID_ENV,
     RANK0_ENV,
     ROLE_RANK0_ENV,
@@ -73,6 +75,9 @@ from torchx_elastic.contract import (
     new_secret,
     waiting_file,
 )
+from torchx_elastic.contract.job_progress import read_file
+from torchx_elastic.ft.lighthouse import last_logged_quorum
+from torchx_elastic.schedulers import ft_groups
 from torchx_elastic.schedulers.compat import (
     as_torchx_cfg,
     asked_by_runner_wait,
@@ -81,7 +86,7 @@ from torchx_elastic.schedulers.compat import (
     local_roles,
 )
 from torchx_elastic.schedulers.errors import UserError
-from torchx_elastic.schedulers.file_lines import follow_lines
+from torchx_elastic.schedulers.file_lines import follow_lines, tail_lines
 from torchx_elastic.schedulers.job_bar import (
     SharedBar,
     TerminalBar,
@@ -90,7 +95,9 @@ from torchx_elastic.schedulers.job_bar import (
 )
 from torchx_elastic.schedulers.local_ports import move_taken_ports
 from torchx_elastic.schedulers.options import RunOptions, option
+from torchx_elastic.schedulers.progress_status import Progress, join_message
 from torchx_elastic.schedulers.replica_logs import LogQuery, ReplicaLogs
+from torchx_elastic.schedulers.role_states import replicas_state, role_line
 from torchx_elastic.timeline.cli import command_for
 from torchx_elastic.timeline.source import restarted_or_failed
 
@@ -104,6 +111,17 @@ _STREAM_FILES = {
     Stream.STDERR: (STDERR_FILE,),
     Stream.COMBINED: (STDOUT_FILE, STDERR_FILE),
 }
+
+
+def _process_state(returncode: Optional[int]) -> AppState:
+    if returncode is None:
+        return AppState.RUNNING
+    return AppState.SUCCEEDED if returncode == 0 else AppState.FAILED
+
+
+def _first_role_log(app_log_dir: str, role: str) -> str:
+    """The stderr of the app's first role's replica 0 (``ft.ddp``'s Lighthouse)."""
+    return os.path.join(app_log_dir, role, "0", STDERR_FILE)
 
 
 @dataclass(frozen=True)
@@ -216,8 +234,15 @@ class LocalCwdScheduler(ReplicaLogs, LocalScheduler):
             lines = filter_regex(query.regex, lines)
         if query.follow and self._bar_wanted.get(app_id, True) and terminal_wanted(sys.stderr):
             app_log_dir = app.log_dir
+            first = _first_role_log(app_log_dir, next(iter(app.role_replicas)))
             bar = self._bars.setdefault(
-                app_id, SharedBar(TerminalBar(lambda: progress_files(app_log_dir)))
+                app_id,
+                SharedBar(
+                    TerminalBar(
+                        lambda: progress_files(app_log_dir),
+                        lambda: last_logged_quorum(tail_lines(first)),
+                    )
+                ),
             )
             return bar.lines(lines)
         return lines
@@ -234,8 +259,8 @@ class LocalCwdScheduler(ReplicaLogs, LocalScheduler):
             desc = super().describe(app_id)
             if desc is not None and is_terminal(desc.state):
                 self._tell_timeline(app_id)
-            return self._with_waiting(desc)
-        return self._with_waiting(super().describe(app_id))
+            return self._with_groups(self._with_waiting(desc))
+        return self._with_groups(self._with_waiting(super().describe(app_id)))
 
     def list(self, cfg: Optional[Mapping[str, CfgVal]] = None) -> List[ListAppResponse]:
         """torchx's local schedulers keep no record of their jobs beyond the process that ran
@@ -258,6 +283,31 @@ class LocalCwdScheduler(ReplicaLogs, LocalScheduler):
         waiting = waiting_file.newest_message(dirs)
         if waiting is not None:
             desc.msg = waiting
+        return desc
+
+    def _with_groups(self, desc: Optional[DescribeAppResponse]) -> Optional[DescribeAppResponse]:
+        """An app of several roles (``ft.ddp``): each role's state and, per replica group,
+        whether it trains or recovers and its progress; the Lighthouse's last quorum and the
+        job's progress across the groups (``ft_groups.py``)."""
+        app = local_app(self, desc.app_id) if desc is not None else None
+        if desc is None or app is None or len(app.role_replicas) < 2:
+            return desc
+        states = {
+            role: replicas_state([_process_state(r.proc.poll()) for r in replicas])
+            for role, replicas in app.role_replicas.items()
+        }
+        first = _first_role_log(app.log_dir, next(iter(states)))
+        quorum = last_logged_quorum(tail_lines(first))
+        progress: Dict[str, Progress] = {}
+        for role in states:
+            summary = read_file(os.path.join(agents_log_dir(app.log_dir, role), JOB_PROGRESS_FILE))
+            if summary is not None:
+                at = datetime.fromtimestamp(summary.time_s, timezone.utc)
+                progress[role] = (at, summary.figures())
+        notes = ft_groups.group_notes(states, quorum, progress)
+        lines = [role_line(role, state, note=notes.get(role, "")) for role, state in states.items()]
+        lines += ft_groups.status_lines(quorum, progress)
+        desc.msg = join_message(desc.msg, "\n".join(lines), NONE)
         return desc
 
     def _tell_timeline(self, app_id: str) -> None:

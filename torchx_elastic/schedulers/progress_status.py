@@ -79,11 +79,47 @@ def waiting_message(
     if not text.startswith(WAITING_MARK):
         return None
     message = text[len(AGENT_LINE_PREFIX) :].strip()
-    at = log_timestamp(newest_stamp or stamp)
-    if at is not None:
-        age_s = ((now or datetime.now(timezone.utc)) - at).total_seconds()
-        message += f" (as of {format_duration(max(0.0, age_s))} ago, {where})"
-    return message
+    return message + as_of(log_timestamp(newest_stamp or stamp), now, where)
+
+
+Progress = Tuple[Optional[datetime], LineFigures]  # a [job progress] line's time and figures
+
+
+def newest_progress(lines: Iterable[str]) -> Optional[Progress]:
+    """The time and figures of the newest ``[job progress]`` line of ``lines``."""
+    for line in reversed(list(lines)):
+        found = timestamped_figures(line)
+        if found is not None:
+            return found
+    return None
+
+
+def figures_text(
+    progress: Progress, now: Optional[datetime] = None, where: str = "replica 0's log"
+) -> str:
+    """``progress 120/200 (60.0%) of 4/4 ranks, 4.1 steps/s, ETA 29s (as of 3s ago, ...)``"""
+    at, figures = progress
+    total = "?" if figures.total is None else str(figures.total)
+    text = f"progress {figures.step}/{total}"
+    if figures.total:
+        text += f" ({100 * min(1.0, figures.step / figures.total):.1f}%)"
+    text += f" of {figures.ranks_reporting}/{figures.ranks} ranks"
+    if figures.rate_per_s is not None:
+        text += f", {figures.rate_per_s:.3g} steps/s"
+    if figures.eta is not None:
+        text += f", ETA {figures.eta}"
+    if figures.quiet:
+        text += f", quiet: {figures.quiet}"
+    return text + as_of(at, now, where)
+
+
+def as_of(at: Optional[datetime], now: Optional[datetime], where: str) -> str:
+    """`` (as of 3s ago, log of X)`` (``where`` may be empty); nothing when the time is
+    unknown."""
+    if at is None:
+        return ""
+    age_s = ((now or datetime.now(timezone.utc)) - at).total_seconds()
+    return f" (as of {format_duration(max(0.0, age_s))} ago{f', {where}' if where else ''})"
 
 
 def progress_message(
@@ -96,27 +132,8 @@ def progress_message(
     waiting = waiting_message(lines, now, where)
     if waiting is not None:
         return waiting
-    for line in reversed(lines):
-        found = timestamped_figures(line)
-        if found is None:
-            continue
-        at, figures = found
-        total = "?" if figures.total is None else str(figures.total)
-        text = f"progress {figures.step}/{total}"
-        if figures.total:
-            text += f" ({100 * min(1.0, figures.step / figures.total):.1f}%)"
-        text += f" of {figures.ranks_reporting}/{figures.ranks} ranks"
-        if figures.rate_per_s is not None:
-            text += f", {figures.rate_per_s:.3g} steps/s"
-        if figures.eta is not None:
-            text += f", ETA {figures.eta}"
-        if figures.quiet:
-            text += f", quiet: {figures.quiet}"
-        if at is not None:
-            age_s = ((now or datetime.now(timezone.utc)) - at).total_seconds()
-            text += f" (as of {format_duration(max(0.0, age_s))} ago, {where})"
-        return text
-    return None
+    progress = newest_progress(lines)
+    return None if progress is None else figures_text(progress, now, where)
 
 
 def join_message(message: str, progress: Optional[str], not_set: str = "") -> str:

@@ -33,6 +33,8 @@ LABEL_SCHEDULER = "torchx-elastic/scheduler"
 LABEL_MIN_REPLICAS = "torchx-elastic/min-replicas"
 LABEL_NUM_REPLICAS = "torchx-elastic/num-replicas"
 LABEL_STOP_TIMEOUT_S = "torchx-elastic/stop-timeout-s"  # docker-py cannot set StopTimeout
+# apps of several roles (ft.ddp): the role's place in the app (the first coordinates)
+LABEL_ROLE_INDEX = "torchx-elastic/role-index"
 SCHEDULER_NAME = "docker"
 
 NAME_MAX_CHARS = DNS_LABEL_MAX  # a hostname label
@@ -190,7 +192,7 @@ def build_job(
     base_env.update(options.env or {})
     rank0_host = container_name(app_id, app.roles[0].name, 0)
     containers: List[ContainerRequest] = []
-    for role in app.roles:
+    for role_index, role in enumerate(app.roles):
         mounts, devices = _mounts(role)
         resource = role.resource
         mem_limit_mb = max(int(resource.memMB), 0)
@@ -204,8 +206,10 @@ def build_job(
             replica = values.apply(role)
             name = container_name(app_id, role.name, replica_id)
             environment = {**base_env, **replica.env, RANK0_ENV: rank0_host}
+            several_roles = {}
             if len(app.roles) > 1:  # each role's own replica 0 (ft.ddp's groups)
                 environment[ROLE_RANK0_ENV] = container_name(app_id, role.name, 0)
+                several_roles[LABEL_ROLE_INDEX] = str(role_index)
             containers.append(
                 ContainerRequest(
                     name=name,
@@ -222,6 +226,7 @@ def build_job(
                         LABEL_MIN_REPLICAS: str(role.min_replicas or role.num_replicas),
                         LABEL_NUM_REPLICAS: str(role.num_replicas),
                         LABEL_STOP_TIMEOUT_S: str(options.stop_timeout_s),
+                        **several_roles,
                     },
                     mounts=mounts,
                     devices=devices,

@@ -23,6 +23,8 @@ from torchx.schedulers.ids import make_unique
 from torchx.specs import AppDef, AppDryRunInfo, AppState, CfgVal, is_terminal, runopts
 
 from torchx_elastic.contract import SECRET_ENV, new_secret
+from torchx_elastic.ft.lighthouse import last_logged_quorum
+from torchx_elastic.schedulers import ft_groups
 from torchx_elastic.schedulers.compat import show_app_as
 from torchx_elastic.schedulers.credentials import masked_app, warn_about_credentials
 from torchx_elastic.schedulers.docker.errors import (
@@ -50,10 +52,19 @@ from torchx_elastic.schedulers.docker.status import (
     ContainerSnapshot,
     app_message,
     app_state,
+    by_role,
+    role_states,
     roles_and_statuses,
+    several_roles_app_state,
 )
-from torchx_elastic.schedulers.progress_status import TAIL_LINES, join_message, progress_message
+from torchx_elastic.schedulers.progress_status import (
+    TAIL_LINES,
+    join_message,
+    newest_progress,
+    progress_message,
+)
 from torchx_elastic.schedulers.replica_logs import LogQuery, ReplicaLogs
+from torchx_elastic.schedulers.role_states import role_line
 from torchx_elastic.schedulers.workspace import WorkspaceImages
 
 if TYPE_CHECKING:
@@ -251,16 +262,16 @@ class DockerScheduler(ReplicaLogs, WorkspaceImages, Scheduler[Mapping[str, CfgVa
             snapshot = ContainerSnapshot.from_attrs(container.attrs, log_tail=text)
         return snapshot
 
-    @staticmethod
-    def _progress(containers: List[Container], snapshots: List[ContainerSnapshot]) -> Optional[str]:
+    @classmethod
+    def _progress(
+        cls, containers: List[Container], snapshots: List[ContainerSnapshot]
+    ) -> Optional[str]:
         """The job's latest progress: the rank-0 agent's last ``[job progress]`` line in the
         tail of replica 0's log (its agent's stderr), read through the engine."""
         for container, snapshot in zip(containers, snapshots, strict=True):
             if snapshot.replica_id != 0 or snapshot.status == "created":
                 continue
-            tail = container.logs(stdout=False, stderr=True, tail=TAIL_LINES, timestamps=True)
-            text = tail.decode("utf-8", errors="replace") if isinstance(tail, bytes) else tail
-            return progress_message(text.splitlines(), where=f"log of {snapshot.name}")
+            return progress_message(cls._log_lines(container), where=f"log of {snapshot.name}")
         return None
 
     def describe(self, app_id: str) -> Optional[DescribeAppResponse]:
@@ -269,31 +280,87 @@ class DockerScheduler(ReplicaLogs, WorkspaceImages, Scheduler[Mapping[str, CfgVa
         Docker has no gang semantics: when too few replicas are left to meet
         ``min_replicas`` the others would wait in the rendezvous until it times out, and
         torchx's ``cancel`` does nothing for a job it sees as FAILED. So the first status
-        call that finds the job FAILED stops what is left of it (its logs stay).
+        call that finds the job FAILED stops what is left of it (its logs stay). In an app
+        of several roles (``ft.ddp``) a role fails alone: the first call that finds it
+        FAILED stops what is left of that role only, the others run on.
         """
         containers = self._containers(app_id)
         snapshots = [self._snapshot(c) for c in containers]
         if not snapshots:
             return None
         cancelled = app_id in self._cancelled()
-        state = app_state(snapshots, cancelled)
+        roles = by_role(snapshots)
+        states = role_states(roles, cancelled)
+        if roles:
+            state, why = several_roles_app_state(states, cancelled)
+        else:
+            state, why = app_state(snapshots, cancelled), ""
         msg = app_message(snapshots, self.session_name)
         if cancelled:
             msg = f"cancelled by torchx cancel; {msg}"
-        live = [c for c, s in zip(containers, snapshots, strict=True) if not is_terminal(s.state)]
-        if state == AppState.FAILED and live:
+        failed_roles = {role for role, s in states.items() if s == AppState.FAILED}
+        live = [
+            c
+            for c, s in zip(containers, snapshots, strict=True)
+            if not is_terminal(s.state) and (state == AppState.FAILED or s.role in failed_roles)
+        ]
+        if live:
             logger.info("job %s failed: stopping its %d live containers", app_id, len(live))
             self._for_each(live, self._stop)
             msg += f"; stopped the {len(live)} replica(s) still running"
-        msg = join_message(msg, self._progress(containers, snapshots), NOT_SET)
-        roles, statuses = roles_and_statuses(snapshots)
+            if state != AppState.FAILED:
+                msg += f" in {', '.join(sorted(failed_roles))}"
+        if roles:
+            msg = join_message(msg, self._roles_lines(containers, roles, states, why), NOT_SET)
+        else:
+            msg = join_message(msg, self._progress(containers, snapshots), NOT_SET)
+        torchx_roles, statuses = roles_and_statuses(snapshots)
         return DescribeAppResponse(
             app_id=app_id,
             state=state,
             num_restarts=max(s.restart_count for s in snapshots),
             msg=msg,
-            roles=roles,
+            roles=torchx_roles,
             roles_statuses=statuses,
+        )
+
+    @staticmethod
+    def _log_lines(container: Container) -> List[str]:
+        """The tail of a container's log (stderr: the agents' lines), timestamped."""
+        tail = container.logs(stdout=False, stderr=True, tail=TAIL_LINES, timestamps=True)
+        text = tail.decode("utf-8", errors="replace") if isinstance(tail, bytes) else tail
+        return text.splitlines()
+
+    def _roles_lines(
+        self,
+        containers: List[Container],
+        roles: Mapping[str, List[ContainerSnapshot]],
+        states: Mapping[str, AppState],
+        why: str,
+    ) -> str:
+        """An app of several roles: why it ended, each role's state and, for ``ft.ddp``, what
+        each replica group does (the Lighthouse's last quorum, each group's progress)."""
+        by_name = {c.name: c for c in containers}
+        tails = {
+            role: self._log_lines(by_name[replicas[0].name])
+            for role, replicas in roles.items()
+            if replicas[0].replica_id == 0 and replicas[0].status != "created"
+        }
+        first = tails.get(next(iter(roles)))
+        quorum = None if first is None else last_logged_quorum(first)
+        progress = {
+            role: found for role, lines in tails.items() if (found := newest_progress(lines))
+        }
+        notes = ft_groups.group_notes(states, quorum, progress)
+        restarts = {
+            role: max(r.restart_count for r in replicas) for role, replicas in roles.items()
+        }
+        lines = [
+            role_line(role, state, restarts[role], note=notes.get(role, ""))
+            for role, state in states.items()
+        ]
+        return "\n".join(
+            [*([why] if why else []), *lines, *ft_groups.status_lines(quorum, progress)]
         )
 
     def list(self, cfg: Optional[Mapping[str, CfgVal]] = None) -> List[ListAppResponse]:

@@ -21,8 +21,10 @@ from torchx_elastic.schedulers.docker.request import (
     LABEL_MIN_REPLICAS,
     LABEL_NUM_REPLICAS,
     LABEL_REPLICA_ID,
+    LABEL_ROLE_INDEX,
     LABEL_ROLE_NAME,
 )
+from torchx_elastic.schedulers.role_states import several_roles_state
 
 NOT_SET = "<NONE>"  # torchx's "no message" marker
 
@@ -150,6 +152,34 @@ def app_state(replicas: Sequence[ContainerSnapshot], cancelled: bool = False) ->
         if state in states:
             return state
     return AppState.UNKNOWN
+
+
+def by_role(replicas: Sequence[ContainerSnapshot]) -> Dict[str, List[ContainerSnapshot]]:
+    """An app of several roles (ft.ddp)'s replicas per role, the roles in the app's order;
+    empty for an app of one role."""
+    if not replicas or LABEL_ROLE_INDEX not in replicas[0].labels:
+        return {}
+    roles: Dict[str, List[ContainerSnapshot]] = {}
+    for replica in sorted(replicas, key=lambda r: (int(r.labels[LABEL_ROLE_INDEX]), r.replica_id)):
+        roles.setdefault(replica.role, []).append(replica)
+    return roles
+
+
+def role_states(
+    roles: Mapping[str, Sequence[ContainerSnapshot]], cancelled: bool = False
+) -> Dict[str, AppState]:
+    """Each role's state, as :func:`app_state` gives it for an app of that role alone."""
+    return {role: app_state(replicas, cancelled) for role, replicas in roles.items()}
+
+
+def several_roles_app_state(
+    states: Mapping[str, AppState], cancelled: bool = False
+) -> tuple[AppState, str]:
+    """The state of an app of several roles whose roles fail alone (``role_states.py``) and why;
+    CANCELLED once ``torchx cancel`` stopped all of it."""
+    if cancelled and all(is_terminal(s) for s in states.values()):
+        return AppState.CANCELLED, ""
+    return several_roles_state(list(states.items()))
 
 
 def root_cause(replicas: Sequence[ContainerSnapshot]) -> Optional[ContainerSnapshot]:

@@ -15,19 +15,19 @@ groups): one Indexed Job per role, every pod behind the app's one headless Servi
   ``socket.gethostname()`` gives, which torchft's ``Manager`` advertises) resolves from
   every pod of the app.
 
-The app's state (:func:`app_state`): FAILED when the first role's Job failed or every other
-role's Job did; SUCCEEDED when the first role's Job succeeded and every other one too
-(``ft.ddp``'s Lighthouse exits 0 once every group has ended); else RUNNING or PENDING.
+The app's state is its Jobs' (``schedulers/role_states.py``): a failed group's Job never
+stops the others.
 """
 
 from __future__ import annotations
 
-from typing import Dict, List, Tuple
+from typing import Dict, List, Mapping, Optional, Tuple
 
 from torchx.schedulers.api import DescribeAppResponse
 from torchx.specs import AppDef, AppState, ReplicaState, Role
 
 from torchx_elastic.contract import ROLE_RANK0_ENV
+from torchx_elastic.schedulers import ft_groups
 from torchx_elastic.schedulers.compat import torchx_kubernetes
 from torchx_elastic.schedulers.kubernetes import job_access, status
 from torchx_elastic.schedulers.kubernetes.manifests import headless_service, labels, role_job
@@ -35,6 +35,8 @@ from torchx_elastic.schedulers.kubernetes.names import JobNames
 from torchx_elastic.schedulers.kubernetes.options import KubernetesOptions
 from torchx_elastic.schedulers.kubernetes.pods import Manifest
 from torchx_elastic.schedulers.names import dns_label
+from torchx_elastic.schedulers.progress_status import Progress
+from torchx_elastic.schedulers.role_states import role_line, several_roles_state
 
 # on the first role's Job: the names of the app's other Jobs; on those: the first's name
 ANNOTATION_ROLE_JOBS = "torchx-elastic/role-jobs"
@@ -126,29 +128,16 @@ def role_job_names(job: Manifest) -> List[str]:
     return [name for name in str(text).split(",") if name]
 
 
-def app_state(states: List[Tuple[str, AppState]]) -> Tuple[AppState, str]:
-    """The app's state from its Jobs' (role name, state), the first role's first, and why."""
-    (first_role, first), groups = states[0], states[1:]
-    failed = [role for role, state in groups if state == AppState.FAILED]
-    if first == AppState.FAILED:
-        return AppState.FAILED, f"the {first_role} Job failed"
-    if groups and len(failed) == len(groups):
-        return AppState.FAILED, f"every role's Job failed ({', '.join(failed)})"
-    if first == AppState.SUCCEEDED:
-        if failed:
-            return AppState.FAILED, f"the Job of {', '.join(failed)} failed"
-        if all(state == AppState.SUCCEEDED for _, state in groups):
-            return AppState.SUCCEEDED, ""
-    if any(state != AppState.PENDING for _, state in states):
-        return AppState.RUNNING, ""
-    return AppState.PENDING, ""
-
-
 def describe_role_jobs(
-    app_id: str, jobs: List[Manifest], pods: List[Manifest]
+    app_id: str,
+    jobs: List[Manifest],
+    pods: List[Manifest],
+    quorum: Optional[ft_groups.LoggedQuorum] = None,
+    progress: Optional[Mapping[str, Progress]] = None,
 ) -> DescribeAppResponse:
     """torchx's description of an app of several role Jobs (the first role's Job first):
-    the roles' replicas, each role's Job state, and why pods stopped."""
+    the roles' replicas, each role's Job state, why pods stopped and, for ``ft.ddp``, what
+    each group does (``quorum``: the Lighthouse's last; ``progress``: each group's)."""
     roles = [
         status.role_of(job, job["spec"]["template"], int(job["spec"].get("completions") or 1))
         for job in jobs
@@ -156,24 +145,28 @@ def describe_role_jobs(
     ended = [status.job_state(job, any_running=False)[0] for job in jobs]
     finished = all(state in (AppState.SUCCEEDED, AppState.FAILED) for state in ended)
     statuses, problems, _ = status.roles_and_problems(roles, pods, finished)
-    states: List[Tuple[str, AppState]] = []
-    lines: List[str] = []
+    states: Dict[str, AppState] = {}
+    details: Dict[str, Tuple[int, str]] = {}
     for role, role_status, job in zip(roles, statuses, jobs, strict=True):
         running = any(r.state == ReplicaState.RUNNING for r in role_status.replicas)
-        state, detail = status.job_state(job, running)
-        states.append((role.name, state))
+        states[role.name], detail = status.job_state(job, running)
         restarts = status.attempts_restarted([p for p in pods if _role_label(p) == role.name])
-        lines.append(
-            f"{role.name}: {state.name}"
-            + (f", {restarts} restart(s)" if restarts else "")
-            + (f" ({detail})" if detail else "")
-        )
-    state, why = app_state(states)
+        details[role.name] = (restarts, detail)
+    notes = ft_groups.group_notes(states, quorum, progress or {})
+    lines = [
+        role_line(role, state, *details[role], notes.get(role, ""))
+        for role, state in states.items()
+    ]
+    state, why = several_roles_state(list(states.items()))
     return DescribeAppResponse(
         app_id=app_id,
         state=state,
         num_restarts=status.attempts_restarted(pods),
-        msg="\n".join(x for x in [why, *lines, *problems] if x),
+        msg="\n".join(
+            x
+            for x in [why, *lines, *ft_groups.status_lines(quorum, progress or {}), *problems]
+            if x
+        ),
         roles_statuses=statuses,
         roles=roles,
     )

@@ -18,7 +18,7 @@ from torchx.schedulers.api import (
 )
 from torchx.specs import AppDef, AppState, CfgVal, runopts
 
-from torchx_elastic.ft.lighthouse import last_quorum_line
+from torchx_elastic.ft.lighthouse import last_logged_quorum
 from torchx_elastic.schedulers import credentials
 from torchx_elastic.schedulers.compat import show_app_as
 from torchx_elastic.schedulers.kubernetes import admission, job_access, manifests, role_jobs, status
@@ -35,7 +35,12 @@ from torchx_elastic.schedulers.kubernetes.options import BACKEND_VOLCANO, Kubern
 from torchx_elastic.schedulers.kubernetes.request import KubernetesRequest
 from torchx_elastic.schedulers.log_lines import whole_lines
 from torchx_elastic.schedulers.names import dns_label
-from torchx_elastic.schedulers.progress_status import TAIL_LINES, join_message, progress_message
+from torchx_elastic.schedulers.progress_status import (
+    TAIL_LINES,
+    join_message,
+    newest_progress,
+    progress_message,
+)
 from torchx_elastic.schedulers.replica_logs import LogQuery, ReplicaLogs
 from torchx_elastic.schedulers.workspace import WorkspaceImages
 
@@ -195,13 +200,13 @@ class KubernetesScheduler(ReplicaLogs, WorkspaceImages, Scheduler[Cfg]):
             described = status.describe_volcano_job(app_id, job, pods)
         elif role_jobs.role_job_names(job):
             jobs = self._role_jobs(app_id, job)
-            described = role_jobs.describe_role_jobs(app_id, jobs, pods)
             reasons = (self._refusal(j, role_jobs.pods_of(j, pods)) for j in jobs)
             reason = next((r for r in reasons if r is not None), None)
             if reason is not None:
-                return self._refused(app_id, described, reason)
-            quorum = self._log_tail_line(app_id, pods, role_jobs.first_role_name(job))
-            described.msg = join_message(described.msg, quorum)
+                return self._refused(
+                    app_id, role_jobs.describe_role_jobs(app_id, jobs, pods), reason
+                )
+            return self._describe_role_jobs(app_id, jobs, pods)
         else:
             described = status.describe_job(app_id, job, pods)
             reason = self._refusal(job, pods)
@@ -248,9 +253,8 @@ class KubernetesScheduler(ReplicaLogs, WorkspaceImages, Scheduler[Cfg]):
         others = [by_name[n] for n in role_jobs.role_job_names(first) if n in by_name]
         return [first, *others]
 
-    def _log_tail_line(self, app_id: str, pods: List[Obj], role: str) -> Optional[str]:
-        """The last quorum line of ``ft.ddp``'s Lighthouse (``role``'s pod 0), from the
-        tail of its log: which replica groups train together now."""
+    def _pod0_log_tail(self, app_id: str, pods: List[Obj], role: str) -> Optional[List[str]]:
+        """The tail of ``role``'s pod 0's log (timestamped), None when it has none yet."""
         pod = status.latest_pods(pods).get((role, 0))
         if pod is None or (pod.get("status") or {}).get("phase") in (None, "Pending"):
             return None
@@ -260,22 +264,34 @@ class KubernetesScheduler(ReplicaLogs, WorkspaceImages, Scheduler[Cfg]):
         except KubernetesError as e:  # gone, or not allowed: the status says the rest
             logger.debug("no log of pod %s: %s", pod["metadata"]["name"], e)
             return None
-        return last_quorum_line(text.splitlines())
+        return text.splitlines()
+
+    def _describe_role_jobs(
+        self, app_id: str, jobs: List[Obj], pods: List[Obj]
+    ) -> DescribeAppResponse:
+        """An app of several role Jobs, with ``ft.ddp``'s Lighthouse's last quorum (the first
+        role's pod 0's log) and each replica group's progress (its pod 0's log)."""
+        roles = [role_jobs.first_role_name(job) for job in jobs]
+        tails = {role: self._pod0_log_tail(app_id, pods, role) for role in roles}
+        first = tails[roles[0]]
+        quorum = None if first is None else last_logged_quorum(first)
+        progress = {
+            role: found
+            for role, lines in list(tails.items())[1:]
+            if lines is not None and (found := newest_progress(lines)) is not None
+        }
+        return role_jobs.describe_role_jobs(app_id, jobs, pods, quorum, progress)
 
     def _progress(self, app_id: str, pods: List[Obj]) -> Optional[str]:
         """The job's latest progress: the rank-0 agent's last ``[job progress]`` line in the
         tail of replica 0's pod log, read through the API server (``progress_status.py``)."""
-        namespace, _ = parse_app_id(app_id)
-        for (_, index), pod in sorted(status.latest_pods(pods).items()):
+        for (role, index), pod in sorted(status.latest_pods(pods).items()):
             if index != 0 or (pod.get("status") or {}).get("phase") in (None, "Pending"):
                 continue
-            name = pod["metadata"]["name"]
-            try:
-                text = self._api().pod_log_tail(namespace, name, TAIL_LINES)
-            except KubernetesError as e:  # gone, or not allowed: the status says the rest
-                logger.debug("no progress from pod %s: %s", name, e)
+            lines = self._pod0_log_tail(app_id, pods, role)
+            if lines is None:
                 return None
-            return progress_message(text.splitlines(), where=f"log of pod {name}")
+            return progress_message(lines, where=f"log of pod {pod['metadata']['name']}")
         return None
 
     def list(self, cfg: Optional[Cfg] = None) -> List[ListAppResponse]:

@@ -1,0 +1,119 @@
+"""What ``torchx status`` says of ``ft.ddp``'s replica groups (local_cwd, docker, kubernetes).
+
+Each scheduler reads, its own way, the Lighthouse role's last logged quorum
+(:func:`torchx_elastic.ft.lighthouse.last_logged_quorum`) and each group's latest progress
+(its rank-0 agent's ``[job progress]``); this module says, per group, whether it trains
+(its replica id is in the last quorum) or recovers (it runs but is not: restarting, or
+fetching the weights of a healthy group, or not yet joined), and the job's progress across
+the groups: torchft gives a group that rejoins the step of the healthy ones, so the job is
+where its furthest group is.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import datetime
+from typing import Dict, List, Mapping, Optional, Tuple
+
+from torchx.specs import AppState
+
+from torchx_elastic.contract.job_progress import JobSummary, LineFigures
+from torchx_elastic.ft.lighthouse import Quorum
+from torchx_elastic.ft.protocol import member_group, role_group
+from torchx_elastic.schedulers.progress_status import Progress, as_of, figures_text
+
+LoggedQuorum = Tuple[Quorum, int]  # the last quorum and the app's number of groups
+
+
+def activity(role: str, state: AppState, quorum: Optional[Quorum]) -> str:
+    """``training (in quorum 5)`` or ``recovering (not in quorum 5)`` for a running group;
+    nothing before the first quorum, for a role that is no group, or one that does not run."""
+    group = role_group(role)
+    if group is None or quorum is None or state != AppState.RUNNING:
+        return ""
+    if group in {member_group(member) for member in quorum.members}:
+        return f"training (in quorum {quorum.quorum_id})"
+    return f"recovering (not in quorum {quorum.quorum_id})"
+
+
+def group_notes(
+    states: Mapping[str, AppState],
+    quorum: Optional[LoggedQuorum],
+    progress: Mapping[str, Progress],
+    now: Optional[datetime] = None,
+) -> Dict[str, str]:
+    """Per group role: what it does and its latest progress, e.g. ``training (in quorum 5),
+    progress 120/200 (60.0%) of 2/2 ranks, 7.5 steps/s (as of 2s ago, its rank-0 agent)``."""
+    notes: Dict[str, str] = {}
+    for role, state in states.items():
+        if role_group(role) is None:
+            continue
+        parts = [activity(role, state, None if quorum is None else quorum[0])]
+        if role in progress:
+            parts.append(figures_text(progress[role], now, "its rank-0 agent"))
+        notes[role] = ", ".join(part for part in parts if part)
+    return notes
+
+
+def job_progress_line(
+    progress: Mapping[str, Progress],
+    quorum: Optional[LoggedQuorum],
+    now: Optional[datetime] = None,
+) -> Optional[str]:
+    """``job progress 120/200 (60.0%), group0 the furthest of 2 groups: 4/4 ranks
+    reporting, 7.5 steps/s, ETA 11s (as of 2s ago); 1 of 2 groups in quorum 5``"""
+    groups = {role: found for role, found in progress.items() if role_group(role) is not None}
+    if not groups:
+        return None
+    furthest, (at, figures) = max(groups.items(), key=lambda item: item[1][1].step)
+    total = "?" if figures.total is None else str(figures.total)
+    text = f"job progress {figures.step}/{total}"
+    if figures.total:
+        text += f" ({100 * min(1.0, figures.step / figures.total):.1f}%)"
+    num_groups = quorum[1] if quorum is not None else len(groups)
+    reporting = sum(f.ranks_reporting for _, f in groups.values())
+    ranks = sum(f.ranks for _, f in groups.values())
+    text += f", {furthest} the furthest of {num_groups} groups: {reporting}/{ranks} ranks reporting"
+    text += "".join(f", {part}" for part in _pace(figures))
+    text += as_of(at, now, "")
+    if quorum is not None:
+        text += f"; {len(quorum[0].members)} of {num_groups} groups in quorum {quorum[0].quorum_id}"
+    return text
+
+
+def _pace(figures: LineFigures) -> List[str]:
+    parts = [] if figures.rate_per_s is None else [f"{figures.rate_per_s:.3g} steps/s"]
+    return parts + ([] if figures.eta is None else [f"ETA {figures.eta}"])
+
+
+def status_lines(
+    quorum: Optional[LoggedQuorum], progress: Mapping[str, Progress], now: Optional[datetime] = None
+) -> List[str]:
+    """The lines after the roles' in ``torchx status``: the last quorum and the job's progress."""
+    lines = [] if quorum is None else [f"last {quorum[0].line(quorum[1])}"]
+    job = job_progress_line(progress, quorum, now)
+    return lines + ([] if job is None else [job])
+
+
+def job_summary(summaries: Mapping[str, JobSummary]) -> Optional[JobSummary]:
+    """The job across its replica groups, for the console's bar: the furthest group's figures
+    with every group's ranks and nodes; None unless two groups or more reported."""
+    groups = [s for role, s in summaries.items() if role_group(role) is not None]
+    if len(groups) < 2:
+        return None
+    furthest = max(groups, key=lambda s: s.step)
+    return dataclasses.replace(
+        furthest,
+        ranks_reporting=sum(s.ranks_reporting for s in groups),
+        ranks=sum(s.ranks for s in groups),
+        nodes_reporting=sum(s.nodes_reporting for s in groups),
+        nodes=sum(s.nodes for s in groups),
+        quiet=tuple(q for s in groups for q in s.quiet),
+    )
+
+
+def bar_label(role: str, quorum: Optional[LoggedQuorum]) -> str:
+    """``group1 recovering``: a group's line in the console's bar (its role name while it
+    does not run or before the first quorum)."""
+    what = activity(role, AppState.RUNNING, None if quorum is None else quorum[0])
+    return f"{role} {what.partition(' ')[0]}" if what else role
