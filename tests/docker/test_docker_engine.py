@@ -27,7 +27,7 @@ from torchx_elastic.schedulers.docker.errors import (
     ImageMissingError,
     NameClashError,
 )
-from torchx_elastic.schedulers.docker.request import LABEL_APP_ID
+from torchx_elastic.schedulers.docker.request import LABEL_APP_ID, container_name
 
 # the first test may build the image (docker/build-image.sh, a few minutes when stale)
 pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.timeout(900)]
@@ -48,10 +48,10 @@ def torchx(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     )
 
 
-def run_job(*component_args: str, cfg: str = "") -> str:
-    """``torchx run -s docker [-cfg CFG] dist.ddp ...``; the app handle."""
+def run_job(*component_args: str, cfg: str = "", component: str = "dist.ddp") -> str:
+    """``torchx run -s docker [-cfg CFG] COMPONENT ...``; the app handle."""
     cfg_args = ("-cfg", cfg) if cfg else ()
-    out = torchx("run", "-s", "docker", *cfg_args, "dist.ddp", *component_args).stdout
+    out = torchx("run", "-s", "docker", *cfg_args, component, *component_args).stdout
     match = re.search(r"^(docker://\S+/\S+)$", out, re.MULTILINE)
     assert match, f"no app handle in torchx run's output:\n{out}"
     return match.group(1)
@@ -344,3 +344,75 @@ def test_name_clash(
             scheduler.submit(plain_app("torchx-elastic:latest"), {})
     finally:
         squatter.remove(force=True)
+
+
+FT_STEPS = 150
+FT_STEP = re.compile(r"group (\d) step (\d+) quorum (\d+) loss \S+ t ([0-9.]+)")
+FT_START = re.compile(r"group (\d) rank (\d) pid (\d+) attempt (\d+)")
+
+
+def test_ft_ddp_a_killed_worker_restarts_its_group_alone(
+    handles: List[str], docker_client: Any
+) -> None:
+    """ft.ddp, 2 groups x (1x2), one container per group: a worker of group 1 is SIGKILLed
+    mid-run. Group 1's agent restarts it in its container (spawn: a restart of seconds);
+    group 0 never restarts and its steps never go back; torchx status shows group 1
+    recovering then both groups training; the job SUCCEEDS with both at the last step."""
+    handle = run_job(
+        "--replica_groups", "2", "-j", "1x2", "--max_retries", "2", "--start_method", "spawn",
+        "--join_timeout_ms", "1000", "--heartbeat_timeout_ms", "1000",
+        "--script", "examples/ft_ddp.py", "--", "--steps", str(FT_STEPS), "--step-s", "0.1",
+        component="ft.ddp",
+    )  # fmt: skip
+    handles.append(handle)
+    app_id = handle.rsplit("/", 1)[1]
+    scheduler = create_scheduler("torchx")
+
+    def log(group: int) -> str:
+        return torchx("log", f"{handle}/group{group}", check=False).stdout
+
+    def steps(group: int) -> List[tuple[int, int, float]]:
+        found = (m for m in FT_STEP.finditer(log(group)) if int(m[1]) == group)
+        return [(int(m[2]), int(m[3]), float(m[4])) for m in found]
+
+    deadline = time.monotonic() + 240
+    text = ""
+    # joint steps, and the groups' agents' first [job progress] lines (every 5 s)
+    while sum(q == 2 for _, q, _ in steps(1)) < 5 or "job progress " not in text:
+        assert time.monotonic() < deadline, text + log(0) + log(1)
+        time.sleep(1)
+        text = status_text(handle)
+    assert re.search(r"group0: RUNNING; training \(in quorum \d+\)", text), text
+    assert re.search(r"group1: RUNNING; training \(in quorum \d+\)", text), text
+    assert "job progress " in text and " of 2 groups: " in text, text
+    starts = [m for m in FT_START.finditer(log(1)) if m[1] == "1" and m[2] == "1"]
+    result = docker_client.containers.get(container_name(app_id, "group1", 0)).exec_run(
+        ["sh", "-c", f"kill -9 {starts[0][3]}"]
+    )
+    assert result.exit_code == 0, result.output
+    # group 1 restarts in its container: the status says so until it is back in the quorum
+    said: List[str] = []
+    def back_in_quorum() -> bool:
+        """Group 1's restarted rank 0 committed a step with both groups."""
+        text = log(1)
+        restarted = re.search(r"group 1 rank 0 pid \d+ attempt [1-9]", text)
+        later = FT_STEP.finditer(text[restarted.end() :]) if restarted else iter(())
+        return any(m[3] == "2" for m in later)
+
+    while not back_in_quorum():
+        assert time.monotonic() < deadline + 120, "\n".join(said) + log(1)
+        desc = scheduler.describe(app_id)
+        assert desc is not None and desc.state == specs.AppState.RUNNING, desc
+        said.append(desc.msg)
+    recovering = [m for m in said if "group1: RUNNING; recovering (not in quorum" in m]
+    assert recovering, "\n\n".join(said)
+    assert "group0: RUNNING; training (in quorum" in recovering[-1], recovering[-1]
+    text = wait_for(handle, ("SUCCEEDED", "FAILED"), timeout_s=240)
+    assert "State: SUCCEEDED" in text, text + log(0) + log(1)
+    for role in ("lighthouse", "group0", "group1"):
+        assert f"{role}: SUCCEEDED" in text, text
+    group0 = [step for step, _, _ in steps(0)]
+    assert group0 == list(range(group0[0], FT_STEPS + 1)), group0  # never back, never stopped
+    attempts = {g: {m[4] for m in FT_START.finditer(log(g))} for g in (0, 1)}
+    assert attempts == {0: {"0"}, 1: {"0", "1"}}, attempts
+    assert steps(1)[-1][0] == FT_STEPS

@@ -126,7 +126,7 @@ def test_a_summary_reads_as_its_own_line_says() -> None:
 
 
 def test_tail_lines_keeps_whole_lines_only(tmp_path: Path) -> None:
-    path = tmp_path / "stderr.log"
+    path = tmp_path / "log.txt"
     path.write_text("".join(f"line {i}\n" for i in range(1000)))
     lines = tail_lines(str(path), max_bytes=100)
     assert lines[-1] == "line 999" and all(line.startswith("line ") for line in lines)
