@@ -406,6 +406,7 @@ def test_ft_ddp_a_killed_worker_restarts_its_group_alone(
         said.append(desc.msg)
     recovering = [m for m in said if "group1: RUNNING; recovering (not in quorum" in m]
     assert recovering, "\n\n".join(said)
+    print(f"[ft docker] torchx status while group 1 recovered:\n{recovering[-1]}")
     assert "group0: RUNNING; training (in quorum" in recovering[-1], recovering[-1]
     text = wait_for(handle, ("SUCCEEDED", "FAILED"), timeout_s=240)
     assert "State: SUCCEEDED" in text, text + log(0) + log(1)

@@ -971,11 +971,12 @@ def _ft_steps(log: str, group: int) -> List[tuple[int, int, float]]:
 def test_ft_ddp_a_deleted_group_pod_is_replaced_while_the_other_group_trains(
     cluster: Cluster, scheduler: KubernetesScheduler
 ) -> None:
-    """ft.ddp, 2 groups x 1x1 with 1-CPU pods and a small Lighthouse pod: one Indexed Job
+    """ft.ddp, 2 groups x (1x2) with 1-CPU pods and a small Lighthouse pod: one Indexed Job
     per role. Group 1's pod is deleted mid-run: its Job replaces it, group 0's pod trains
-    on (never replaced, its steps never go back), group 1 rejoins, SUCCEEDED."""
+    on (never replaced, its steps never go back), torchx status shows group 1 recovering
+    then training, group 1 rejoins, SUCCEEDED."""
     handle = cluster.run(
-        "--replica_groups", "2", "-j", "1x1", "--cpu", "1", "--max_retries", "2",
+        "--replica_groups", "2", "-j", "1x2", "--cpu", "1", "--max_retries", "2",
         "--join_timeout_ms", "1000", "--heartbeat_timeout_ms", "1000",
         "--script", "examples/ft_ddp.py", "--", "--steps", str(FT_STEPS), "--step-s", "0.1",
         component="ft.ddp", cfg="reserved_millicpu=200",
@@ -996,10 +997,24 @@ def test_ft_ddp_a_deleted_group_pod_is_replaced_while_the_other_group_trains(
     group0_pod = group_pod(0)
     status = cluster.torchx("status", handle)
     assert "State: RUNNING" in status.stdout, status.stdout
-    assert "group0: RUNNING" in status.stdout and "group1: RUNNING" in status.stdout, status.stdout
-    assert "last quorum " in status.stdout, status.stdout  # from the Lighthouse pod's log
+    for group in (0, 1):  # in the Lighthouse pod's last quorum line
+        assert re.search(rf"group{group}: RUNNING; training \(in quorum \d+\)", status.stdout), (
+            status.stdout
+        )
+    assert "last quorum " in status.stdout, status.stdout
     deleted_at = time.time()
     cluster.delete_pod(lost)
+    # the Lighthouse drops group 1 from the quorum after its heartbeat timeout (1 s)
+    app_id = _app_id(handle)
+
+    def recovering() -> Optional[str]:
+        desc = scheduler.describe(app_id)
+        msg = desc.msg if desc is not None else ""
+        found = re.search(r"^group1: \w+, 1 restart\(s\); recovering \(not in quorum", msg, re.M)
+        return msg if found else None
+
+    said = _wait("torchx status to show group 1 recovering", recovering)
+    assert re.search(r"group0: RUNNING; training \(in quorum \d+\)", said), said
     state = _wait_done(scheduler, handle)
     status = cluster.torchx("status", handle)
     assert state == AppState.SUCCEEDED, (status.stdout, _pod_outcomes(cluster, job))

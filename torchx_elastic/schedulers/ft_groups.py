@@ -26,10 +26,11 @@ LoggedQuorum = Tuple[Quorum, int]  # the last quorum and the app's number of gro
 
 
 def activity(role: str, state: AppState, quorum: Optional[Quorum]) -> str:
-    """``training (in quorum 5)`` or ``recovering (not in quorum 5)`` for a running group;
-    nothing before the first quorum, for a role that is no group, or one that does not run."""
+    """``training (in quorum 5)`` or ``recovering (not in quorum 5)`` for a group that runs or
+    waits for its replaced pods; nothing before the first quorum, for a role that is no
+    group, or for a group that ended."""
     group = role_group(role)
-    if group is None or quorum is None or state != AppState.RUNNING:
+    if group is None or quorum is None or state not in (AppState.RUNNING, AppState.PENDING):
         return ""
     if group in {member_group(member) for member in quorum.members}:
         return f"training (in quorum {quorum.quorum_id})"
