@@ -78,8 +78,18 @@ def test_status_lines_of_the_groups_and_of_the_job() -> None:
     }
     assert ft_groups.status_lines(quorum, progress, NOW) == [
         "last quorum 4 at step 9: 1 of 2 replica groups (ft_ddp_0)",
-        "job progress 120/200 (60.0%), group0 the furthest of 2 groups: 4/4 ranks reporting,"
+        "job progress 120/200 (60.0%), group0 the furthest of 2 groups: 2/4 ranks reporting,"
         " 5 steps/s, ETA 16s (as of 3s ago); 1 of 2 groups in quorum 4",
+    ]
+    # group 1's last figures are from before it failed: the job is where the quorum is
+    progress["group1"] = (NOW - timedelta(seconds=9), _figures(130))
+    assert ft_groups.status_lines(quorum, progress, NOW)[1].startswith(
+        "job progress 120/200 (60.0%), group0 the furthest of 2 groups: 2/4 ranks reporting"
+    )
+    without_quorum = ft_groups.status_lines(None, progress, NOW)
+    assert without_quorum == [
+        "job progress 130/200 (65.0%), group1 the furthest of 2 groups: 4/4 ranks reporting,"
+        " 5 steps/s, ETA 14s (as of 9s ago)"
     ]
     # nothing known yet: no line
     assert ft_groups.status_lines(None, {}, NOW) == []
@@ -113,7 +123,8 @@ def test_the_bar_shows_the_job_across_the_groups_then_each_group_labelled(
         ["group0", "training"],
         ["group1", "recovering"],
     ], lines
-    assert "120/200 of 4/4 ranks on 2/2 nodes" in lines[0], lines
+    # the job is where the groups of the quorum are; group 1's ranks do not report now
+    assert "120/200 of 2/4 ranks on 1/2 nodes" in lines[0], lines
     assert "80/200 of 2/2 ranks on 1/1 nodes" in lines[2], lines
     # one role: one bar named job, no quorum read
     one = _Bar(lambda: paths[:1], console, term_fd=-1, quorum=lambda: 1 / 0)  # type: ignore[arg-type,return-value]

@@ -62,17 +62,23 @@ def job_progress_line(
     now: Optional[datetime] = None,
 ) -> Optional[str]:
     """``job progress 120/200 (60.0%), group0 the furthest of 2 groups: 4/4 ranks
-    reporting, 7.5 steps/s, ETA 11s (as of 2s ago); 1 of 2 groups in quorum 5``"""
+    reporting, 7.5 steps/s, ETA 11s (as of 2s ago); 1 of 2 groups in quorum 5``: the
+    furthest group of the last quorum (of all groups before the first quorum)."""
     groups = {role: found for role, found in progress.items() if role_group(role) is not None}
     if not groups:
         return None
-    furthest, (at, figures) = max(groups.items(), key=lambda item: item[1][1].step)
+    # a recovering group's last figures are those of its failed attempt: the job is where
+    # the groups of the quorum are
+    training = {
+        role: found for role, found in groups.items() if role in _quorum_roles(groups, quorum)
+    }
+    furthest, (at, figures) = max((training or groups).items(), key=lambda item: item[1][1].step)
     total = "?" if figures.total is None else str(figures.total)
     text = f"job progress {figures.step}/{total}"
     if figures.total:
         text += f" ({100 * min(1.0, figures.step / figures.total):.1f}%)"
     num_groups = quorum[1] if quorum is not None else len(groups)
-    reporting = sum(f.ranks_reporting for _, f in groups.values())
+    reporting = sum(f.ranks_reporting for _, f in (training or groups).values())
     ranks = sum(f.ranks for _, f in groups.values())
     text += f", {furthest} the furthest of {num_groups} groups: {reporting}/{ranks} ranks reporting"
     text += "".join(f", {part}" for part in _pace(figures))
@@ -96,21 +102,31 @@ def status_lines(
     return lines + ([] if job is None else [job])
 
 
-def job_summary(summaries: Mapping[str, JobSummary]) -> Optional[JobSummary]:
-    """The job across its replica groups, for the console's bar: the furthest group's figures
-    with every group's ranks and nodes; None unless two groups or more reported."""
-    groups = [s for role, s in summaries.items() if role_group(role) is not None]
+def job_summary(
+    summaries: Mapping[str, JobSummary], quorum: Optional[LoggedQuorum] = None
+) -> Optional[JobSummary]:
+    """The job across its replica groups, for the console's bar, as :func:`job_progress_line`
+    counts it: the figures of the furthest group of the quorum, the ranks reporting of the
+    quorum's groups, out of every group's ranks and nodes; None unless two groups reported."""
+    groups = {role: s for role, s in summaries.items() if role_group(role) is not None}
     if len(groups) < 2:
         return None
-    furthest = max(groups, key=lambda s: s.step)
+    training = {role: s for role, s in groups.items() if role in _quorum_roles(groups, quorum)}
+    counted = list((training or groups).values())
     return dataclasses.replace(
-        furthest,
-        ranks_reporting=sum(s.ranks_reporting for s in groups),
-        ranks=sum(s.ranks for s in groups),
-        nodes_reporting=sum(s.nodes_reporting for s in groups),
-        nodes=sum(s.nodes for s in groups),
-        quiet=tuple(q for s in groups for q in s.quiet),
+        max(counted, key=lambda s: s.step),
+        ranks_reporting=sum(s.ranks_reporting for s in counted),
+        ranks=sum(s.ranks for s in groups.values()),
+        nodes_reporting=sum(s.nodes_reporting for s in counted),
+        nodes=sum(s.nodes for s in groups.values()),
+        quiet=tuple(q for s in counted for q in s.quiet),
     )
+
+
+def _quorum_roles(roles: Mapping[str, object], quorum: Optional[LoggedQuorum]) -> set[str]:
+    """Those of ``roles`` whose group is in ``quorum``."""
+    members = set() if quorum is None else {member_group(m) for m in quorum[0].members}
+    return {role for role in roles if role_group(role) in members}
 
 
 def bar_label(role: str, quorum: Optional[LoggedQuorum]) -> str:

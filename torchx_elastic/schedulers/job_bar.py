@@ -98,8 +98,8 @@ class _Bar:
         summaries = self.summaries()
         if len(summaries) == 1:
             return [rich_bar(summaries[0][1], "job")]
-        job = ft_groups.job_summary(dict(summaries))
-        quorum = self._quorum() if self._quorum is not None and job is not None else None
+        quorum = self._quorum() if self._quorum is not None else None
+        job = ft_groups.job_summary(dict(summaries), quorum)
         rows = [] if job is None else [rich_bar(job, "job")]
         return rows + [rich_bar(s, ft_groups.bar_label(role, quorum)) for role, s in summaries]
 
