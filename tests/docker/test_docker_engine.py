@@ -392,6 +392,7 @@ def test_ft_ddp_a_killed_worker_restarts_its_group_alone(
     assert result.exit_code == 0, result.output
     # group 1 restarts in its container: the status says so until it is back in the quorum
     said: List[str] = []
+
     def back_in_quorum() -> bool:
         """Group 1's restarted rank 0 committed a step with both groups."""
         text = log(1)
