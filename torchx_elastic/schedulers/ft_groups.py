@@ -21,6 +21,7 @@ from torchx_elastic.contract.job_progress import JobSummary, LineFigures
 from torchx_elastic.ft.lighthouse import Quorum
 from torchx_elastic.ft.protocol import member_group, role_group
 from torchx_elastic.schedulers.progress_status import Progress, as_of, figures_text
+from torchx_elastic.schedulers.role_states import role_line
 
 LoggedQuorum = Tuple[Quorum, int]  # the last quorum and the app's number of groups
 
@@ -100,6 +101,31 @@ def status_lines(
     lines = [] if quorum is None else [f"last {quorum[0].line(quorum[1])}"]
     job = job_progress_line(progress, quorum, now)
     return lines + ([] if job is None else [job])
+
+
+def roles_lines(
+    states: Mapping[str, AppState],
+    quorum: Optional[LoggedQuorum],
+    progress: Mapping[str, Progress],
+    restarts: Optional[Mapping[str, int]] = None,
+    details: Optional[Mapping[str, str]] = None,
+    now: Optional[datetime] = None,
+) -> List[str]:
+    """``torchx status`` of an app of several roles, on every scheduler: one line per role
+    (its state, restarts, the scheduler's ``details`` and, for a replica group, what it
+    does), then the last quorum and the job's progress across the groups."""
+    notes = group_notes(states, quorum, progress, now)
+    lines = [
+        role_line(
+            role,
+            state,
+            (restarts or {}).get(role, 0),
+            (details or {}).get(role, ""),
+            notes.get(role, ""),
+        )
+        for role, state in states.items()
+    ]
+    return lines + status_lines(quorum, progress, now)
 
 
 def job_summary(

@@ -97,7 +97,7 @@ from torchx_elastic.schedulers.local_ports import move_taken_ports
 from torchx_elastic.schedulers.options import RunOptions, option
 from torchx_elastic.schedulers.progress_status import Progress, join_message
 from torchx_elastic.schedulers.replica_logs import LogQuery, ReplicaLogs
-from torchx_elastic.schedulers.role_states import replicas_state, role_line
+from torchx_elastic.schedulers.role_states import replicas_state
 from torchx_elastic.timeline.cli import command_for
 from torchx_elastic.timeline.source import restarted_or_failed
 
@@ -304,9 +304,7 @@ class LocalCwdScheduler(ReplicaLogs, LocalScheduler):
             if summary is not None:
                 at = datetime.fromtimestamp(summary.time_s, timezone.utc)
                 progress[role] = (at, summary.figures())
-        notes = ft_groups.group_notes(states, quorum, progress)
-        lines = [role_line(role, state, note=notes.get(role, "")) for role, state in states.items()]
-        lines += ft_groups.status_lines(quorum, progress)
+        lines = ft_groups.roles_lines(states, quorum, progress)
         desc.msg = join_message(desc.msg, "\n".join(lines), NONE)
         return desc
 

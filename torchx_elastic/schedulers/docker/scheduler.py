@@ -64,7 +64,6 @@ from torchx_elastic.schedulers.progress_status import (
     progress_message,
 )
 from torchx_elastic.schedulers.replica_logs import LogQuery, ReplicaLogs
-from torchx_elastic.schedulers.role_states import role_line
 from torchx_elastic.schedulers.workspace import WorkspaceImages
 
 if TYPE_CHECKING:
@@ -351,17 +350,11 @@ class DockerScheduler(ReplicaLogs, WorkspaceImages, Scheduler[Mapping[str, CfgVa
         progress = {
             role: found for role, lines in tails.items() if (found := newest_progress(lines))
         }
-        notes = ft_groups.group_notes(states, quorum, progress)
         restarts = {
             role: max(r.restart_count for r in replicas) for role, replicas in roles.items()
         }
-        lines = [
-            role_line(role, state, restarts[role], note=notes.get(role, ""))
-            for role, state in states.items()
-        ]
-        return "\n".join(
-            [*([why] if why else []), *lines, *ft_groups.status_lines(quorum, progress)]
-        )
+        lines = ft_groups.roles_lines(states, quorum, progress, restarts)
+        return "\n".join([why, *lines] if why else lines)
 
     def list(self, cfg: Optional[Mapping[str, CfgVal]] = None) -> List[ListAppResponse]:
         """Every job of this engine (``cfg``: torchx's development line passes the run

@@ -21,7 +21,7 @@ stops the others.
 
 from __future__ import annotations
 
-from typing import Dict, List, Mapping, Optional, Tuple
+from typing import Dict, List, Mapping, Optional
 
 from torchx.schedulers.api import DescribeAppResponse
 from torchx.specs import AppDef, AppState, ReplicaState, Role
@@ -36,7 +36,7 @@ from torchx_elastic.schedulers.kubernetes.options import KubernetesOptions
 from torchx_elastic.schedulers.kubernetes.pods import Manifest
 from torchx_elastic.schedulers.names import dns_label
 from torchx_elastic.schedulers.progress_status import Progress
-from torchx_elastic.schedulers.role_states import role_line, several_roles_state
+from torchx_elastic.schedulers.role_states import several_roles_state
 
 # on the first role's Job: the names of the app's other Jobs; on those: the first's name
 ANNOTATION_ROLE_JOBS = "torchx-elastic/role-jobs"
@@ -146,27 +146,21 @@ def describe_role_jobs(
     finished = all(state in (AppState.SUCCEEDED, AppState.FAILED) for state in ended)
     statuses, problems, _ = status.roles_and_problems(roles, pods, finished)
     states: Dict[str, AppState] = {}
-    details: Dict[str, Tuple[int, str]] = {}
+    restarts: Dict[str, int] = {}
+    details: Dict[str, str] = {}
     for role, role_status, job in zip(roles, statuses, jobs, strict=True):
         running = any(r.state == ReplicaState.RUNNING for r in role_status.replicas)
-        states[role.name], detail = status.job_state(job, running)
-        restarts = status.attempts_restarted([p for p in pods if _role_label(p) == role.name])
-        details[role.name] = (restarts, detail)
-    notes = ft_groups.group_notes(states, quorum, progress or {})
-    lines = [
-        role_line(role, state, *details[role], notes.get(role, ""))
-        for role, state in states.items()
-    ]
+        states[role.name], details[role.name] = status.job_state(job, running)
+        restarts[role.name] = status.attempts_restarted(
+            [p for p in pods if _role_label(p) == role.name]
+        )
+    lines = ft_groups.roles_lines(states, quorum, progress or {}, restarts, details)
     state, why = several_roles_state(list(states.items()))
     return DescribeAppResponse(
         app_id=app_id,
         state=state,
         num_restarts=status.attempts_restarted(pods),
-        msg="\n".join(
-            x
-            for x in [why, *lines, *ft_groups.status_lines(quorum, progress or {}), *problems]
-            if x
-        ),
+        msg="\n".join(x for x in [why, *lines, *problems] if x),
         roles_statuses=statuses,
         roles=roles,
     )
