@@ -15,12 +15,16 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import fcntl
 import glob
 import logging
 import os
 import selectors
+import struct
 import sys
+import termios
 import threading
+import time
 from typing import IO, TYPE_CHECKING, Callable, Dict, Iterable, Iterator, List, Optional
 
 from torchx_elastic.contract import JOB_PROGRESS_FILE, agents_log_dir
@@ -35,6 +39,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 REFRESH_PER_SECOND = 4
+DRAIN_S = 1.0  # at the bar's end, how long the copier may take to print what is left
 _READ_BYTES = 65536
 
 
@@ -186,7 +191,13 @@ class TerminalBar:
                         )
 
     def stop(self) -> None:
-        """Give the terminal back; the bar's last state stays above what comes next."""
+        """Give the terminal back; the bar's last state stays above what comes next.
+
+        The bar stops while stdout and stderr still go through the pipes, once the copier
+        has printed what was in them: a line another thread writes meanwhile (torchx's
+        ``Job finished``) goes through the copier too, never onto the live bar, which would
+        leave a second bar behind.
+        """
         with self._lock:
             live, self._live = self._live, None
             if live is None:
@@ -194,6 +205,9 @@ class TerminalBar:
             with contextlib.suppress(ValueError, OSError):
                 sys.stdout.flush()
                 sys.stderr.flush()
+            self._wait_for_the_copier()
+            live.refresh()
+            live.stop()
             for fd, saved in self._saved.items():
                 os.dup2(saved, fd)  # closes the pipe's write end: the copier drains it
                 os.close(saved)
@@ -203,11 +217,25 @@ class TerminalBar:
             for read_end in self._pipes:
                 os.close(read_end)
             self._pipes.clear()
-            live.refresh()
-            live.stop()
             if self._console is not None:
                 self._console.file.close()
         atexit.unregister(self.stop)
+
+    def _wait_for_the_copier(self) -> None:
+        """Until the pipes hold no unread byte (at most ``DRAIN_S``), then the copier's
+        last print."""
+        deadline = time.monotonic() + DRAIN_S
+        while time.monotonic() < deadline and any(_unread(fd) for fd in self._pipes):
+            time.sleep(0.01)
+        time.sleep(0.02)  # a line read just now is being printed
+
+
+def _unread(fd: int) -> int:
+    """Bytes waiting in a pipe."""
+    try:
+        return int(struct.unpack("i", fcntl.ioctl(fd, termios.FIONREAD, b"\0" * 4))[0])
+    except OSError:
+        return 0
 
 
 class SharedBar:
