@@ -17,10 +17,16 @@ from typing import Dict, List, Mapping, Optional, Tuple
 
 from torchx.specs import AppState
 
-from torchx_elastic.contract.job_progress import JobSummary, LineFigures
+from torchx_elastic.contract.job_progress import JobSummary
 from torchx_elastic.ft.lighthouse import Quorum
 from torchx_elastic.ft.protocol import member_group, role_group
-from torchx_elastic.schedulers.progress_status import Progress, as_of, figures_text
+from torchx_elastic.schedulers.progress_status import (
+    Progress,
+    as_of,
+    figures_text,
+    pace_text,
+    step_text,
+)
 from torchx_elastic.schedulers.role_states import role_line
 
 LoggedQuorum = Tuple[Quorum, int]  # the last quorum and the app's number of groups
@@ -74,24 +80,16 @@ def job_progress_line(
         role: found for role, found in groups.items() if role in _quorum_roles(groups, quorum)
     }
     furthest, (at, figures) = max((training or groups).items(), key=lambda item: item[1][1].step)
-    total = "?" if figures.total is None else str(figures.total)
-    text = f"job progress {figures.step}/{total}"
-    if figures.total:
-        text += f" ({100 * min(1.0, figures.step / figures.total):.1f}%)"
+    text = f"job progress {step_text(figures)}"
     num_groups = quorum[1] if quorum is not None else len(groups)
     reporting = sum(f.ranks_reporting for _, f in (training or groups).values())
     ranks = sum(f.ranks for _, f in groups.values())
     text += f", {furthest} the furthest of {num_groups} groups: {reporting}/{ranks} ranks reporting"
-    text += "".join(f", {part}" for part in _pace(figures))
+    text += "".join(f", {part}" for part in pace_text(figures))
     text += as_of(at, now, "")
     if quorum is not None:
         text += f"; {len(quorum[0].members)} of {num_groups} groups in quorum {quorum[0].quorum_id}"
     return text
-
-
-def _pace(figures: LineFigures) -> List[str]:
-    parts = [] if figures.rate_per_s is None else [f"{figures.rate_per_s:.3g} steps/s"]
-    return parts + ([] if figures.eta is None else [f"ETA {figures.eta}"])
 
 
 def status_lines(

@@ -99,18 +99,24 @@ def figures_text(
 ) -> str:
     """``progress 120/200 (60.0%) of 4/4 ranks, 4.1 steps/s, ETA 29s (as of 3s ago, ...)``"""
     at, figures = progress
-    total = "?" if figures.total is None else str(figures.total)
-    text = f"progress {figures.step}/{total}"
-    if figures.total:
-        text += f" ({100 * min(1.0, figures.step / figures.total):.1f}%)"
-    text += f" of {figures.ranks_reporting}/{figures.ranks} ranks"
-    if figures.rate_per_s is not None:
-        text += f", {figures.rate_per_s:.3g} steps/s"
-    if figures.eta is not None:
-        text += f", ETA {figures.eta}"
+    text = f"progress {step_text(figures)} of {figures.ranks_reporting}/{figures.ranks} ranks"
+    text += "".join(f", {part}" for part in pace_text(figures))
     if figures.quiet:
         text += f", quiet: {figures.quiet}"
     return text + as_of(at, now, where)
+
+
+def step_text(figures: LineFigures) -> str:
+    """``120/200 (60.0%)``; ``120/?`` without a total."""
+    if not figures.total:
+        return f"{figures.step}/{'?' if figures.total is None else figures.total}"
+    return f"{figures.step}/{figures.total} ({100 * min(1.0, figures.step / figures.total):.1f}%)"
+
+
+def pace_text(figures: LineFigures) -> List[str]:
+    """``4.1 steps/s``, ``ETA 29s``: those of the two that are known."""
+    parts = [] if figures.rate_per_s is None else [f"{figures.rate_per_s:.3g} steps/s"]
+    return parts + ([] if figures.eta is None else [f"ETA {figures.eta}"])
 
 
 def as_of(at: Optional[datetime], now: Optional[datetime], where: str) -> str:
