@@ -20,8 +20,10 @@ import pytest
 import torchx.specs as specs
 
 from tests.conftest import _env
+from torchx_elastic.components.dist_app import DistApp
 from torchx_elastic.components.ft import INSTALL_HINT, ddp
-from torchx_elastic.components.ft_app import FtUsageError
+from torchx_elastic.components.ft_app import FtApp, FtUsageError
+from torchx_elastic.components.job_size import JobSize
 from torchx_elastic.contract import LAUNCHER_PID_ENV, RANK0_ENV, ROLE_RANK0_ENV
 from torchx_elastic.ft.lighthouse import GroupRegistry, serve_registry
 from torchx_elastic.ft.protocol import get_groups, post_event
@@ -98,6 +100,17 @@ def test_bad_combinations_say_what_to_give(kwargs: dict[str, object], message: s
     with pytest.raises(FtUsageError) as err:
         _app(**kwargs)
     assert str(err.value) == message
+
+
+def test_a_group_of_another_rendezvous_backend_is_refused() -> None:
+    """ft.ddp takes no --rdzv_backend; an FtApp built in code from a static group is refused."""
+    group = DistApp(size=JobSize.parse("2x2"), script="train.py", m=None, rdzv_backend="static")
+    with pytest.raises(FtUsageError) as err:
+        FtApp(group=group, replica_groups=2)
+    assert str(err.value) == (
+        "--rdzv_backend static: ft.ddp's groups rendezvous with c10d (each group restarts on"
+        " its own)"
+    )
 
 
 def test_without_torchft_the_component_says_how_to_install_it(
