@@ -123,6 +123,8 @@ class TerminalBar:
         self._pipes: Dict[int, int] = {}  # read end -> the fd it replaces
         self._thread: Optional[threading.Thread] = None
         self._console: Optional[Console] = None
+        # held by the copier from reading a pipe to printing its lines
+        self._copying = threading.Lock()
 
     @property
     def active(self) -> bool:
@@ -177,18 +179,19 @@ class TerminalBar:
             while open_ends:
                 for key, _ in selector.select():
                     read_end = int(key.fd)
-                    data = os.read(read_end, _READ_BYTES)
-                    if not data:  # the fd was given back: the last bytes are in
-                        selector.unregister(read_end)
-                        open_ends -= 1
-                        data = b"\n" if pending[read_end] else b""
-                    *lines, pending[read_end] = (pending[read_end] + data).split(b"\n")
-                    for line in lines:
-                        text = line.decode("utf-8", "replace")
-                        console.print(
-                            Text.from_ansi(text) if "\x1b" in text else Text(text),
-                            soft_wrap=True,
-                        )
+                    with self._copying:
+                        data = os.read(read_end, _READ_BYTES)
+                        if not data:  # the fd was given back: the last bytes are in
+                            selector.unregister(read_end)
+                            open_ends -= 1
+                            data = b"\n" if pending[read_end] else b""
+                        *lines, pending[read_end] = (pending[read_end] + data).split(b"\n")
+                        for line in lines:
+                            text = line.decode("utf-8", "replace")
+                            console.print(
+                                Text.from_ansi(text) if "\x1b" in text else Text(text),
+                                soft_wrap=True,
+                            )
 
     def stop(self) -> None:
         """Give the terminal back; the bar's last state stays above what comes next.
@@ -222,12 +225,15 @@ class TerminalBar:
         atexit.unregister(self.stop)
 
     def _wait_for_the_copier(self) -> None:
-        """Until the pipes hold no unread byte (at most ``DRAIN_S``), then the copier's
-        last print."""
+        """Until the copier has printed every complete line written so far (at most
+        ``DRAIN_S``): the pipes hold no unread byte while it is not between a read and its
+        print."""
         deadline = time.monotonic() + DRAIN_S
-        while time.monotonic() < deadline and any(_unread(fd) for fd in self._pipes):
+        while time.monotonic() < deadline:
+            with self._copying:
+                if not any(_unread(fd) for fd in self._pipes):
+                    return
             time.sleep(0.01)
-        time.sleep(0.02)  # a line read just now is being printed
 
 
 def _unread(fd: int) -> int:
