@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 from typing import Iterator
 
@@ -76,3 +78,22 @@ def _process_environment_restored() -> Iterator[None]:
     if os.environ != saved:
         os.environ.clear()
         os.environ.update(saved)
+
+
+THREADS_END_S = 15.0  # the store calls of these tests time out within a few seconds
+
+
+@pytest.fixture
+def threads_ended() -> Iterator[None]:
+    """The threads the test started have ended by its end (waited for up to
+    :data:`THREADS_END_S`). For tests whose threads call torch's store in this process: one
+    inside such a call as the interpreter exits aborts it (``terminate called without an
+    active exception``: Python 3.11 ends a daemon thread that takes the GIL back during
+    finalization by unwinding it through torch's C++ frames), pytest's exit code with it."""
+    before = set(threading.enumerate())
+    yield
+    deadline = time.monotonic() + THREADS_END_S
+    for thread in set(threading.enumerate()) - before:
+        thread.join(max(0.0, deadline - time.monotonic()))
+    left = sorted(t.name for t in set(threading.enumerate()) - before if t.is_alive())
+    assert not left, f"threads this test left running: {', '.join(left)}"

@@ -107,6 +107,7 @@ def test_a_call_waiting_on_the_lost_host_returns_when_the_loss_is_known() -> Non
     moved.release.set()
     movable.move_to(moved, Endpoint("h1", 29500))
     assert movable.num_nodes_waiting() == 0 and movable.endpoint == Endpoint("h1", 29500)
+    movable.close()
 
 
 def test_a_failed_store_connection_is_a_lost_host() -> None:
@@ -119,6 +120,7 @@ def test_a_failed_store_connection_is_a_lost_host() -> None:
         HostLost, match=r"^the connection to the rendezvous store at h0:29500 failed$"
     ):
         movable.num_nodes_waiting()
+    movable.close()
 
 
 def test_the_node_that_hosts_the_store_never_loses_it() -> None:
@@ -130,6 +132,7 @@ def test_the_node_that_hosts_the_store_never_loses_it() -> None:
     assert not movable.lost
     with pytest.raises(RendezvousConnectionError):
         movable.num_nodes_waiting()
+    movable.close()
 
 
 def free_port() -> int:
@@ -142,6 +145,7 @@ def test_the_survivors_meet_at_the_successor_and_form_a_round_there() -> None:
     port = free_port()
     members = {0: "lost.invalid", 1: "127.0.0.1", 2: "127.0.0.2"}
     moved: dict[str, Any] = {}
+    failovers: list[Failover] = []
     movables = {
         addr: MovableRendezvous(Handler(), Endpoint("lost.invalid", port))
         for addr in ("127.0.0.1", "127.0.0.2")
@@ -155,6 +159,7 @@ def test_the_survivors_meet_at_the_successor_and_form_a_round_there() -> None:
             movables[addr],
             lambda endpoint, hosting: followed.append((endpoint, hosting)),
         )
+        failovers.append(failover)
         moved[addr] = (failover.move(members, addr), followed)
         moved[addr + " round"] = movables[addr].next_rendezvous()
 
@@ -169,6 +174,8 @@ def test_the_survivors_meet_at_the_successor_and_form_a_round_there() -> None:
     assert hosts_store(movables["127.0.0.1"]) and not hosts_store(movables["127.0.0.2"])
     ranks = sorted(moved[f"{a} round"].rank for a in ("127.0.0.1", "127.0.0.2"))
     assert ranks == [0, 1] and moved["127.0.0.1 round"].world_size == 2
+    for ended in (*failovers, *movables.values()):  # the new host's beacon, the round's calls
+        ended.close()
 
 
 def test_the_watch_hands_a_lost_host_to_the_move_or_gives_up_with_the_reason() -> None:
@@ -220,7 +227,7 @@ def test_a_node_waiting_at_the_original_endpoint_learns_where_the_job_went(
         f"the job's rendezvous moved from 127.0.0.1:{port} to h1:29500 while its host was lost"
     )
     handler.release.set()
-    time.sleep(2 * failover.MOVED_CHECK_S)  # its moved-watch ends with the first round
+    movable.close()  # its moved-watch ends
 
 
 def test_torchs_warning_for_each_failed_heartbeat_is_dropped_where_the_agent_says_more(

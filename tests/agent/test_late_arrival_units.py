@@ -7,6 +7,8 @@ import gc
 import socket
 import threading
 import time
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 from torch.distributed import TCPStore  # type: ignore[attr-defined]
@@ -80,11 +82,17 @@ def test_a_store_that_goes_away_as_a_late_node_reaches_it_ends_its_elastic_job()
     assert not late_for_the_job(gone.value, config("2"))
 
 
-def _never_answers() -> None:
-    threading.Event().wait()  # a store handshake that never completes
+@pytest.fixture
+def never_answers() -> Iterator[Callable[[], Any]]:
+    """A store handshake that does not complete while the test runs."""
+    test_over = threading.Event()
+    yield test_over.wait
+    test_over.set()
 
 
-def test_a_host_gone_during_the_store_handshake_is_the_end_of_an_elastic_job() -> None:
+def test_a_host_gone_during_the_store_handshake_is_the_end_of_an_elastic_job(
+    never_answers: Callable[[], Any],
+) -> None:
     """Pod 0 of an elastic job exits as a late pod connects: its address vanishes without a
     reset, the handshake never completes, and then nothing takes a connection there."""
     with socket.socket() as free:
@@ -93,19 +101,21 @@ def test_a_host_gone_during_the_store_handshake_is_the_end_of_an_elastic_job() -
     endpoint = Endpoint("127.0.0.1", port)
     gone = "went away while this node connected"
     with pytest.raises(RendezvousConnectionError, match=gone) as err:
-        store_client(_never_answers, endpoint, answer_s=0.2)
+        store_client(never_answers, endpoint, answer_s=0.2)
     assert late_for_the_job(err.value, config("1:3"))
     assert not late_for_the_job(err.value, config("2"))
 
 
-def test_a_program_that_takes_connections_but_never_answers_is_not_a_store() -> None:
+def test_a_program_that_takes_connections_but_never_answers_is_not_a_store(
+    never_answers: Callable[[], Any],
+) -> None:
     with socket.socket() as other:
         other.bind(("127.0.0.1", 0))
         other.listen()
         endpoint = Endpoint("127.0.0.1", other.getsockname()[1])
         said: list[str] = []
         with pytest.raises(RendezvousDiagnosis, match="is not a rendezvous store"):
-            store_client(_never_answers, endpoint, answer_s=0.2, report=said.append)
+            store_client(never_answers, endpoint, answer_s=0.2, report=said.append)
         assert said == [
             f"rendezvous at {endpoint}: the program there took the connection but has not"
             " answered as a rendezvous store for 0.1s (its host is starting or short of CPU,"
@@ -113,7 +123,9 @@ def test_a_program_that_takes_connections_but_never_answers_is_not_a_store() -> 
         ]
 
 
-def test_the_silence_of_a_program_on_the_port_is_said_before_half_the_wait() -> None:
+def test_the_silence_of_a_program_on_the_port_is_said_before_half_the_wait(
+    never_answers: Callable[[], Any],
+) -> None:
     """A long wait for the store's answer (30 s by default) is said after ``said_s``."""
     with socket.socket() as other:
         other.bind(("127.0.0.1", 0))
@@ -122,7 +134,7 @@ def test_the_silence_of_a_program_on_the_port_is_said_before_half_the_wait() -> 
         said: list[str] = []
         started = time.monotonic()
         with pytest.raises(RendezvousDiagnosis, match="is not a rendezvous store"):
-            store_client(_never_answers, endpoint, answer_s=1.0, report=said.append, said_s=0.2)
+            store_client(never_answers, endpoint, answer_s=1.0, report=said.append, said_s=0.2)
         assert len(said) == 1 and "has not answered as a rendezvous store for 0.2s" in said[0]
         assert time.monotonic() - started >= 1.0
 

@@ -35,6 +35,9 @@ from torchx_elastic.schedulers.progress_status import (
     progress_message,
 )
 
+# the progress exchange calls torch's store from a thread of its own
+pytestmark = pytest.mark.usefixtures("threads_ended")
+
 
 def _summary(**changes: Any) -> JobSummary:
     fields: dict[str, Any] = dict(

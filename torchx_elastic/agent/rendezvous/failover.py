@@ -29,7 +29,6 @@ import datetime
 import logging
 import socket
 import threading
-import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, TypeVar
@@ -114,6 +113,7 @@ class MovableRendezvous(WrappedRendezvous):
         # the handlers this node left: the store one of them hosts at the original endpoint
         # tells nodes that come later where the job went
         self._left: list[RendezvousHandler] = []
+        self._closed = threading.Event()
 
     @property
     def armed(self) -> bool:
@@ -140,6 +140,11 @@ class MovableRendezvous(WrappedRendezvous):
         self.handler = handler
         self.endpoint = endpoint
         self._lost.clear()
+
+    def close(self) -> None:
+        """End this node's threads of it (its call pool, its moved-watch): the agent's end."""
+        self._closed.set()
+        self._calls.shutdown(wait=False, cancel_futures=True)
 
     def _call(self, call: Callable[[], T]) -> T:
         self._raise_if_gone()
@@ -170,8 +175,7 @@ class MovableRendezvous(WrappedRendezvous):
         :data:`MOVED_CHECK_S` whether the survivors moved the job, as they write it into
         the store there (a node that came back, or came late, may have formed a round of
         its own meanwhile); on a thread of its own: a store call may wait on a lost host."""
-        while self.endpoint == self._original:
-            time.sleep(MOVED_CHECK_S)
+        while self.endpoint == self._original and not self._closed.wait(MOVED_CHECK_S):
             store = compat.handler_store(self.handler)
             key = moved_to_key(self.get_run_id())
             try:
@@ -231,6 +235,7 @@ class Failover:
         self._movable = movable
         self._on_moved = on_moved
         self._endpoint_ips = resolved(movable.endpoint.host)
+        self._beacons: list[Beacon] = []
 
     def successors(self, members: dict[int, str]) -> list[str]:
         return successors(members, self._movable.endpoint, self._endpoint_ips)
@@ -244,6 +249,11 @@ class Failover:
                 f" minimum of {self._config.min_nodes}"
             )
         return None
+
+    def close(self) -> None:
+        """Stop telling the original endpoint where the job went (the agent's end)."""
+        for beacon in self._beacons:
+            beacon.close()
 
     def join(self, endpoint: Endpoint) -> None:
         """Join the job where its survivors moved the rendezvous (as a new node)."""
@@ -284,7 +294,9 @@ class Failover:
             self._movable.move_to(StoreHost(handler) if hosting else handler, endpoint)
             self._on_moved(endpoint, hosting)
             if hosting:
-                Beacon(self._config.rdzv_endpoint, endpoint, self._signer, params.run_id).start()
+                beacon = Beacon(self._config.rdzv_endpoint, endpoint, self._signer, params.run_id)
+                beacon.start()
+                self._beacons.append(beacon)
             return endpoint, hosting
         raise NoSuccessor("no other node of its last round hosts it")
 

@@ -180,20 +180,25 @@ def launch(
         if shutdown_rendezvous:
             handler.shutdown()
         session.close()
-    error = None if result is not None else str(failure or f"the agent stopped (exit code {code})")
-    record_agent_end(
-        config, supervisor.last_round, supervisor.attempt, time.monotonic() - started_s, error
-    )
-    if isinstance(failure, JobAlreadyFinished):
-        raise failure
-    session.finish(result, code, attempt=supervisor.attempt)
-    if shutdown_rendezvous:  # the job ended (not by a signal): its store's host leaves last
-        leave_last(supervisor.last_round, hosts_store(handler))
-    if failure is not None:
-        raise failure
-    if code == 0:
-        keep_closed_rendezvous_up(config, supervisor, hosts_store(handler))
-    return code
+    try:
+        stopped = f"the agent stopped (exit code {code})"
+        error = None if result is not None else str(failure or stopped)
+        record_agent_end(
+            config, supervisor.last_round, supervisor.attempt, time.monotonic() - started_s, error
+        )
+        if isinstance(failure, JobAlreadyFinished):
+            raise failure
+        session.finish(result, code, attempt=supervisor.attempt)
+        if shutdown_rendezvous:  # the job ended (not by a signal): its store's host leaves last
+            leave_last(supervisor.last_round, hosts_store(handler))
+        if failure is not None:
+            raise failure
+        if code == 0:
+            keep_closed_rendezvous_up(config, supervisor, hosts_store(handler))
+        return code
+    finally:
+        if move is not None:  # its beacon tells late nodes where the job went until now
+            move.close()
 
 
 def warn_on_node0(warning: str, on_round: RoundListener) -> RoundListener:

@@ -56,6 +56,11 @@ class RendezvousMove:
         """The loop's last round: its members' addresses by node rank."""
         self._last_round = last_round
 
+    def close(self) -> None:
+        """End the threads of the move (the beacon of a moved rendezvous, the movable's)."""
+        self._failover.close()
+        self.movable.close()
+
     def _follow(self, endpoint: Endpoint, hosting: bool) -> None:
         if self.watch is not None:
             self.watch.follow(endpoint, hosting)
