@@ -339,6 +339,12 @@ def check_run(console: Console, saved: Path, killed_at: float, code: int) -> str
         " both again",
     )
     check(sizes[-1:] == [2], "the Lighthouse role's last quorum is not of both groups")
+    # local_cwd hands every role the job's secret: the groups' reports were signed (the
+    # Lighthouse role ended, so it took them)
+    check(
+        not any("is NOT authenticated" in line for line in console.lines),
+        "the Lighthouse role's registry ran without the job's secret on local_cwd",
+    )
     # the kill usually lands before group 0's allreduce of that step (the example's --step-s
     # comes first): group 0 skips that step, and its Manager, not a restart, handles the error
     failed = [f"{step} ({reason})" for step, reason, t in console.skipped(0) if t > killed_at]

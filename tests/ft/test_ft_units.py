@@ -4,6 +4,7 @@ the groups and the group launcher (a real launcher process against a real regist
 from __future__ import annotations
 
 import importlib.util
+import json
 import logging
 import signal
 import socket
@@ -11,6 +12,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
 import urllib.request
 from datetime import timedelta
 from pathlib import Path
@@ -24,7 +26,13 @@ from torchx_elastic.components.dist_app import DistApp
 from torchx_elastic.components.ft import INSTALL_HINT, ddp
 from torchx_elastic.components.ft_app import FtApp, FtUsageError
 from torchx_elastic.components.job_size import JobSize
-from torchx_elastic.contract import LAUNCHER_PID_ENV, RANK0_ENV, ROLE_RANK0_ENV
+from torchx_elastic.contract import (
+    LAUNCHER_PID_ENV,
+    RANK0_ENV,
+    ROLE_RANK0_ENV,
+    SECRET_ENV,
+    SECRET_FILE_ENV,
+)
 from torchx_elastic.ft.lighthouse import GroupRegistry, serve_registry
 from torchx_elastic.ft.protocol import get_groups, post_event
 from torchx_elastic.schedulers.docker.options import DockerOptions
@@ -215,11 +223,110 @@ def test_group_launcher_says_when_the_lighthouse_role_is_gone(
     monkeypatch.setenv("REPLICA_GROUP_ID", "1")
     monkeypatch.setenv(RANK0_ENV, "127.0.0.1")
     monkeypatch.delenv(LAUNCHER_PID_ENV, raising=False)
+    monkeypatch.delenv(SECRET_ENV, raising=False)
     assert group.run("0", _free_port(), ["-c", "pass"]) == 0
-    assert capsys.readouterr().err.strip() == (
+    refused = "unreachable ([Errno 111] Connection refused)"
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "torchx-elastic: the Lighthouse role at 127.0.0.1 did not take the start of replica"
+        f" group 1 (node 0): {refused}",
         "torchx-elastic: the Lighthouse role at 127.0.0.1 did not take the end of replica"
-        " group 1 (node 0); it keeps running until cancelled"
+        f" group 1 (node 0): {refused}; it keeps running until cancelled",
+    ]
+
+
+@pytest.fixture
+def signed_registry() -> Iterator[tuple[GroupRegistry, int]]:
+    lighthouse_port = _free_port()
+    registry = GroupRegistry(1)
+    server = serve_registry(registry, lighthouse_port + 1, SECRET)
+    yield registry, lighthouse_port
+    server.shutdown()
+
+
+SECRET = b"s" * 32
+STARTED: dict[str, object] = {"node": "0", "event": "started", "rc": 0}
+REFUSED = (
+    "refused: not signed with the job's secret: the roles of one app share it"
+    f" ({SECRET_ENV} or {SECRET_FILE_ENV}, which the schedulers of torchx-elastic set)"
+)
+
+
+def test_a_registry_with_the_jobs_secret_takes_only_reports_signed_with_it(
+    signed_registry: tuple[GroupRegistry, int], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Anyone who reaches the port could otherwise report every group ended, which stops
+    the Lighthouse and with it the training of every group."""
+    registry, port = signed_registry
+    for secret in (None, b"another job's secret"):
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            post_event("127.0.0.1", port, 0, STARTED, secret)
+        assert refused.value.code == 403
+        assert json.loads(refused.value.read()) == {"error": REFUSED}
+    assert registry.state(0) == "waiting"
+    assert [r.getMessage() for r in caplog.records] == [  # once per peer
+        f"refused a report from 127.0.0.1: {REFUSED.removeprefix('refused: ')}"
+    ]
+    post_event("127.0.0.1", port, 0, STARTED, SECRET)
+    assert registry.state(0) == "running"
+
+
+def test_a_group_launcher_without_the_jobs_secret_says_it_was_refused(
+    signed_registry: tuple[GroupRegistry, int],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from torchx_elastic.ft import group
+
+    registry, port = signed_registry
+    monkeypatch.setenv("REPLICA_GROUP_ID", "0")
+    monkeypatch.setenv(RANK0_ENV, "127.0.0.1")
+    monkeypatch.delenv(LAUNCHER_PID_ENV, raising=False)
+    monkeypatch.setenv(SECRET_ENV, "not the job's")
+    assert group.run("0", port, ["-c", "pass"]) == 0
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert sorted(lines) == [
+        "torchx-elastic: the Lighthouse role at 127.0.0.1 did not take the end of replica"
+        f" group 0 (node 0): {REFUSED}; it keeps running until cancelled",
+        "torchx-elastic: the Lighthouse role at 127.0.0.1 did not take the start of replica"
+        f" group 0 (node 0): {REFUSED}",
+    ]
+    monkeypatch.setenv(SECRET_ENV, SECRET.decode())
+    assert group.run("0", port, ["-c", "pass"]) == 0
+    assert registry.state(0) == "succeeded"
+
+
+def test_a_lighthouse_role_without_a_secret_says_so_and_takes_unsigned_reports() -> None:
+    """An app run by a scheduler that hands out no secret (torchx's own) still ends."""
+    port = _free_port()
+    env = _env()
+    for name in (SECRET_ENV, SECRET_FILE_ENV):
+        env.pop(name, None)
+    lighthouse = subprocess.Popen(
+        [sys.executable, "-m", "torchx_elastic.ft.lighthouse", "--num_groups", "1"]
+        + ["--port", str(port), "--join_timeout_ms", "100"],
+        env=env,
+        stderr=subprocess.PIPE,
+        text=True,
     )
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                post_event("127.0.0.1", port, 0, {"node": "0", "event": "ended", "rc": 0})
+                break
+            except OSError:
+                assert time.monotonic() < deadline and lighthouse.poll() is None
+                time.sleep(0.2)
+        _, err = lighthouse.communicate(timeout=60)
+    finally:
+        lighthouse.kill()
+    assert lighthouse.returncode == 0, err
+    assert (
+        f"[torchx-elastic ft] the groups' registry on port {port + 1} is NOT authenticated: any"
+        " process that reaches it can report a replica group ended and so stop the"
+        " Lighthouse; give every role of the app the same secret in"
+        f" {SECRET_ENV} or {SECRET_FILE_ENV} (docs/security.md)"
+    ) in err.splitlines()
 
 
 def test_docker_and_local_cwd_give_each_role_its_own_rank0_host() -> None:

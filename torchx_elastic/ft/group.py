@@ -14,15 +14,18 @@ only: it is on every node's start path.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import signal
 import subprocess
 import sys
 import threading
 import time
+import urllib.error
 from types import FrameType
 from typing import Dict, List, Optional
 
+from torchx_elastic.agent.rendezvous.job_secret import read_secret
 from torchx_elastic.agent.workers.bootstrap import die_with_parent
 from torchx_elastic.contract import LAUNCHER_PID_ENV, RANK0_ENV
 from torchx_elastic.ft.protocol import (
@@ -39,16 +42,33 @@ ENDED_REPORT_S = 30.0
 RETRY_S = 0.5
 
 
-def _report(host: str, port: int, group: int, body: Dict[str, object], within_s: float) -> bool:
+def _report(
+    host: str,
+    port: int,
+    group: int,
+    body: Dict[str, object],
+    within_s: float,
+    secret: Optional[bytes],
+) -> Optional[str]:
+    """None once the Lighthouse role took the report, else why it did not."""
     deadline = time.monotonic() + within_s
     while True:
         try:
-            post_event(host, port, group, body)
-            return True
-        except OSError:
+            post_event(host, port, group, body, secret)
+            return None
+        except urllib.error.HTTPError as err:  # refused: trying again changes nothing
+            return _refusal(err)
+        except OSError as err:
             if time.monotonic() >= deadline:
-                return False
+                return f"unreachable ({getattr(err, 'reason', err)})"
             time.sleep(RETRY_S)
+
+
+def _refusal(err: urllib.error.HTTPError) -> str:
+    try:
+        return str(json.loads(err.read())["error"])
+    except (ValueError, KeyError, TypeError, OSError):
+        return f"HTTP {err.code}"
 
 
 def _exit_code(returncode: int) -> int:
@@ -60,21 +80,27 @@ def run(node: str, lighthouse_port: int, agent_args: List[str]) -> int:
     die_with_parent(LAUNCHER_PID_ENV, signal.SIGTERM)
     host = os.environ.get(RANK0_ENV) or "localhost"
     group = int(os.environ[GROUP_ID_ENV])
+    try:
+        secret = read_secret()
+    except ValueError as err:
+        print(f"torchx-elastic: error: {err}", file=sys.stderr)
+        return 1
     env = dict(os.environ)
     env[LIGHTHOUSE_ENV] = lighthouse_url(host, lighthouse_port)
     if LAUNCHER_PID_ENV in env:
         env[LAUNCHER_PID_ENV] = str(os.getpid())
-    started = threading.Thread(
-        target=_report,
-        args=(
-            host,
-            lighthouse_port,
-            group,
-            {"node": node, "event": "started", "rc": 0},
-            STARTED_REPORT_S,
-        ),
-        daemon=True,
-    )
+
+    def report_start() -> None:
+        start = {"node": node, "event": "started", "rc": 0}
+        why = _report(host, lighthouse_port, group, start, STARTED_REPORT_S, secret)
+        if why is not None:
+            print(
+                f"torchx-elastic: the Lighthouse role at {host} did not take the start of"
+                f" replica group {group} (node {node}): {why}",
+                file=sys.stderr,
+            )
+
+    started = threading.Thread(target=report_start, daemon=True)
     started.start()
     stopped: List[int] = []  # the signals this process got
     forwarded: List[int] = []  # those it sent on to the agent
@@ -100,10 +126,11 @@ def run(node: str, lighthouse_port: int, agent_args: List[str]) -> int:
         started.join(STARTED_REPORT_S)
         within_s = ENDED_REPORT_S
     ended = {"node": node, "event": "ended", "rc": code}
-    if not _report(host, lighthouse_port, group, ended, within_s):
+    why = _report(host, lighthouse_port, group, ended, within_s, secret)
+    if why is not None:
         print(
             f"torchx-elastic: the Lighthouse role at {host} did not take the end of replica"
-            f" group {group} (node {node}); it keeps running until cancelled",
+            f" group {group} (node {node}): {why}; it keeps running until cancelled",
             file=sys.stderr,
         )
     return code

@@ -14,6 +14,7 @@ its state is its groups' (a group that failed makes the app FAILED).
 from __future__ import annotations
 
 import argparse
+import hmac
 import json
 import logging
 import re
@@ -22,9 +23,16 @@ import threading
 import urllib.request
 from dataclasses import asdict, dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Set, Tuple
 
-from torchx_elastic.ft.protocol import DEFAULT_LIGHTHOUSE_PORT, registry_port
+from torchx_elastic.agent.rendezvous.job_secret import read_secret
+from torchx_elastic.contract import SECRET_ENV, SECRET_FILE_ENV
+from torchx_elastic.ft.protocol import (
+    DEFAULT_LIGHTHOUSE_PORT,
+    SIGNATURE_HEADER,
+    registry_port,
+    signature,
+)
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +41,18 @@ INSTALL_HINT = (
     " pip install 'torchx-elastic[ft]' (or pip install torchft) in the job's environment or image"
 )
 WAITING, RUNNING, SUCCEEDED, FAILED = "waiting", "running", "succeeded", "failed"
+UNSIGNED = (
+    f"not signed with the job's secret: the roles of one app share it ({SECRET_ENV} or"
+    f" {SECRET_FILE_ENV}, which the schedulers of torchx-elastic set)"
+)
+
+
+def unauthenticated_warning(port: int) -> str:
+    return (
+        f"the groups' registry on port {port} is NOT authenticated: any process that reaches"
+        " it can report a replica group ended and so stop the Lighthouse; give every role of"
+        f" the app the same secret in {SECRET_ENV} or {SECRET_FILE_ENV} (docs/security.md)"
+    )
 
 
 # a group that restarts from the fork server is back within about a second: the quorum of
@@ -153,7 +173,9 @@ class GroupRegistry:
         return ", ".join(f"group{g} {self.state(g)}" for g in self._nodes)
 
 
-def _handler(registry: GroupRegistry) -> type[BaseHTTPRequestHandler]:
+def _handler(registry: GroupRegistry, secret: Optional[bytes]) -> type[BaseHTTPRequestHandler]:
+    refused_from: Set[str] = set()  # the peers whose refusal was logged (once each)
+
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:  # noqa: N802 (http.server's name)
             if self.path.rstrip("/") != "/groups":
@@ -164,12 +186,29 @@ def _handler(registry: GroupRegistry) -> type[BaseHTTPRequestHandler]:
         def do_POST(self) -> None:  # noqa: N802
             _, _, group = self.path.rstrip("/").rpartition("/groups/")
             try:
-                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
+                data = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            except ValueError as err:
+                self._answer(400, {"error": str(err)})
+                return
+            if secret is not None and not hmac.compare_digest(
+                self.headers.get(SIGNATURE_HEADER, ""), signature(secret, self.path, data)
+            ):
+                self._refuse()
+                return
+            try:
+                body = json.loads(data)
                 registry.record(int(group), str(body["node"]), body["event"], int(body["rc"]))
             except (ValueError, KeyError, TypeError) as err:
                 self._answer(400, {"error": str(err)})
                 return
             self._answer(200, {"ok": True})
+
+        def _refuse(self) -> None:
+            peer = self.client_address[0]
+            if peer not in refused_from:
+                refused_from.add(peer)
+                log.warning("refused a report from %s: %s", peer, UNSIGNED)
+            self._answer(403, {"error": f"refused: {UNSIGNED}"})
 
         def _answer(self, code: int, body: Dict[str, object]) -> None:
             data = json.dumps(body).encode()
@@ -185,9 +224,12 @@ def _handler(registry: GroupRegistry) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
-def serve_registry(registry: GroupRegistry, port: int) -> ThreadingHTTPServer:
-    """The registry's HTTP server, serving on a thread of its own."""
-    server = ThreadingHTTPServer(("", port), _handler(registry))
+def serve_registry(
+    registry: GroupRegistry, port: int, secret: Optional[bytes] = None
+) -> ThreadingHTTPServer:
+    """The registry's HTTP server, serving on a thread of its own; with ``secret``, it takes
+    only the reports signed with it."""
+    server = ThreadingHTTPServer(("", port), _handler(registry, secret))
     server.daemon_threads = True
     threading.Thread(target=server.serve_forever, name="ft-registry", daemon=True).start()
     return server
@@ -237,6 +279,11 @@ def main(argv: Optional[list[str]] = None) -> None:
     logging.basicConfig(level=logging.INFO, format="[torchx-elastic ft] %(message)s")
     args = build_parser().parse_args(argv)
     try:
+        secret = read_secret()
+    except ValueError as err:
+        print(f"torchx-elastic: error: {err}", file=sys.stderr)
+        sys.exit(1)
+    try:
         from torchft.coordination import LighthouseServer
     except ImportError:
         print(f"torchx-elastic: error: {INSTALL_HINT}", file=sys.stderr)
@@ -249,7 +296,9 @@ def main(argv: Optional[list[str]] = None) -> None:
         heartbeat_timeout_ms=args.heartbeat_timeout_ms,
     )
     registry = GroupRegistry(args.num_groups)
-    server = serve_registry(registry, registry_port(args.port))
+    server = serve_registry(registry, registry_port(args.port), secret)
+    if secret is None:
+        log.warning(unauthenticated_warning(registry_port(args.port)))
     log.info(
         "Lighthouse of %d replica groups at %s (quorum of at least %d), groups' registry on"
         " port %d",
