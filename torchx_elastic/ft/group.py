@@ -71,6 +71,13 @@ def _refusal(err: urllib.error.HTTPError) -> str:
         return f"HTTP {err.code}"
 
 
+def _not_taken(host: str, report: str, group: int, node: str, why: str) -> str:
+    return (
+        f"torchx-elastic: the Lighthouse role at {host} did not take the {report} of replica"
+        f" group {group} (node {node}): {why}"
+    )
+
+
 def _exit_code(returncode: int) -> int:
     return 128 - returncode if returncode < 0 else returncode
 
@@ -94,11 +101,7 @@ def run(node: str, lighthouse_port: int, agent_args: List[str]) -> int:
         start = {"node": node, "event": "started", "rc": 0}
         why = _report(host, lighthouse_port, group, start, STARTED_REPORT_S, secret)
         if why is not None:
-            print(
-                f"torchx-elastic: the Lighthouse role at {host} did not take the start of"
-                f" replica group {group} (node {node}): {why}",
-                file=sys.stderr,
-            )
+            print(_not_taken(host, "start", group, node, why), file=sys.stderr)
 
     started = threading.Thread(target=report_start, daemon=True)
     started.start()
@@ -129,8 +132,7 @@ def run(node: str, lighthouse_port: int, agent_args: List[str]) -> int:
     why = _report(host, lighthouse_port, group, ended, within_s, secret)
     if why is not None:
         print(
-            f"torchx-elastic: the Lighthouse role at {host} did not take the end of replica"
-            f" group {group} (node {node}): {why}; it keeps running until cancelled",
+            f"{_not_taken(host, 'end', group, node, why)}; it keeps running until cancelled",
             file=sys.stderr,
         )
     return code
