@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import re
 import signal
-import socket
 import subprocess
 import threading
 import time
@@ -22,6 +21,7 @@ from typing import Dict, List, Optional, Set, Tuple
 import pytest
 
 from tests.conftest import BIN, _env
+from tests.ft.ports import free_port_pair
 
 pytestmark = pytest.mark.slow
 
@@ -44,21 +44,6 @@ class Step:
     step: int
     quorum: int
     t: float
-
-
-def _free_port_pair() -> int:
-    """A port P with P and P + 1 free (the Lighthouse and the groups' registry)."""
-    for _ in range(50):
-        with socket.socket() as first:
-            first.bind(("", 0))
-            port = int(first.getsockname()[1])
-            with socket.socket() as second:
-                try:
-                    second.bind(("", port + 1))
-                except OSError:
-                    continue
-                return port
-    raise RuntimeError("no two consecutive free ports")
 
 
 class Console:
@@ -204,7 +189,7 @@ def test_a_killed_group_restarts_alone_while_the_other_keeps_training(tmp_path: 
             "--max_retries",
             "2",
             "--lighthouse_port",
-            str(_free_port_pair()),
+            str(free_port_pair()),
             "--join_timeout_ms",
             "1000",
             "--heartbeat_timeout_ms",

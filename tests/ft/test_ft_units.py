@@ -22,6 +22,7 @@ import pytest
 import torchx.specs as specs
 
 from tests.conftest import _env
+from tests.ft.ports import free_port_pair
 from torchx_elastic.components.dist_app import DistApp
 from torchx_elastic.components.ft import INSTALL_HINT, ddp
 from torchx_elastic.components.ft_app import FtApp, FtUsageError
@@ -173,10 +174,9 @@ def test_registry_states_and_the_end_of_every_group() -> None:
 
 @pytest.fixture
 def registry_port() -> Iterator[tuple[GroupRegistry, int]]:
-    lighthouse_port = _free_port()
     registry = GroupRegistry(1)
-    server = serve_registry(registry, lighthouse_port + 1)
-    yield registry, lighthouse_port
+    server = serve_registry(registry, 0)  # a free port, bound at once: no other test's
+    yield registry, server.server_address[1] - 1  # the Lighthouse port it goes with
     server.shutdown()
 
 
@@ -236,10 +236,9 @@ def test_group_launcher_says_when_the_lighthouse_role_is_gone(
 
 @pytest.fixture
 def signed_registry() -> Iterator[tuple[GroupRegistry, int]]:
-    lighthouse_port = _free_port()
     registry = GroupRegistry(1)
-    server = serve_registry(registry, lighthouse_port + 1, SECRET)
-    yield registry, lighthouse_port
+    server = serve_registry(registry, 0, SECRET)
+    yield registry, server.server_address[1] - 1
     server.shutdown()
 
 
@@ -297,7 +296,7 @@ def test_a_group_launcher_without_the_jobs_secret_says_it_was_refused(
 
 def test_a_lighthouse_role_without_a_secret_says_so_and_takes_unsigned_reports() -> None:
     """An app run by a scheduler that hands out no secret (torchx's own) still ends."""
-    port = _free_port()
+    port = free_port_pair()
     env = _env()
     for name in (SECRET_ENV, SECRET_FILE_ENV):
         env.pop(name, None)
