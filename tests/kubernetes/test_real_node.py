@@ -810,9 +810,9 @@ def test_a_late_pod_joins_a_running_elastic_job_at_the_next_round(
     except AssertionError as err:  # what each pod's agent said decides where to look
         logs = [f"{name}:\n{cluster.pod_log(name)}" for name in _job_pod_names(cluster, job)]
         raise AssertionError("\n".join([str(err), *logs])) from None
-    assert _wait_done(scheduler, handle) == AppState.SUCCEEDED, cluster.torchx(
-        "status", handle
-    ).stdout
+    if _wait_done(scheduler, handle) != AppState.SUCCEEDED:  # the status, then what each said
+        logs = [f"{name}:\n{cluster.pod_log(name)}" for name in _job_pod_names(cluster, job)]
+        raise AssertionError("\n".join([cluster.torchx("status", handle).stdout, *logs]))
     first, second = (
         cluster.pod_log(_pod_of(cluster, job, 0)),
         cluster.pod_log(_pod_of(cluster, job, 1)),
