@@ -412,3 +412,21 @@ def test_group_launcher_forwards_sigterm_to_the_agent_and_stops_at_once() -> Non
     assert launcher.wait(timeout=30) == 7
     # no Lighthouse role answers: one try, not ENDED_REPORT_S of retries
     assert time.monotonic() - sent_at < 10
+
+
+def test_a_group_launcher_whose_secret_file_cannot_be_read_says_so_and_starts_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from torchx_elastic.ft import group
+
+    missing = tmp_path / "no.secret"
+    monkeypatch.setenv("REPLICA_GROUP_ID", "0")
+    monkeypatch.delenv(SECRET_ENV, raising=False)
+    monkeypatch.setenv(SECRET_FILE_ENV, str(missing))
+    started = tmp_path / "started"
+    assert group.run("0", _free_port(), ["-c", f"open({str(started)!r}, 'w')"]) == 1
+    assert capsys.readouterr().err.strip() == (
+        f"torchx-elastic: error: {SECRET_FILE_ENV}={missing}: cannot read the job's secret"
+        " (No such file or directory)"
+    )
+    assert not started.exists()
