@@ -162,6 +162,8 @@ def run_call_file(call_file: str) -> None:
         call: Call = pickle.load(file)
     if _is_fresh_interpreter():
         _prepare(call.preparation)
+    else:  # a fork of the caller: its arguments, as multiprocessing's fork keeps them
+        sys.argv = list(call.preparation.get("sys_argv", sys.argv))
     function, args = _unpickle_call(call)
     path = result_path(call_file, os.environ.get(RESTART_COUNT_ENV, "0"), os.environ["RANK"])
     try:

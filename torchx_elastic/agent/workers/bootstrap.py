@@ -134,6 +134,7 @@ def run_script(script: str) -> None:
         __spec__=None,
         __package__=None,
         __cached__=None,
+        __annotations__={},  # what the interpreter's own __main__ starts with
     )
     sys.modules["__main__"] = main
     exec(code, main.__dict__)

@@ -24,10 +24,8 @@ from __future__ import annotations
 
 import array
 import gc
-import io
 import json
 import os
-import random
 import selectors
 import signal
 import socket
@@ -36,10 +34,12 @@ import threading
 import weakref
 from typing import Any, NoReturn
 
-from torchx_elastic.agent.workers import bootstrap, worker_end
+from torchx_elastic.agent.workers import bootstrap, fresh_state, worker_end
 from torchx_elastic.contract import AGENT_PID_ENV
 
 _MAX_MESSAGE_BYTES = 1 << 20
+# what the server's own imports put in its environment (torch's compiler: its cache folder)
+_ENV_SET_BY_PRELOAD: dict[str, str] = {}
 # what a DDP training script imports, directly or when it builds DistributedDataParallel
 # (which pulls in torch's compiler too: compat.preload_compiler, when preload.needs_compiler)
 PRELOAD_MODULES = ("torch", "torch.distributed", "torch.nn.parallel", "torch.utils.data")
@@ -84,7 +84,10 @@ def _run_child(
         os.chdir(request["cwd"])
         os.environ.clear()
         os.environ.update(request["env"])
-        _fresh_process_state()
+        for name, value in _ENV_SET_BY_PRELOAD.items():  # as the worker's own import would
+            os.environ.setdefault(name, value)
+        fresh_state.as_fresh_interpreter(script_workers)
+        sys.argv = [""]
     except BaseException:  # noqa: BLE001 - the worker could not be set up
         import traceback
 
@@ -108,36 +111,6 @@ def _fresh_signals() -> None:
             signal.signal(sig, signal.SIG_DFL)
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.default_int_handler)
-
-
-def _fresh_process_state() -> None:
-    """What a new interpreter would not share with its siblings."""
-    _fresh_stdio()
-    random.seed()
-    numpy_random = sys.modules.get("numpy.random")
-    if numpy_random is not None:
-        numpy_random.seed()
-    threads = os.environ.get("OMP_NUM_THREADS")
-    torch = sys.modules.get("torch")
-    if threads and threads.isdigit() and torch is not None:
-        torch.set_num_threads(int(threads))
-    sys.argv = [""]
-
-
-def _fresh_stdio() -> None:
-    """Standard streams on descriptors 0-2 with the buffering a new interpreter would use."""
-    unbuffered = bool(os.environ.get("PYTHONUNBUFFERED"))
-    sys.stdin = open(0, closefd=False)  # noqa: SIM115
-    if unbuffered:
-        sys.stdout = io.TextIOWrapper(open(1, "wb", 0, closefd=False), write_through=True)  # noqa: SIM115
-    else:
-        sys.stdout = open(1, "w", closefd=False)  # noqa: SIM115
-    sys.stderr = io.TextIOWrapper(
-        open(2, "wb", 0 if unbuffered else -1, closefd=False),  # noqa: SIM115
-        errors="backslashreplace",
-        line_buffering=True,
-        write_through=unbuffered,
-    )
 
 
 def _run_bootstrap(argv: list[str]) -> int:
@@ -197,12 +170,16 @@ def serve(
 ) -> None:
     if script_workers:  # a function's workers may use what the caller opened
         close_inherited_fds(keep=sock.fileno())
+    env_before = dict(os.environ)
     for name in PRELOAD_MODULES:
         __import__(name)
     if compiler:
         from torchx_elastic.agent import compat
 
         compat.preload_compiler()
+    _ENV_SET_BY_PRELOAD.update(
+        (name, value) for name, value in os.environ.items() if env_before.get(name) != value
+    )
     share_with_forks()
     bootstrap.die_with_agent()  # the server is the agent's child: go with it
     wakeup_r, wakeup_w = os.pipe()
