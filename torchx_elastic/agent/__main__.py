@@ -59,6 +59,9 @@ def main(argv: list[str] | None = None) -> None:
                 fork_server = ForkServer(compiler=needs_compiler(config.worker.args[2:]))
             except RuntimeError as err:  # a thread exists already: forking is not safe
                 print(f"torchx-elastic: starting workers by spawn: {err}", file=sys.stderr)
+    from torchx_elastic.agent import compat
+
+    compat.quiet_cpp_warnings()  # the agent's own process only: its workers are forked
     run(config, fork_server)
 
 

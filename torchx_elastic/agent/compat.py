@@ -312,6 +312,25 @@ def is_this_machine(host: str) -> bool:
     return host in ("localhost", "127.0.0.1", "::1", socket.gethostname(), socket.getfqdn())
 
 
+def quiet_cpp_warnings() -> None:
+    """torch's C++ warnings are not printed by this process (the agent's own, never a
+    worker's: call it after the fork server is forked). A store call to a host that has left
+    prints one with 25 lines of C++ frames, several per stop; the agent says what happened
+    in its own words. ``TORCH_CPP_LOG_LEVEL``, when set, still decides."""
+    if os.environ.get("TORCH_CPP_LOG_LEVEL"):
+        return
+    import ctypes
+
+    import torch
+
+    library = os.path.join(os.path.dirname(torch.__file__), "lib", "libc10.so")
+    try:  # c10's log level (0 INFO, 1 WARNING, 2 ERROR), read by every C++ warning
+        level = ctypes.c_int.in_dll(ctypes.CDLL(library), "FLAGS_caffe2_log_level")
+    except (OSError, ValueError):
+        return  # another build of torch: its warnings are printed
+    level.value = max(level.value, 2)
+
+
 def accelerator_count(kind: str) -> int | None:
     """Devices of ``kind`` (``gpu``, ``xpu``, ``auto`` or a custom backend's name) on this
     node; 0 when that kind has none; None when torch has no such kind."""

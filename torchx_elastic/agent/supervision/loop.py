@@ -40,7 +40,11 @@ from torchx_elastic.agent.rendezvous.failover import HostLost
 from torchx_elastic.agent.rendezvous.signed_store import StoreSigner
 from torchx_elastic.agent.rendezvous.worker_store import WorkerStoreHost
 from torchx_elastic.agent.supervision.network_watch import ABANDON_GRACE_S
-from torchx_elastic.agent.supervision.stop_signals import absorb_stop_signals
+from torchx_elastic.agent.supervision.stop_signals import (
+    absorb_stop_signals,
+    stopped_before_joining,
+    stopping,
+)
 from torchx_elastic.agent.supervision.watchdog import HangWatchdog
 from torchx_elastic.agent.workers.bootstrap import DUMP_STACKS_SIGNAL
 from torchx_elastic.agent.workers.forkserver import ForkServer
@@ -241,7 +245,14 @@ class Supervisor:
             return self._run()
         except SignalException as err:
             absorb_stop_signals()  # the scheduler's next signals must not cut the shutdown short
-            self.stop_workers(signal.Signals(err.sigval))  # the workers get the same signal
+            sig = signal.Signals(err.sigval)
+            if self.last_round is None:
+                line = stopped_before_joining(sig)
+            else:
+                grace_s = self.config.shutdown_timeout_s if self._workers is not None else None
+                line = stopping(sig, grace_s)
+            print(line, file=sys.stderr, flush=True)
+            self.stop_workers(sig)  # the workers get the same signal
             raise
         finally:
             self.stop_workers()

@@ -43,6 +43,16 @@ def stopped_before_joining(sig: signal.Signals) -> str:
     return f"torchx-elastic: stopped by {sig.name} before joining"
 
 
+def stopping(sig: signal.Signals, workers_grace_s: float | None) -> str:
+    """What an agent stopped by a signal says, once: what its workers get, if any run."""
+    if workers_grace_s is None:
+        return f"torchx-elastic: stopped by {sig.name}"
+    return (
+        f"torchx-elastic: stopped by {sig.name}: the workers get {sig.name} and"
+        f" {workers_grace_s:g}s to exit before SIGKILL"
+    )
+
+
 def _exit_handler(agent_pid: int) -> Callable[[int, FrameType | None], None]:
     def handler(signum: int, frame: FrameType | None) -> None:
         if os.getpid() != agent_pid:  # the fork server (and its workers) forked from here:

@@ -1,0 +1,84 @@
+"""An agent stopped by a signal says so in one line, and no agent prints torch's C++ store
+warnings (25 lines of C++ frames each) when a node, or the store's host, leaves."""
+
+from __future__ import annotations
+
+import signal
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.agents import free_port, start_agent, wait_for_text
+from torchx_elastic.agent.supervision.stop_signals import stopping
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
+
+SCRIPT = textwrap.dedent(
+    """
+    import os, time
+    import torch.distributed as dist
+    dist.init_process_group("gloo")
+    print("training", os.environ["RANK"], flush=True)
+    time.sleep(120)
+    """
+)
+CPP_NOISE = ("frame #", "Exception raised from", "TCPStore.cpp")
+
+
+def test_the_stop_line() -> None:
+    assert stopping(signal.SIGTERM, 30) == (
+        "torchx-elastic: stopped by SIGTERM: the workers get SIGTERM and 30s to exit before SIGKILL"
+    )
+    assert stopping(signal.SIGINT, 2.5) == (
+        "torchx-elastic: stopped by SIGINT: the workers get SIGINT and 2.5s to exit before SIGKILL"
+    )
+    assert stopping(signal.SIGHUP, None) == "torchx-elastic: stopped by SIGHUP"
+
+
+def test_the_store_host_stopped_says_so_and_nobody_prints_cpp_frames(tmp_path: Path) -> None:
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPT)
+    port = free_port()
+    logs = [tmp_path / f"agent{n}.log" for n in range(2)]
+    agents = [
+        start_agent(
+            "--nnodes=2",
+            "--nproc-per-node=1",
+            "--rdzv-backend=c10d",
+            f"--rdzv-endpoint=127.0.0.1:{port}",
+            "--rdzv-id=stop",
+            str(script),
+            cwd=tmp_path,
+            log=log,
+        )
+        for log in logs
+    ]
+    try:
+        for log in logs:
+            wait_for_text(log, "training")
+        host = next(n for n, log in enumerate(logs) if "[n0 r0] training 0" in log.read_text())
+        agents[host].send_signal(signal.SIGTERM)
+        assert agents[host].wait(60) == 128 + signal.SIGTERM
+        # the other node fails (its store is gone) or, by timing, takes the rendezvous over
+        # and waits for a second node: then it is stopped too
+        other = agents[1 - host]
+        deadline = time.monotonic() + 90
+        while other.poll() is None and "stopped answering" not in logs[1 - host].read_text():
+            assert time.monotonic() < deadline, logs[1 - host].read_text()
+            time.sleep(0.2)
+        if other.poll() is None:
+            other.send_signal(signal.SIGTERM)
+            assert other.wait(60) == 128 + signal.SIGTERM
+            assert logs[1 - host].read_text().count("torchx-elastic: stopped by SIGTERM") == 1
+    finally:
+        for agent in agents:
+            agent.kill()
+            agent.wait()
+    stopped = logs[host].read_text()
+    assert stopped.count("torchx-elastic: stopped by SIGTERM") == 1, stopped
+    assert stopping(signal.SIGTERM, 30) in stopped
+    for log in logs:
+        text = log.read_text()
+        assert not [noise for noise in CPP_NOISE if noise in text], text
