@@ -20,6 +20,7 @@ def main(argv: list[str] | None = None) -> None:
     # a pod removed while the agent starts (importing torch takes seconds) exits in one line
     exit_on_stop_signals()
     from torchx_elastic.agent.config.cli import build_parser
+    from torchx_elastic.agent.console.output.ordered_copy import copy_console_in_order
     from torchx_elastic.agent.workers.bootstrap import die_with_parent
     from torchx_elastic.contract import LAUNCHER_PID_ENV
     from torchx_elastic.contract.agent_args import FORK_SERVER
@@ -28,6 +29,7 @@ def main(argv: list[str] | None = None) -> None:
     # set by local_cwd: when the torchx process that started this agent dies (even by
     # SIGKILL), the agent gets SIGTERM and stops its workers instead of running on
     die_with_parent(LAUNCHER_PID_ENV, signal.SIGTERM)
+    copy_console_in_order()  # before logging's handler takes sys.stderr
     logging.basicConfig(
         level=os.environ.get("LOGLEVEL", "WARNING").upper(),
         format="[torchx-elastic %(levelname)s] %(message)s",

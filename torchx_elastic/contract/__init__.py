@@ -30,6 +30,9 @@ RANK0_ENV = "TORCHX_RANK0_HOST"  # rank 0's host, as torchx's components name it
 CHANNEL_ENV = "TORCHX_ELASTIC_CHANNEL"  # the agent's socket for progress() and heartbeat()
 ROLE_RANK0_ENV = "TORCHX_ELASTIC_ROLE_RANK0_HOST"  # its own role's replica 0 (ft.ddp's groups)
 ENV_FILE_ENV = "TORCHX_ELASTIC_ENV_FILE"  # a file of NAME=value lines to export (env_file.py)
+# a file the agent appends what it prints to, stdout's and stderr's lines in the order it
+# printed them (local_cwd's combined log: two files cannot say which line came first)
+CONSOLE_COPY_ENV = "TORCHX_ELASTIC_CONSOLE_COPY"
 
 
 def new_secret() -> str:
