@@ -19,6 +19,7 @@ from typing import Any
 from torch.distributed.elastic.multiprocessing.api import Std
 
 from torchx_elastic.agent import compat
+from torchx_elastic.agent.config import rdzv_conf
 from torchx_elastic.agent.config.endpoint import Endpoint
 from torchx_elastic.agent.console.output.display import DEFAULT_STATUS_INTERVAL_S, parse_rank_filter
 from torchx_elastic.agent.console.output.sinks import DEFAULT_PREFIX, format_prefix
@@ -159,51 +160,15 @@ def local_world_size(text: str) -> int:
     return count
 
 
-# what torch's rendezvous handlers accept for the settings they read (others pass through)
-_WHOLE_SECONDS = (
-    "join_timeout",
-    "last_call_timeout",
-    "close_timeout",
-    "heartbeat_timeout",
-    "read_timeout",
-    "keep_alive_interval",
-    "timeout",
-)
-_BOOLEANS = ("1", "true", "t", "yes", "y", "0", "false", "f", "no", "n")
-_CHOICES = {"store_type": ("tcp", "file")}
-
-
-def _rdzv_conf_problem(key: str, value: str) -> str | None:
-    """What is wrong with one ``--rdzv-conf`` setting; None when torch accepts it."""
-    if key in _WHOLE_SECONDS and not (value.isdigit() and int(value) > 0):
-        return f"a whole number of seconds > 0 (e.g. {key}=600)"
-    if key == "keep_alive_max_attempt" and not (value.isdigit() and int(value) > 0):
-        return "a whole number > 0 (e.g. keep_alive_max_attempt=3)"
-    if key == "rank" and not value.isdigit():
-        return "a whole number >= 0 (this node's rank, static rendezvous)"
-    if key == "is_host" and value.lower() not in _BOOLEANS:
-        return "true or false"
-    if key in _CHOICES and value.lower() not in _CHOICES[key]:
-        return " or ".join(_CHOICES[key])
-    return None
-
-
-def rdzv_configs(text: str) -> dict[str, Any]:
-    """``--rdzv-conf KEY=VALUE,...``; every bad value is one line of the :class:`UsageError`."""
-    conf: dict[str, Any] = {}
-    problems = []
-    for item in filter(None, (part.strip() for part in text.split(","))):
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise UsageError(f"--rdzv-conf item {item!r} is not KEY=VALUE (e.g. join_timeout=600)")
-        key, value = key.strip(), value.strip()
-        accepted = _rdzv_conf_problem(key, value)
-        if accepted is not None:
-            problems.append(f"--rdzv-conf {key}={value!r}: {key} must be {accepted}")
-        conf[key] = value
-    if problems:
-        raise UsageError("\n".join(problems))
-    return conf
+def rdzv_configs(text: str, backend: str) -> dict[str, Any]:
+    """``--rdzv-conf KEY=VALUE,...`` as torchrun takes it for ``backend`` (rdzv_conf.py); every
+    bad value is one line of the :class:`UsageError`."""
+    try:
+        conf = rdzv_conf.parse(text)
+        rdzv_conf.check(backend, conf)
+    except ValueError as err:
+        raise UsageError(str(err)) from None
+    return dict(conf)
 
 
 def _int(flag: str, text: Any) -> int:
@@ -286,7 +251,6 @@ def _rendezvous(
     args: argparse.Namespace, nodes: NodeRange
 ) -> tuple[str, Endpoint, str, dict[str, Any], str | None, int | None]:
     """Backend, endpoint, run id, configs and (static only) the master address and port."""
-    conf = rdzv_configs(args.rdzv_conf)
     backend, endpoint_text, run_id = args.rdzv_backend, args.rdzv_endpoint, args.rdzv_id
     if args.standalone or (
         backend == "static"
@@ -295,6 +259,7 @@ def _rendezvous(
         and nodes.max_nodes == 1  # torchrun: one node needs no fixed port
     ):
         backend, endpoint_text, run_id = "c10d", "localhost:0", str(uuid.uuid4())
+    conf = rdzv_configs(args.rdzv_conf, backend)
     master_port = DEFAULT_MASTER_PORT if args.master_port is None else args.master_port
     if backend == "static" and not endpoint_text:
         host = args.master_addr

@@ -1,0 +1,92 @@
+"""``--rdzv-conf``: what torchrun takes is taken; keys the backend does not read are named."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from torchx_elastic.agent.config.cli import build_parser
+from torchx_elastic.agent.config.launch import AgentConfig, UsageError, config_from_args
+
+C10D = ("--nnodes", "1:2", "--rdzv-backend", "c10d", "--rdzv-endpoint", "localhost:29400")
+STATIC = ("--nnodes", "2", "--rdzv-backend", "static", "--rdzv-endpoint", "n0:29400")
+C10D_READS = (
+    "cas_backoff_max_seconds, close_timeout, finished_grace_s, heartbeat_timeout, is_host, join_timeout,"
+    " keep_alive_interval, keep_alive_max_attempt, last_call_timeout, read_timeout, store_type"
+)
+
+
+def config(*argv: str) -> AgentConfig:
+    return config_from_args(build_parser().parse_args([*argv, "train.py"]))
+
+
+def warnings_of(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+
+
+def test_torch_launcher_tests_quoted_conf_is_taken_as_torchrun_takes_it(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # torch's test_launch_elastic: one argv element, the shell's quotes left in
+    c = config(*C10D, "--rdzv-conf='join_timeout=5,last_call_timeout=1,timeout=5'")
+    assert c.rdzv_configs == {"'join_timeout": "5", "last_call_timeout": "1", "timeout": "5'"}
+    assert warnings_of(caplog) == [
+        "--rdzv-conf \"'join_timeout\", 'timeout': the c10d rendezvous does not read these"
+        " settings, so they are ignored (as torchrun ignores them); it reads " + C10D_READS
+    ]
+
+
+def test_one_unread_key_is_one_warning_line(caplog: pytest.LogCaptureFixture) -> None:
+    c = config(*C10D, "--rdzv-conf", "join_timeout=60,rank=1")
+    assert c.rdzv_configs["rank"] == "1"  # handed to torch's handler, which ignores it
+    assert warnings_of(caplog) == [
+        "--rdzv-conf 'rank': the c10d rendezvous does not read this setting, so it is ignored"
+        " (as torchrun ignores it); it reads " + C10D_READS
+    ]
+
+
+def test_keys_read_say_nothing(caplog: pytest.LogCaptureFixture) -> None:
+    config(*C10D, "--rdzv-conf", "join_timeout=60,last_call_timeout=1,read_timeout=5,is_host=1")
+    assert warnings_of(caplog) == []
+
+
+def test_a_key_the_backend_reads_is_still_checked() -> None:
+    # the static backend reads `timeout` (int(...)): torchrun fails on 5' too
+    with pytest.raises(UsageError) as error:
+        config(*STATIC, "--rdzv-conf", "timeout=5'")
+    assert str(error.value) == (
+        '--rdzv-conf timeout="5\'": timeout must be a whole number of seconds > 0'
+        " (e.g. timeout=600)"
+    )
+
+
+def test_static_reads_timeout_and_ignores_the_dynamic_keys(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    c = config(*STATIC, "--node-rank", "1", "--rdzv-conf", "timeout=30,close_timeout=x")
+    assert (c.rdzv_configs["timeout"], c.rdzv_configs["close_timeout"]) == ("30", "x")
+    assert warnings_of(caplog) == [
+        "--rdzv-conf 'close_timeout': the static rendezvous does not read this setting, so it"
+        " is ignored (as torchrun ignores it); it reads finished_grace_s, join_timeout,"
+        " keep_alive_interval, keep_alive_max_attempt, rank, timeout"
+    ]
+
+
+def test_a_key_without_a_value_is_refused_as_torchrun_refuses_it() -> None:
+    with pytest.raises(UsageError) as error:
+        config(*C10D, "--rdzv-conf", "x=")
+    assert str(error.value) == (
+        "--rdzv-conf item 'x=' has no value after '=' (e.g. join_timeout=600)"
+    )
+
+
+def test_a_backend_of_another_package_gets_every_key_checked_as_before(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from torchx_elastic.agent.config import rdzv_conf
+
+    rdzv_conf.check("my-backend", {"anything": "1"})
+    assert warnings_of(caplog) == []
+    with pytest.raises(ValueError, match="join_timeout='x': join_timeout must be a whole"):
+        rdzv_conf.check("my-backend", {"join_timeout": "x"})
