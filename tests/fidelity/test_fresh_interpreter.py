@@ -22,6 +22,8 @@ from typing import Any
 
 import pytest
 
+from torchx_elastic.contract.agent_args import FORK_SERVER, SPAWN
+
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 PROBE = Path(__file__).with_name("probe.py")
@@ -113,7 +115,7 @@ def _assert_same(reference: list[dict[str, Any]], candidate: list[dict[str, Any]
 
 @pytest.fixture(scope="module")
 def fork_server_workers(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
-    return run_workers(AGENT, tmp_path_factory.mktemp("fork"), "fork-server")
+    return run_workers(AGENT, tmp_path_factory.mktemp("fork"), FORK_SERVER)
 
 
 def test_a_forked_worker_sees_what_a_fresh_interpreter_that_imported_the_same_sees(
@@ -140,7 +142,7 @@ def test_the_agents_logging_is_not_the_scripts(fork_server_workers) -> None:
 
 def test_a_spawned_worker_sees_what_a_torchrun_worker_sees(tmp_path: Path) -> None:
     reference = run_workers(TORCHRUN, tmp_path, "torchrun")
-    spawned = run_workers([*AGENT, "--start-method=spawn"], tmp_path, "spawn")
+    spawned = run_workers([*AGENT, f"--start-method={SPAWN}"], tmp_path, SPAWN)
     _assert_same(reference, spawned)
 
 
@@ -177,9 +179,9 @@ def test_a_function_forked_from_the_caller_keeps_the_callers_state_not_the_agent
     """A function launched with a fork start method is a fork of the caller, as under
     torch's ``elastic_launch(start_method="fork")``: the caller's logging, warnings and
     arguments, and nothing of the agent's (its loggers); torch seeds of its own."""
-    ours = launch_function("ours", "fork-server")
+    ours = launch_function("ours", FORK_SERVER)
     for observed in ours:
-        assert observed["process"]["argv"][1:] == ["ours", "fork-server"]
+        assert observed["process"]["argv"][1:] == ["ours", FORK_SERVER]
         assert not [name for name in observed["logging"]["configured"] if "torchx" in name]
         assert observed["logging"]["root"]["handlers"] == []
         assert observed["torch"]["cuda_bad_fork"] is False
@@ -197,7 +199,7 @@ warnings.warn("a warning the script gives")
 """
 
 
-@pytest.mark.parametrize("start_method", ["fork-server", "spawn"])
+@pytest.mark.parametrize("start_method", [FORK_SERVER, SPAWN])
 def test_a_scripts_logging_configuration_takes_effect(tmp_path: Path, start_method: str) -> None:
     """``basicConfig`` configures the root logger as under torchrun, and a library's log
     lines come out under the rank's prefix as the script's, not under the agent's label."""

@@ -40,7 +40,7 @@ def forget_own_logging() -> None:
             logger.removeHandler(handler)
         for filter_ in [f for f in logger.filters if _ours(f)]:
             logger.removeFilter(filter_)
-    manager._clear_cache()  # type: ignore[attr-defined]
+    logging.root.setLevel(logging.root.level)  # drops every logger's cached level
 
 
 def fresh_root_logger() -> None:
@@ -51,21 +51,17 @@ def fresh_root_logger() -> None:
         root.removeHandler(handler)  # not closed: it writes to the server's streams
     for filter_ in list(root.filters):
         root.removeFilter(filter_)
-    root.setLevel(logging.WARNING)
     logging.disable(logging.NOTSET)
-    logging._handlerList.clear()  # type: ignore[attr-defined]  # logging.shutdown's list
-    logging.Logger.manager._clear_cache()  # type: ignore[attr-defined]
+    root.setLevel(logging.WARNING)  # and drops every logger's cached level
 
 
 def fresh_warning_registries() -> None:
     """Warnings the agent was given (each module's ``__warningregistry__``, the ``once``
     registry) show again in the worker, as they would in a new interpreter."""
     getattr(warnings, "onceregistry", {}).clear()
-    mutated = getattr(warnings, "_filters_mutated", None) or getattr(
-        warnings, "_filters_mutated_lock_held", None
-    )
-    if mutated is not None:
-        mutated()  # every registry is stale from now on
+    filters = list(warnings.filters)
+    warnings.filterwarnings("default", append=True)  # a change marks every registry stale
+    warnings.filters[:] = filters  # type: ignore[index]  # a list, typed as a Sequence
 
 
 def fresh_stdio() -> None:
