@@ -13,7 +13,7 @@ JOB ?= -j 2x2
 TORCH_VERSIONS ?= 2.4.0 2.15.0
 # (the torchrun compatibility file: its sample of forms there, every form in `make test`)
 AGENT_E2E_TESTS ?= tests/agent tests/fidelity tests/e2e/test_faults.py tests/e2e/test_start_methods.py \
-	tests/e2e/test_agent_usage_errors.py
+	tests/e2e/test_agent_usage_errors.py tests/e2e/test_torch_launcher_tests.py
 COMPAT_SAMPLE ?= tests/e2e/test_torchrun_compat.py -m torchrun_sample
 export PIP_CACHE_DIR ?= $(HOME)/.cache/pip
 
