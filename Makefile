@@ -41,9 +41,11 @@ $(DEV_VENV)/.installed: pyproject.toml hatch_build.py constraints.txt ci/torchx-
 	ci/torchx-nightly-venv.sh $(DEV_VENV) $(PYTHON)
 	touch $@
 
-# The compatibility tests (CLI, components, run options, whole lines of a local run) with
+# The compatibility tests (CLI, components, run options, whole lines of a local run, its
+# terminal and its stop by a signal) with
 # torchx's development line; `make test` runs them (and everything else) with torchx 0.7.
-COMPAT_TESTS := tests/compat tests/unit/test_cli_integration.py tests/e2e/test_local_cwd_lines.py
+COMPAT_TESTS := tests/compat tests/unit/test_cli_integration.py tests/e2e/test_local_cwd_lines.py \
+	tests/e2e/test_local_cwd_terminal.py tests/e2e/test_local_cwd_stop.py
 test-torchx-dev: setup-torchx-dev
 	$(DEV_VENV)/bin/pytest -q -p no:cacheprovider $(COMPAT_TESTS)
 

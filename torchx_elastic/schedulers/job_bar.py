@@ -7,7 +7,11 @@ terminal's place: stdout and stderr (file descriptors 1 and 2, so every writer o
 process is caught: torchx's log threads, its logger, warnings) become pipes whose lines a
 thread prints through ``rich`` above one live bar, redrawn 4 times a second from the
 ``job_progress.json`` that the job's rank-0 agent rewrites
-(``torchx_elastic.contract.job_progress``).
+(``torchx_elastic.contract.job_progress``). Above the bar, one row per rank that is
+redrawing a line with carriage returns (its own progress bar), as the agent draws them on a
+terminal: the agents keep those lines in a file per replica
+(``torchx_elastic.contract.live_rows``). A terminal that reports no size (a bare pty) is
+drawn on as one of 80 columns.
 :meth:`TerminalBar.stop` gives the terminal back, the bar's last state left on screen.
 """
 
@@ -25,10 +29,22 @@ import sys
 import termios
 import threading
 import time
-from typing import IO, TYPE_CHECKING, Callable, Dict, Iterable, Iterator, List, Optional
+from typing import (
+    IO,
+    TYPE_CHECKING,
+    Callable,
+    Dict,
+    Iterable,
+    Iterator,
+    List,
+    Optional,
+    Sequence,
+    Tuple,
+)
 
 from torchx_elastic.contract import JOB_PROGRESS_FILE, agents_log_dir
 from torchx_elastic.contract.job_progress import LINE_PREFIX, JobSummary, read_file
+from torchx_elastic.contract.live_rows import LiveRow, read_rows
 from torchx_elastic.rich_job_bar import rich_bar
 from torchx_elastic.schedulers import ft_groups
 
@@ -39,6 +55,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 REFRESH_PER_SECOND = 4
+DEFAULT_COLUMNS, DEFAULT_LINES = 80, 25  # a terminal that reports no size (rich's fallback)
 DRAIN_S = 1.0  # at the bar's end, how long the copier may take to print what is left
 _READ_BYTES = 65536
 
@@ -58,6 +75,35 @@ def terminal_wanted(stream: IO[str]) -> bool:
 
 
 QuorumReader = Callable[[], Optional[ft_groups.LoggedQuorum]]
+# (torchx's label of a replica's lines, ``role/N``, and the file its agent keeps rows in)
+RowFiles = Sequence[Tuple[str, str]]
+REPLICA_LABEL_STYLE = "green"  # as torchx colours ``role/N`` before a replica's lines
+
+
+def live_rows(files: RowFiles) -> List[Tuple[str, LiveRow]]:
+    """Every replica's ranks' unfinished lines, with the replica's label."""
+    return [(label, row) for label, path in files for row in read_rows(path)]
+
+
+def _row_text(label: str, row: LiveRow) -> RenderableType:
+    """A rank's unfinished line, labelled as its finished lines will be: one screen row."""
+    from rich.text import Text
+
+    text = Text()
+    text.append(label, style=REPLICA_LABEL_STYLE)
+    text.append(" " + row.prefix)
+    text.append_text(Text.from_ansi(row.text) if "\x1b" in row.text else Text(row.text))
+    text.no_wrap, text.overflow = True, "ellipsis"
+    return text
+
+
+def terminal_size(fd: int) -> Optional[os.terminal_size]:
+    """The terminal's size; None when it cannot be read or is 0x0 (a bare pty)."""
+    try:
+        size = os.get_terminal_size(fd)
+    except OSError:
+        return None
+    return size if size.columns > 0 and size.lines > 0 else None
 
 
 class _Bar:
@@ -69,12 +115,15 @@ class _Bar:
         console: Console,
         term_fd: int,
         quorum: Optional[QuorumReader] = None,
+        row_files: RowFiles = (),
     ) -> None:
         self._files = files
         self._quorum = quorum
         self._console = console
         self._term_fd = term_fd
         self._cache: Dict[str, tuple[float, Optional[JobSummary]]] = {}
+        self._row_files = row_files
+        self.ending = False  # the last drawing: no unfinished line is left on screen
 
     def summaries(self) -> List[tuple[str, JobSummary]]:
         found = []
@@ -93,9 +142,11 @@ class _Bar:
     def __rich__(self) -> RenderableType:
         from rich.console import Group
 
-        with contextlib.suppress(OSError):  # follow the terminal's size
-            self._console.size = os.get_terminal_size(self._term_fd)
-        return Group(*self.rows())
+        size = terminal_size(self._term_fd)  # follow the terminal's size, when it has one
+        if size is not None:
+            self._console.size = size
+        rows = [] if self.ending else [_row_text(*item) for item in live_rows(self._row_files)]
+        return Group(*rows, *self.rows())
 
     def rows(self) -> List[RenderableType]:
         """One bar per role whose rank-0 agent reported; for ``ft.ddp``, the job's across the
@@ -113,12 +164,17 @@ class TerminalBar:
     """Lines written to stdout/stderr scroll above one live bar of the job's progress."""
 
     def __init__(
-        self, files: Callable[[], List[str]], quorum: Optional[QuorumReader] = None
+        self,
+        files: Callable[[], List[str]],
+        quorum: Optional[QuorumReader] = None,
+        row_files: RowFiles = (),
     ) -> None:
         self._files = files
         self._quorum = quorum
+        self._row_files = row_files
         self._lock = threading.Lock()
         self._live: Optional[Live] = None
+        self._bar: Optional[_Bar] = None
         self._saved: Dict[int, int] = {}  # redirected fd -> a copy of what it was
         self._pipes: Dict[int, int] = {}  # read end -> the fd it replaces
         self._thread: Optional[threading.Thread] = None
@@ -141,7 +197,16 @@ class TerminalBar:
             sys.stderr.flush()
             term_fd = os.dup(2)
             term = os.fdopen(term_fd, "w", buffering=1, encoding="utf-8", errors="replace")
-            console = Console(file=term, force_terminal=True, highlight=False, emoji=False)
+            # a terminal of no size: rich's own fallback (80 columns), not 0 (nothing shown)
+            size = terminal_size(term_fd)
+            console = Console(
+                file=term,
+                force_terminal=True,
+                highlight=False,
+                emoji=False,
+                width=None if size is not None else DEFAULT_COLUMNS,
+                height=None if size is not None else DEFAULT_LINES,
+            )
             for fd in (1, 2):
                 if fd == 2 or os.isatty(fd):
                     read_end, write_end = os.pipe()
@@ -150,8 +215,9 @@ class TerminalBar:
                     os.close(write_end)
                     self._pipes[read_end] = fd
             self._console = console
+            self._bar = _Bar(self._files, console, term_fd, self._quorum, self._row_files)
             self._live = Live(
-                _Bar(self._files, console, term_fd, self._quorum),
+                self._bar,
                 console=console,
                 refresh_per_second=REFRESH_PER_SECOND,
                 transient=False,
@@ -209,6 +275,8 @@ class TerminalBar:
                 sys.stdout.flush()
                 sys.stderr.flush()
             self._wait_for_the_copier()
+            if self._bar is not None:
+                self._bar.ending = True
             live.refresh()
             live.stop()
             for fd, saved in self._saved.items():

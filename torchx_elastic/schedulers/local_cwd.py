@@ -20,7 +20,12 @@ On top of torchx's own ``local_cwd``:
 - ``torchx log`` and the log tail of ``torchx run`` hand out whole lines only: a line that is
   half written when the log is read waits for its end (torchx's own tail splits it);
 - on a terminal, the followed logs scroll above one live progress bar of the whole job
-  (``job_bar.py``, ``progress_bar`` run option);
+  (``job_bar.py``, ``progress_bar`` run option), and a rank's line that it redraws with
+  carriage returns (its own progress bar) is live above it, as on the agent's own terminal
+  (the agents keep those lines in ``live_rows.json`` of each replica's log directory);
+- ``torchx run`` stopped by SIGTERM or Ctrl-C gives the job's workers torchrun's grace and its
+  agents the time to record the stop, 30 s beyond the workers' grace at most; Ctrl-C again
+  kills it at once (``local_stop.py``);
 - every job gets a secret of its own (``TORCHX_ELASTIC_RDZV_SECRET`` in its replicas'
   environment, not in the dry run) that authenticates its rendezvous (docs/security.md), and
   its log directory is private to its user (0700), as torchrun's;
@@ -76,6 +81,7 @@ from torchx_elastic.contract import (
     waiting_file,
 )
 from torchx_elastic.contract.job_progress import read_file
+from torchx_elastic.contract.live_rows import LIVE_ROWS_ENV, LIVE_ROWS_FILE
 from torchx_elastic.ft.lighthouse import last_logged_quorum
 from torchx_elastic.schedulers import ft_groups
 from torchx_elastic.schedulers.compat import (
@@ -94,6 +100,7 @@ from torchx_elastic.schedulers.job_bar import (
     terminal_wanted,
 )
 from torchx_elastic.schedulers.local_ports import move_taken_ports
+from torchx_elastic.schedulers.local_stop import Followers, stop_replicas, workers_grace_s
 from torchx_elastic.schedulers.options import RunOptions, option
 from torchx_elastic.schedulers.progress_status import Progress, join_message
 from torchx_elastic.schedulers.replica_logs import LogQuery, ReplicaLogs
@@ -117,6 +124,11 @@ def _process_state(returncode: Optional[int]) -> AppState:
     if returncode is None:
         return AppState.RUNNING
     return AppState.SUCCEEDED if returncode == 0 else AppState.FAILED
+
+
+def _live_rows_file(app_log_dir: str, role: str, k: int) -> str:
+    """Where replica ``k`` of ``role`` keeps its ranks' unfinished lines (on a terminal)."""
+    return os.path.join(app_log_dir, role, str(k), LIVE_ROWS_FILE)
 
 
 def _first_role_log(app_log_dir: str, role: str) -> str:
@@ -171,6 +183,8 @@ class LocalCwdScheduler(ReplicaLogs, LocalScheduler):
         self._bars: Dict[str, SharedBar] = {}
         self._bar_wanted: Dict[str, bool] = {}
         self._timeline_told: set[str] = set()
+        self._workers_grace_s: Dict[str, float] = {}  # app id -> its workers' grace on a stop
+        self._followers = Followers()
 
     def _run_opts(self) -> runopts:
         return LocalCwdOptions.runopts()
@@ -196,6 +210,13 @@ class LocalCwdScheduler(ReplicaLogs, LocalScheduler):
         for replica in local_replicas(request):
             replica.env[SECRET_ENV] = secret
         move_taken_ports(local_roles(request))
+        if self._bar_wanted.get(request.app_id, True) and terminal_wanted(sys.stderr):
+            for role, replicas in local_roles(request).items():
+                for k, replica in enumerate(replicas):  # the ranks' unfinished lines, drawn
+                    replica.env[LIVE_ROWS_ENV] = _live_rows_file(request.log_dir, role, k)
+        self._workers_grace_s[request.app_id] = max(
+            workers_grace_s(r.args, r.env) for r in local_replicas(request)
+        )
         # the job's logs are its user's only: torchx makes the job's directory (it must not
         # exist yet) in the session's, which is private before anything is written
         session_dir = os.path.dirname(request.log_dir)
@@ -241,11 +262,29 @@ class LocalCwdScheduler(ReplicaLogs, LocalScheduler):
                     TerminalBar(
                         lambda: progress_files(app_log_dir),
                         lambda: last_logged_quorum(tail_lines(first)),
+                        row_files=[
+                            (f"{role}/{k}", _live_rows_file(app_log_dir, role, k))
+                            for role, replicas in app.role_replicas.items()
+                            for k in range(len(replicas))
+                        ],
                     )
                 ),
             )
-            return bar.lines(lines)
-        return lines
+            lines = bar.lines(lines)
+        return self._followers.follow(lines) if query.follow else lines
+
+    def close(self) -> None:
+        """torchx's, after the job's agents had the time to stop (``local_stop.py``): the
+        runner closes the scheduler when ``torchx run`` is stopped by SIGTERM or Ctrl-C."""
+        try:
+            for app_id, grace_s in self._workers_grace_s.items():
+                app = local_app(self, app_id)
+                if app is not None:
+                    procs = [r.proc for replicas in app.role_replicas.values() for r in replicas]
+                    stop_replicas(procs, grace_s)
+            self._followers.wait_done()
+        finally:
+            super().close()
 
     def _finished(self, app_id: str) -> bool:
         desc = super().describe(app_id)

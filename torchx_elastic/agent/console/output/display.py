@@ -3,7 +3,9 @@
 - :class:`PlainConsole` (not a terminal: CI, ``kubectl logs``, ``docker logs``, the files
   torchx tails): prefixed lines on the agent's stdout/stderr as the workers wrote them, no
   colour, and every ``status_interval_s`` one plain progress line while the ranks report
-  progress.
+  progress. A rank's unfinished ``\\r``-rewritten line is not shown there; when local_cwd
+  draws on a terminal (:data:`~torchx_elastic.contract.live_rows.LIVE_ROWS_ENV`), it is
+  kept in that file for local_cwd to draw (``live_rows.py``).
 - :class:`LiveConsole` (a terminal): the same lines, prefixes coloured per rank, scrolling
   above one live progress bar drawn by ``rich`` (imported only here, only then).
 """
@@ -16,6 +18,7 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import IO, TYPE_CHECKING, Any, BinaryIO
 
+from torchx_elastic.agent.console.output.live_rows import LiveRowsFile
 from torchx_elastic.agent.console.output.sinks import Stream
 from torchx_elastic.agent.console.progress.channel import RankActivity
 from torchx_elastic.agent.console.progress.exchange import JobProgressExchange
@@ -27,6 +30,7 @@ from torchx_elastic.agent.console.progress.node_summary import (
 )
 from torchx_elastic.contract.agent_args import ConsoleMode
 from torchx_elastic.contract.job_progress import JobSummary
+from torchx_elastic.contract.live_rows import LIVE_ROWS_ENV
 from torchx_elastic.rich_job_bar import rich_bar
 
 if TYPE_CHECKING:
@@ -104,8 +108,10 @@ class PlainConsole:
         err: BinaryIO | None = None,
         status_interval_s: float = DEFAULT_STATUS_INTERVAL_S,
         job: JobProgressExchange | None = None,
+        live_rows: LiveRowsFile | None = None,
     ) -> None:
         self._progress = _Progress(activity, job)
+        self._live_rows = live_rows
         self._streams = {"stdout": out or sys.stdout.buffer, "stderr": err or sys.stderr.buffer}
         self._lock = threading.Lock()
         self._closed = threading.Event()
@@ -129,7 +135,10 @@ class PlainConsole:
             out.flush()
 
     def transient(self, rank: int, prefix: bytes, text: bytes | None) -> None:
-        """Not shown: a rewritten line appears once, in its final form, when it ends."""
+        """Not shown: a rewritten line appears once, in its final form, when it ends (and
+        meanwhile in the live rows file, if local_cwd draws it)."""
+        if self._live_rows is not None:
+            self._live_rows.set(rank, prefix, text)
 
     def waiting_for_nodes(self, line: str | None) -> None:
         """The progress line says what the first round waits for (printed when it changes)."""
@@ -159,6 +168,8 @@ class PlainConsole:
         self._closed.set()
         if self._thread is not None:
             self._thread.join(timeout=2.0)
+        if self._live_rows is not None:
+            self._live_rows.close()
         self.print_status()
 
 
@@ -326,10 +337,13 @@ def make_console(
     job: JobProgressExchange | None = None,
 ) -> PlainConsole | LiveConsole:
     """``auto``: live when the agent's stdout is a person's terminal, plain otherwise (a file,
-    a pipe, a batch job's pseudo-terminal)."""
+    a pipe, a batch job's pseudo-terminal); plain, with the ranks' unfinished lines kept in
+    the file that local_cwd names when it draws them on its terminal."""
     if wants_live(mode, sys.stdout):
         return LiveConsole(activity, job=job)
-    return PlainConsole(activity, status_interval_s=status_interval_s, job=job)
+    rows_path = os.environ.get(LIVE_ROWS_ENV)
+    live_rows = LiveRowsFile(rows_path) if rows_path else None
+    return PlainConsole(activity, status_interval_s=status_interval_s, job=job, live_rows=live_rows)
 
 
 def parse_rank_filter(text: str) -> frozenset[int] | None:
