@@ -16,7 +16,6 @@ import pytest
 from tests.conftest import run_torchx
 
 pytestmark = pytest.mark.slow
-pytest.importorskip("lightning")
 
 STEPS_PER_EPOCH = 2  # 64 samples, batches of 8, 4 ranks
 MAX_EPOCHS = 4

@@ -76,7 +76,7 @@ def torchrun(
         rdzv_port: port of the rendezvous store on the rank-0 node (multi-node only;
             a single-node job picks a free port)
         rdzv_backend: rendezvous backend of torch.distributed.elastic (c10d)
-        rdzv_conf: extra rendezvous settings (e.g. join_timeout=600,close_timeout=600,timeout=600)
+        rdzv_conf: extra rendezvous settings (e.g. join_timeout=600,close_timeout=600)
         mounts: mounts for container schedulers
             (type=<bind|volume|device>,src=/host,dst=/job[,readonly])
         debug: run with torch's distributed debug flags set
@@ -145,7 +145,7 @@ def ddp(
         rdzv_port: port of the rendezvous store on the rank-0 node (multi-node only;
             a single-node job picks a free port)
         rdzv_backend: rendezvous backend of torch.distributed.elastic (c10d)
-        rdzv_conf: extra rendezvous settings (e.g. join_timeout=600,close_timeout=600,timeout=600)
+        rdzv_conf: extra rendezvous settings (e.g. join_timeout=600,close_timeout=600)
         mounts: mounts for container schedulers
             (type=<bind|volume|device>,src=/host,dst=/job[,readonly])
         debug: run with torch's distributed debug flags set
