@@ -1,9 +1,8 @@
 """Launch a Python function on N workers with the torchx-elastic agent, from Python.
 
-A drop-in for torch's ``torch.distributed.launcher.api.elastic_launch`` (change one import)::
+A drop-in for torch's ``torch.distributed.launcher.api.elastic_launch`` (change the import)::
 
-    from torch.distributed.launcher.api import LaunchConfig
-    from torchx_elastic.launcher import elastic_launch
+    from torchx_elastic.launcher import LaunchConfig, elastic_launch
 
     def train(lr):
         dist.init_process_group("gloo")
@@ -27,6 +26,8 @@ SIGKILLed. A function raising on a rank raises one :class:`FunctionFailedError` 
 The function and its arguments are pickled by reference (as ``multiprocessing`` does);
 ``start_method``: torch's ``spawn`` (the default), ``fork``, ``forkserver``, or our ``fork-server``
 (the same as ``forkserver`` for a function; docs/agent.md, "How workers start").
+This module's ``LaunchConfig`` is torch's without the device query torch's makes in the
+caller (a worker forked after it could not use CUDA); torch's own is taken too.
 """
 
 from __future__ import annotations
@@ -34,8 +35,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from torch.distributed.launcher.api import LaunchConfig
+from torch.distributed.launcher import api as torch_launcher
 
+from torchx_elastic.agent import compat
 from torchx_elastic.agent.function.call import CallPicklingError
 from torchx_elastic.agent.function.errors import FunctionFailedError
 from torchx_elastic.agent.function.launch import Entrypoint, launch_agent
@@ -58,6 +60,15 @@ __all__ = [
 ]
 
 
+class LaunchConfig(torch_launcher.LaunchConfig):
+    """torch's ``LaunchConfig``, less its device query: building torch's own asks CUDA for its
+    devices in the caller (releases with ``numa_options``), and workers forked from the caller
+    afterwards could not use CUDA (the launch then starts them by spawn, saying so)."""
+
+    def __post_init__(self) -> None:
+        compat.without_device_query(self, super().__post_init__)
+
+
 class elastic_launch:  # noqa: N801 - torch's name, so that only the import changes
     """``elastic_launch(config, entrypoint)(*args)`` -> ``{global rank: return value}``.
 
@@ -69,7 +80,7 @@ class elastic_launch:  # noqa: N801 - torch's name, so that only the import chan
 
     def __init__(
         self,
-        config: LaunchConfig,
+        config: torch_launcher.LaunchConfig,
         entrypoint: Entrypoint,
         options: AgentOptions | None = None,
     ) -> None:
@@ -128,7 +139,7 @@ def launch(
         max_restarts=max_restarts,
         monitor_interval=monitor_interval_s,
         start_method=start_method,
-        shutdown_timeout=shutdown_timeout_s,
+        **compat.launch_config_fields(shutdown_timeout=shutdown_timeout_s),
     )
     options = AgentOptions(
         console=console, console_ranks=console_ranks, hang_timeout_s=hang_timeout_s

@@ -3,7 +3,8 @@ fork the fork server, run.
 
 The fork server (see ``workers/forkserver.py``) is forked from the agent right after the
 agent imported torch and before it starts any thread: workers then start without importing
-torch again.
+torch again. The agent never asks CUDA anything before that fork (``--nproc-per-node gpu``
+counts in a child); where something else did, workers start by spawn (``workers/cuda_fork.py``).
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ def main(argv: list[str] | None = None) -> None:
 
     from torchx_elastic.agent.config.launch import UsageError, config_from_args
     from torchx_elastic.agent.supervision.launcher import run
+    from torchx_elastic.agent.workers.cuda_fork import fork_hazard
     from torchx_elastic.agent.workers.forkserver import ForkServer, share_with_forks
     from torchx_elastic.agent.workers.preload import needs_compiler
 
@@ -55,6 +57,8 @@ def main(argv: list[str] | None = None) -> None:
     if config.start_method == FORK_SERVER and config.worker.through_bootstrap:
         if config.worker.entrypoint != sys.executable or "--exec" in config.worker.args[2:3]:
             pass  # another interpreter (PYTHON_EXEC) or --no-python: nothing to fork from
+        elif hazard := fork_hazard():  # never a worker forked in a bad state: spawn, saying so
+            print(f"torchx-elastic: starting workers by spawn: {hazard}", file=sys.stderr)
         else:
             try:
                 share_with_forks()  # the agent's torch is the fork server's and workers'

@@ -20,6 +20,9 @@ The rest of the agent uses torch.distributed.elastic's public API only (rendezvo
   release; torch's private test of whether an endpoint names this machine.
 - :func:`accelerator_count`: ``torch.accelerator`` exists from 2.6 on; ``torch.xpu`` and a
   custom (PrivateUse1) backend are looked up only when asked for.
+- :func:`in_bad_cuda_fork` / :func:`without_device_query`: torch's private bad-fork flag;
+  ``LaunchConfig.__post_init__``'s device query, which poisons the caller's forks;
+  :func:`launch_config_fields` / :func:`launch_config_value`: the ``LaunchConfig`` fields 2.4 lacks.
 - :func:`exit_barrier`: ``torch.distributed.elastic.utils.store.barrier`` grew parameters.
 - :func:`start_file_timer`: ``FileTimerServer`` takes ``run_id`` from 2.x on.
 - :func:`assign_worker_ranks`: the ranks torch's agent gives each node's workers, with its
@@ -41,6 +44,7 @@ The rest of the agent uses torch.distributed.elastic's public API only (rendezvo
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime
 import functools
 import importlib
@@ -353,6 +357,68 @@ def accelerator_count(kind: str) -> int | None:
             return 0
         return int(module.device_count())
     return None
+
+
+def cuda_built() -> bool:
+    """Whether this torch is a CUDA (or ROCm) build: only those can poison a fork."""
+    import torch
+
+    return torch.version.cuda is not None or getattr(torch.version, "hip", None) is not None
+
+
+def in_bad_cuda_fork() -> bool:
+    """Whether this process was forked after its parent asked CUDA for its devices, so that
+    it cannot use CUDA (``torch.cuda._is_in_bad_fork``, private)."""
+    import torch
+
+    is_bad = getattr(torch.cuda, "_is_in_bad_fork", None)
+    return bool(is_bad()) if callable(is_bad) else False
+
+
+_NO_DEVICE_QUERY = object()
+
+# fields torch's LaunchConfig gained after 2.4, with torch's defaults (read where absent)
+LAUNCH_CONFIG_DEFAULTS: dict[str, Any] = {
+    "event_log_handler": "null",
+    "signals_to_handle": "SIGTERM,SIGINT,SIGHUP,SIGQUIT",
+    "duplicate_stdout_filters": None,
+    "duplicate_stderr_filters": None,
+    "virtual_local_rank": False,
+    "shutdown_timeout": None,
+}
+
+
+def launch_config_fields(**values: Any) -> dict[str, Any]:
+    """The values of fields this release's ``LaunchConfig`` has (2.4 has none of
+    :data:`LAUNCH_CONFIG_DEFAULTS`); a value for a missing one must be torch's default."""
+    from torch.distributed.launcher.api import LaunchConfig
+
+    names = {f.name for f in dataclasses.fields(LaunchConfig)}
+    for name, value in values.items():
+        if name not in names and value != LAUNCH_CONFIG_DEFAULTS[name]:
+            raise ValueError(f"{name}={value!r} needs a newer torch (this one has no such option)")
+    return {name: value for name, value in values.items() if name in names}
+
+
+def launch_config_value(config: Any, name: str) -> Any:
+    """A field of torch's ``LaunchConfig``; torch's default where this release has none."""
+    return getattr(config, name, LAUNCH_CONFIG_DEFAULTS[name])
+
+
+def without_device_query(config: Any, post_init: Callable[[], None]) -> None:
+    """Run torch's ``LaunchConfig.__post_init__`` without its device query: releases with
+    ``numa_options`` ask ``torch.cuda`` (2.13) or ``torch.accelerator`` (2.15) whether the
+    devices match ``nproc_per_node``, to pick default NUMA options (None outside Meta), which
+    initializes the CUDA driver in the caller; every worker forked from the caller afterwards
+    could not use CUDA. A placeholder in ``numa_options`` skips the query; None is put back."""
+    if not hasattr(config, "numa_options") or config.numa_options is not None:
+        post_init()
+        return
+    config.numa_options = _NO_DEVICE_QUERY
+    try:
+        post_init()
+    finally:
+        config.numa_options = None
 
 
 def exit_barrier(store: Store, world_size: int, timeout_s: float) -> None:

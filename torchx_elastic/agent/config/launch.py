@@ -18,8 +18,7 @@ from typing import Any
 
 from torch.distributed.elastic.multiprocessing.api import Std
 
-from torchx_elastic.agent import compat
-from torchx_elastic.agent.config import rdzv_conf
+from torchx_elastic.agent.config import devices, rdzv_conf
 from torchx_elastic.agent.config.endpoint import Endpoint
 from torchx_elastic.agent.console.output.display import DEFAULT_STATUS_INTERVAL_S, parse_rank_filter
 from torchx_elastic.agent.console.output.sinks import DEFAULT_PREFIX, format_prefix
@@ -140,20 +139,26 @@ class AgentConfig:
 
 
 def local_world_size(text: str) -> int:
-    """``--nproc-per-node``: a number, or cpu, gpu, xpu, auto, a custom backend's name."""
+    """``--nproc-per-node``: a number, or cpu, gpu, xpu, auto, a custom backend's name; devices
+    counted in a short-lived child (config/devices.py), CPUs by affinity, as torchrun."""
     text = text.strip()
     if text.isdigit() and int(text) >= 1:
         return int(text)
     if text == "cpu":
-        return os.cpu_count() or 1
-    count = None if text.isdigit() else compat.accelerator_count(text)
+        return devices.cpu_count()
+    try:
+        count = None if text.isdigit() else devices.accelerator_count(text)
+    except devices.CountError as err:
+        raise UsageError(
+            f"--nproc-per-node {text}: the devices could not be counted: {err}"
+        ) from None
     if count is None:
         raise UsageError(
             f"--nproc-per-node {text!r} is not a whole number >= 1 (or auto, cpu, gpu);"
             " also accepted: xpu and a custom device backend's name"
         )
     if text == "auto":
-        return count or os.cpu_count() or 1
+        return count or devices.cpu_count()
     if count == 0:
         name = {"gpu": "Cuda", "xpu": "Xpu"}.get(text, text)
         raise UsageError(f"--nproc-per-node {text}: {name} is not available.")

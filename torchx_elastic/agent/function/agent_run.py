@@ -17,6 +17,7 @@ from typing import Any
 from torch.distributed.elastic.multiprocessing.api import Std
 from torch.distributed.launcher.api import LaunchConfig
 
+from torchx_elastic.agent.compat import launch_config_value as field
 from torchx_elastic.agent.config.endpoint import Endpoint
 from torchx_elastic.agent.config.launch import (
     AgentConfig,
@@ -121,15 +122,15 @@ def agent_config(
             streams=Std(options.tee),
             show_ranks=show_ranks,
             status_interval_s=options.status_interval_s,
-            duplicate_stdout_filters=tuple(config.duplicate_stdout_filters or ()),
-            duplicate_stderr_filters=tuple(config.duplicate_stderr_filters or ()),
+            duplicate_stdout_filters=tuple(field(config, "duplicate_stdout_filters") or ()),
+            duplicate_stderr_filters=tuple(field(config, "duplicate_stderr_filters") or ()),
         ),
         exit_barrier_timeout_s=options.exit_barrier_timeout_s,
-        shutdown_timeout_s=shutdown_timeout_s(config.shutdown_timeout),
+        shutdown_timeout_s=shutdown_timeout_s(field(config, "shutdown_timeout")),
         hang_timeout_s=options.hang_timeout_s,
-        signals_to_handle=config.signals_to_handle,
-        virtual_local_rank=config.virtual_local_rank,
-        event_log_handler=config.event_log_handler,
+        signals_to_handle=field(config, "signals_to_handle"),
+        virtual_local_rank=field(config, "virtual_local_rank"),
+        event_log_handler=field(config, "event_log_handler"),
         job_secret=read_secret(),
     )
 

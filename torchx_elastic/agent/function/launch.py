@@ -28,6 +28,7 @@ from torchx_elastic.agent.function import call as function_call
 from torchx_elastic.agent.function.agent_run import Outcome, WorkerTarget, agent_config, run_agent
 from torchx_elastic.agent.function.errors import FunctionFailedError
 from torchx_elastic.agent.function.options import AgentOptions
+from torchx_elastic.agent.workers.cuda_fork import fork_hazard
 from torchx_elastic.agent.workers.forkserver import ForkServer, WorkerExit
 from torchx_elastic.agent.workers.processes import process_failure
 from torchx_elastic.contract import ranks_of_attempt
@@ -83,6 +84,10 @@ def _exit_forked_worker(code: object) -> None:
 def start_fork_server(start_method: str) -> ForkServer | None:
     """A fork server forked from this process, or None (spawn) where none may be forked."""
     if start_method == SPAWN:
+        return None
+    hazard = fork_hazard()
+    if hazard is not None:  # never a worker forked in a bad state
+        log.warning("starting workers by spawn (start_method=%r): %s", start_method, hazard)
         return None
     try:
         return ForkServer(allow_threads=start_method == FORK, script_workers=False)
