@@ -27,6 +27,7 @@ from tests.agent import cuda_stub
 from tests.conftest import _env
 from torchx_elastic.agent.config.devices import cpu_count
 from torchx_elastic.agent.workers.cuda_fork import POISONED
+from torchx_elastic.contract.agent_args import FORK, FORK_SERVER, FORKSERVER
 
 pytestmark = pytest.mark.slow
 
@@ -207,7 +208,7 @@ def run_caller(
     return out, json.loads(result[-1][len("RESULT ") :])
 
 
-@pytest.mark.parametrize("method", ["fork-server", "forkserver", "fork"])
+@pytest.mark.parametrize("method", [FORK_SERVER, FORKSERVER, FORK])
 def test_a_function_launch_forks_from_a_caller_that_never_touched_the_driver(
     stub_dir: Path, tmp_path: Path, method: str
 ) -> None:
@@ -226,10 +227,10 @@ def test_a_function_launch_forks_from_a_caller_that_never_touched_the_driver(
 def test_a_function_launch_from_a_caller_that_asked_cuda_spawns_saying_why(
     stub_dir: Path, tmp_path: Path
 ) -> None:
-    out, result = run_caller(stub_dir, tmp_path, "fork-server", poison=True)
+    out, result = run_caller(stub_dir, tmp_path, FORK_SERVER, poison=True)
     workers = result["workers"]
     assert not any(w["bad_fork"] for w in workers), workers
-    line = f"starting workers by spawn (start_method='fork-server'): {POISONED}"
+    line = f"starting workers by spawn (start_method={FORK_SERVER!r}): {POISONED}"
     if CUDA_BUILD:
         assert out.count(line) == 1, out
         assert {w["ppid"] for w in workers} == {result["caller"]}

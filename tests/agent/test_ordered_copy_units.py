@@ -33,7 +33,7 @@ def _run(tmp_path: Path, copy: str | None) -> subprocess.CompletedProcess[str]:
 
 
 def test_both_streams_land_in_the_copy_in_the_order_written(tmp_path: Path) -> None:
-    copy = tmp_path / "console.log"
+    copy = tmp_path / "copy.txt"
     done = _run(tmp_path, str(copy))
     order = [f"{kind} {i}" for i in range(3) for kind in ("err", "out", "log warning")]
     assert copy.read_text().splitlines() == order
@@ -50,7 +50,7 @@ def test_without_the_variable_nothing_is_copied(tmp_path: Path) -> None:
 
 
 def test_a_copy_that_cannot_be_opened_is_said_and_the_streams_work(tmp_path: Path) -> None:
-    path = tmp_path / "missing" / "console.log"
+    path = tmp_path / "missing" / "copy.txt"
     done = _run(tmp_path, str(path))
     assert done.stderr.splitlines()[0] == (
         f"torchx-elastic: not copying the console to {path}: [Errno 2] No such file or"

@@ -33,6 +33,7 @@ ENV_FILE_ENV = "TORCHX_ELASTIC_ENV_FILE"  # a file of NAME=value lines to export
 # a file the agent appends what it prints to, stdout's and stderr's lines in the order it
 # printed them (local_cwd's combined log: two files cannot say which line came first)
 CONSOLE_COPY_ENV = "TORCHX_ELASTIC_CONSOLE_COPY"
+CONSOLE_COPY_FILE = "console.log"  # its name in a local replica's log directory
 
 
 def new_secret() -> str:

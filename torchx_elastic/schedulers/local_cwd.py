@@ -65,10 +65,14 @@ from torchx.schedulers.local_scheduler import (
     ImageProvider,
     LocalScheduler,
     PopenRequest,
+    ReplicaParam,
 )
 from torchx.specs import NONE, AppDef, AppState, CfgVal, is_terminal, runopts
 
+from torchx_elastic.components.agent_command import AGENT_MODULE
 from torchx_elastic.contract import (
+    CONSOLE_COPY_ENV,
+    CONSOLE_COPY_FILE,
     JOB_PROGRESS_FILE,
     LAUNCHER_PID_ENV,
     RANK0_ENV,
@@ -126,9 +130,14 @@ def _process_state(returncode: Optional[int]) -> AppState:
     return AppState.SUCCEEDED if returncode == 0 else AppState.FAILED
 
 
-def _live_rows_file(app_log_dir: str, role: str, k: int) -> str:
-    """Where replica ``k`` of ``role`` keeps its ranks' unfinished lines (on a terminal)."""
-    return os.path.join(app_log_dir, role, str(k), LIVE_ROWS_FILE)
+def _replica_file(app_log_dir: str, role: str, k: int, name: str) -> str:
+    """A file of replica ``k`` of ``role``: its ranks' unfinished lines (``LIVE_ROWS_FILE``,
+    on a terminal), its agent's stdout and stderr in order (``CONSOLE_COPY_FILE``)."""
+    return os.path.join(app_log_dir, role, str(k), name)
+
+
+def _runs_the_agent(replica: ReplicaParam) -> bool:
+    return AGENT_MODULE in replica.args[:3]
 
 
 def _first_role_log(app_log_dir: str, role: str) -> str:
@@ -183,6 +192,7 @@ class LocalCwdScheduler(ReplicaLogs, LocalScheduler):
         self._bars: Dict[str, SharedBar] = {}
         self._bar_wanted: Dict[str, bool] = {}
         self._timeline_told: set[str] = set()
+        self._console_copied: set[tuple[str, str]] = set()  # (app id, role)
         self._workers_grace_s: Dict[str, float] = {}  # app id -> its workers' grace on a stop
         self._followers = Followers()
 
@@ -210,10 +220,20 @@ class LocalCwdScheduler(ReplicaLogs, LocalScheduler):
         for replica in local_replicas(request):
             replica.env[SECRET_ENV] = secret
         move_taken_ports(local_roles(request))
-        if self._bar_wanted.get(request.app_id, True) and terminal_wanted(sys.stderr):
-            for role, replicas in local_roles(request).items():
-                for k, replica in enumerate(replicas):  # the ranks' unfinished lines, drawn
-                    replica.env[LIVE_ROWS_ENV] = _live_rows_file(request.log_dir, role, k)
+        drawn = self._bar_wanted.get(request.app_id, True) and terminal_wanted(sys.stderr)
+        for role, replicas in local_roles(request).items():
+            for k, replica in enumerate(replicas):
+                if not _runs_the_agent(replica):
+                    continue
+                if drawn:  # the ranks' unfinished lines, drawn
+                    replica.env[LIVE_ROWS_ENV] = _replica_file(
+                        request.log_dir, role, k, LIVE_ROWS_FILE
+                    )
+                # the combined log: a rank's stdout and stderr lines in the order it wrote them
+                replica.env[CONSOLE_COPY_ENV] = _replica_file(
+                    request.log_dir, role, k, CONSOLE_COPY_FILE
+                )
+                self._console_copied.add((request.app_id, role))
         self._workers_grace_s[request.app_id] = max(
             workers_grace_s(r.args, r.env) for r in local_replicas(request)
         )
@@ -247,6 +267,11 @@ class LocalCwdScheduler(ReplicaLogs, LocalScheduler):
             raise ValueError(f"unknown app {app_id!r} in this torchx session")
         replica_dir = os.path.join(app.log_dir, role_name, str(k))
         names = _STREAM_FILES[query.streams or Stream.COMBINED]
+        copy = os.path.join(replica_dir, CONSOLE_COPY_FILE)
+        if names == _STREAM_FILES[Stream.COMBINED] and (
+            (app_id, role_name) in self._console_copied or os.path.exists(copy)
+        ):
+            names = (CONSOLE_COPY_FILE,)  # two files cannot say which line came first
         lines = follow_lines(
             [os.path.join(replica_dir, name) for name in names],
             finished=lambda: self._finished(app_id),
@@ -263,7 +288,7 @@ class LocalCwdScheduler(ReplicaLogs, LocalScheduler):
                         lambda: progress_files(app_log_dir),
                         lambda: last_logged_quorum(tail_lines(first)),
                         row_files=[
-                            (f"{role}/{k}", _live_rows_file(app_log_dir, role, k))
+                            (f"{role}/{k}", _replica_file(app_log_dir, role, k, LIVE_ROWS_FILE))
                             for role, replicas in app.role_replicas.items()
                             for k in range(len(replicas))
                         ],

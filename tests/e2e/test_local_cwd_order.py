@@ -1,0 +1,45 @@
+"""A rank's lines keep, through ``torchx run -s local_cwd``, the order in which it wrote
+them across stdout and stderr (the agent's two streams land in two files; the followed,
+combined log is the agent's ordered copy of both)."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import run_torchx
+from torchx_elastic.contract import CONSOLE_COPY_FILE
+
+pytestmark = pytest.mark.slow
+
+SCRIPT = textwrap.dedent(
+    """
+    import sys, time
+    for i in range(6):
+        print(f"to stderr {i}", file=sys.stderr, flush=True)
+        time.sleep(0.02)
+        print(f"to stdout {i}", flush=True)
+        time.sleep(0.02)
+    """
+)
+
+
+def test_a_ranks_lines_come_out_in_the_order_it_wrote_them(tmp_path: Path) -> None:
+    (tmp_path / "alternate.py").write_text(SCRIPT)
+    done = run_torchx(
+        "run", "-s", "local_cwd", "-cfg", f"log_dir={tmp_path / 'logs'}",
+        "dist.ddp", "-j", "1x2", "--script", "alternate.py",
+        cwd=tmp_path,
+    )  # fmt: skip
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output
+    expected = [f"to {stream} {i}" for i in range(6) for stream in ("stderr", "stdout")]
+    for rank in range(2):
+        prefix = f"alternate/0 [n0 r{rank}] "
+        lines = [line[len(prefix) :] for line in output.splitlines() if line.startswith(prefix)]
+        assert lines == expected, output
+    copies = list((tmp_path / "logs").rglob(CONSOLE_COPY_FILE))
+    assert len(copies) == 1, copies
+    assert "[n0 r1] to stdout 5" in copies[0].read_text()
