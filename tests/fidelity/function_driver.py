@@ -5,15 +5,16 @@ import json
 import sys
 import uuid
 
-from torch.distributed.launcher.api import LaunchConfig
-from torch.distributed.launcher.api import elastic_launch as torch_launch
+from torch.distributed.launcher import api as torch_api
 
 from tests.fidelity import probe
-from torchx_elastic.launcher import elastic_launch
+from torchx_elastic import launcher as ours
 
 if __name__ == "__main__":
     which, start_method = sys.argv[1:3]
-    config = LaunchConfig(
+    # each launcher with its own LaunchConfig (torch's asks CUDA in the caller: torch 2.14+)
+    api = torch_api if which == "torch" else ours
+    config = api.LaunchConfig(
         min_nodes=1,
         max_nodes=1,
         nproc_per_node=2,
@@ -23,6 +24,5 @@ if __name__ == "__main__":
         start_method=start_method,
         monitor_interval=0.1,
     )
-    launcher = torch_launch if which == "torch" else elastic_launch
-    results = launcher(config, probe.observe)()
+    results = api.elastic_launch(config, probe.observe)()
     print("PROBE-RESULTS " + json.dumps([results[r] for r in sorted(results)], default=str))
