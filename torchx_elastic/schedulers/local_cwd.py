@@ -23,6 +23,9 @@ On top of torchx's own ``local_cwd``:
   (``job_bar.py``, ``progress_bar`` run option), and a rank's line that it redraws with
   carriage returns (its own progress bar) is live above it, as on the agent's own terminal
   (the agents keep those lines in ``live_rows.json`` of each replica's log directory);
+- the combined log (``torchx run``'s followed lines, ``torchx log`` without ``--streams``)
+  is the agent's ordered copy of its stdout and stderr (``console.log``), so a rank's lines
+  keep the order it wrote them in across the two (torchx reads two files, which cannot);
 - ``torchx run`` stopped by SIGTERM or Ctrl-C gives the job's workers torchrun's grace and its
   agents the time to record the stop, 30 s beyond the workers' grace at most; Ctrl-C again
   kills it at once (``local_stop.py``);

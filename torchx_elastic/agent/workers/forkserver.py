@@ -169,6 +169,9 @@ def serve(
     compiler: bool = True,
 ) -> None:
     if script_workers:  # a function's workers may use what the caller opened
+        # the interpreter's own streams, not the agent's copying ones (ordered_copy): the
+        # copy's descriptor is closed next, and its number may be reused
+        sys.stdout, sys.stderr = sys.__stdout__, sys.__stderr__
         close_inherited_fds(keep=sock.fileno())
     env_before = dict(os.environ)
     for name in PRELOAD_MODULES:
