@@ -34,6 +34,10 @@ NPROC = 2
 DOCUMENTED = {
     # a single-host job's workers bind gloo to the loopback interface (rendezvous/listen.py)
     "process.env.GLOO_SOCKET_IFNAME",
+    # set by the import of torch's compiler, which a fork server made before the script ran
+    # (torch's default cache folder, the same whether set or not); the worker's environment
+    # is its own, as torchrun gives it
+    "process.env.TORCHINDUCTOR_CACHE_DIR",
     # torchrun runs ``python -u``; the agent's workers get the same through the environment
     "process.env.PYTHONUNBUFFERED",
     # what each process draws for itself: checked apart (distinct between siblings)

@@ -30,7 +30,7 @@ def main(argv: list[str] | None = None) -> None:
     # set by local_cwd: when the torchx process that started this agent dies (even by
     # SIGKILL), the agent gets SIGTERM and stops its workers instead of running on
     die_with_parent(LAUNCHER_PID_ENV, signal.SIGTERM)
-    copy_console_in_order()  # before logging's handler takes sys.stderr
+    console_copy = copy_console_in_order()  # before logging's handler takes sys.stderr
     logging.basicConfig(
         level=os.environ.get("LOGLEVEL", "WARNING").upper(),
         format="[torchx-elastic %(levelname)s] %(message)s",
@@ -62,7 +62,10 @@ def main(argv: list[str] | None = None) -> None:
         else:
             try:
                 share_with_forks()  # the agent's torch is the fork server's and workers'
-                fork_server = ForkServer(compiler=needs_compiler(config.worker.args[2:]))
+                fork_server = ForkServer(
+                    compiler=needs_compiler(config.worker.args[2:]),
+                    keep_fds=() if console_copy is None else (console_copy,),
+                )
             except RuntimeError as err:  # a thread exists already: forking is not safe
                 print(f"torchx-elastic: starting workers by spawn: {err}", file=sys.stderr)
     from torchx_elastic.agent import compat

@@ -32,14 +32,13 @@ import socket
 import sys
 import threading
 import weakref
+from collections.abc import Collection
 from typing import Any, NoReturn
 
 from torchx_elastic.agent.workers import bootstrap, fresh_state, worker_end
 from torchx_elastic.contract import AGENT_PID_ENV
 
 _MAX_MESSAGE_BYTES = 1 << 20
-# what the server's own imports put in its environment (torch's compiler: its cache folder)
-_ENV_SET_BY_PRELOAD: dict[str, str] = {}
 # what a DDP training script imports, directly or when it builds DistributedDataParallel
 # (which pulls in torch's compiler too: compat.preload_compiler, when preload.needs_compiler)
 PRELOAD_MODULES = ("torch", "torch.distributed", "torch.nn.parallel", "torch.utils.data")
@@ -84,8 +83,6 @@ def _run_child(
         os.chdir(request["cwd"])
         os.environ.clear()
         os.environ.update(request["env"])
-        for name, value in _ENV_SET_BY_PRELOAD.items():  # as the worker's own import would
-            os.environ.setdefault(name, value)
         fresh_state.as_fresh_interpreter(script_workers)
         sys.argv = [""]
     except BaseException:  # noqa: BLE001 - the worker could not be set up
@@ -132,12 +129,12 @@ def _run_bootstrap(argv: list[str]) -> int:
     return code
 
 
-def close_inherited_fds(keep: int) -> None:
+def close_inherited_fds(keep: Collection[int]) -> None:
     """Close what the agent inherited beyond the standard streams: a spawned worker
     (``close_fds``) never sees those descriptors, so a forked one must not either."""
     for name in os.listdir("/proc/self/fd") if os.path.isdir("/proc/self/fd") else ():
         fd = int(name)
-        if fd > 2 and fd != keep:
+        if fd > 2 and fd not in keep:
             try:
                 os.close(fd)
             except OSError:
@@ -167,22 +164,16 @@ def serve(
     sock: socket.socket,
     script_workers: bool = True,
     compiler: bool = True,
+    keep_fds: tuple[int, ...] = (),
 ) -> None:
     if script_workers:  # a function's workers may use what the caller opened
-        # the interpreter's own streams, not the agent's copying ones (ordered_copy): the
-        # copy's descriptor is closed next, and its number may be reused
-        sys.stdout, sys.stderr = sys.__stdout__, sys.__stderr__
-        close_inherited_fds(keep=sock.fileno())
-    env_before = dict(os.environ)
+        close_inherited_fds(keep=(sock.fileno(), *keep_fds))
     for name in PRELOAD_MODULES:
         __import__(name)
     if compiler:
         from torchx_elastic.agent import compat
 
         compat.preload_compiler()
-    _ENV_SET_BY_PRELOAD.update(
-        (name, value) for name, value in os.environ.items() if env_before.get(name) != value
-    )
     share_with_forks()
     bootstrap.die_with_agent()  # the server is the agent's child: go with it
     wakeup_r, wakeup_w = os.pipe()
@@ -209,7 +200,7 @@ def serve(
             if pid == 0:
                 os.environ[AGENT_PID_ENV] = str(my_pid)
                 request["env"][AGENT_PID_ENV] = str(my_pid)
-                server_fds = [sock.detach(), selector.fileno(), wakeup_r, wakeup_w]
+                server_fds = [sock.detach(), selector.fileno(), wakeup_r, wakeup_w, *keep_fds]
                 _run_child(request, fds[0], fds[1], server_fds, script_workers)
             for fd in fds:
                 os.close(fd)
@@ -238,7 +229,9 @@ class ForkServer:
     ``script_workers``: workers run scripts and end through :mod:`worker_end`; False (a
     function launch): a worker raises :class:`WorkerExit` into the caller's frames.
     ``compiler``: the server imports torch's compiler too before it forks (what
-    ``preload.needs_compiler`` says of the script).
+    ``preload.needs_compiler`` says of the script). ``keep_fds``: descriptors of the
+    agent's that the server keeps (the copy of the agent's console: the server's own
+    errors), never its workers.
     """
 
     def __init__(
@@ -246,6 +239,7 @@ class ForkServer:
         allow_threads: bool = False,
         script_workers: bool = True,
         compiler: bool = True,
+        keep_fds: tuple[int, ...] = (),
     ) -> None:
         if threading.active_count() > 1 and not allow_threads:
             raise RuntimeError("the fork server must be created before any thread starts")
@@ -259,7 +253,7 @@ class ForkServer:
                 ours.close()
                 os.setsid()  # a Ctrl-C in the terminal is for the agent
                 os.environ[AGENT_PID_ENV] = str(agent_pid)
-                serve(theirs, script_workers, compiler)
+                serve(theirs, script_workers, compiler, keep_fds)
             except WorkerExit:
                 raise
             except BaseException:  # noqa: BLE001 - the server failed: say so, leave

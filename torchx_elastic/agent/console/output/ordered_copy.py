@@ -55,20 +55,23 @@ def _copied(stream: io.TextIOWrapper, copy: int, lock: threading.Lock) -> io.Tex
     )
 
 
-def copy_console_in_order() -> None:
+def copy_console_in_order() -> int | None:
     """With ``CONSOLE_COPY_ENV`` set: ``sys.stdout`` and ``sys.stderr`` from now on also
-    append to that file (before anything keeps a reference to them: logging's handler)."""
+    append to that file (before anything keeps a reference to them: logging's handler).
+    The copy's descriptor, which a process forked from here keeps to go on copying (the
+    fork server: its own errors); None without a copy."""
     path = os.environ.get(CONSOLE_COPY_ENV)
     streams = (sys.stdout, sys.stderr)
     if not path or not all(isinstance(s, io.TextIOWrapper) for s in streams):
-        return
+        return None
     try:
         copy = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
     except OSError as err:
         print(f"torchx-elastic: not copying the console to {path}: {err}", file=sys.stderr)
-        return
+        return None
     lock = threading.Lock()
     sys.stdout.flush()
     sys.stderr.flush()
     sys.stdout = _copied(sys.stdout, copy, lock)  # type: ignore[arg-type]
     sys.stderr = _copied(sys.stderr, copy, lock)  # type: ignore[arg-type]
+    return copy
