@@ -6,15 +6,14 @@ import json
 import os
 import pty
 import re
-import select
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import REPO, _env, run_agent, run_torchx
+from tests.pty_output import pty_chunks
 from torchx_elastic.agent.config.cli import build_parser
 from torchx_elastic.agent.config.launch import UsageError, config_from_args
 from torchx_elastic.contract import EVENTS_FILE, STDOUT_FILE, SUMMARY_PREFIX, rank_dir
@@ -329,22 +328,7 @@ def test_progress_on_a_terminal_draws_one_live_bar(tmp_path: Path) -> None:
         stderr=child_fd,
     )
     os.close(child_fd)
-    chunks = []
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        ready, _, _ = select.select([main_fd], [], [], 1.0)
-        if not ready:
-            if proc.poll() is not None:
-                break
-            continue
-        try:
-            data = os.read(main_fd, 65536)
-        except OSError:  # EIO: the child side closed
-            break
-        if not data:
-            break
-        chunks.append(data)
-    os.close(main_fd)
+    chunks = [data for _, data in pty_chunks(main_fd, proc, 120)]
     assert proc.wait(30) == 0
     output = b"".join(chunks).decode("utf-8", "replace")
     screen = [row for row in _screen(output) if row.strip()]

@@ -6,16 +6,15 @@ from __future__ import annotations
 import os
 import pty
 import re
-import select
 import shutil
 import subprocess
-import time
 from pathlib import Path
 
 import pyte
 import pytest
 
 from tests.conftest import BIN, REPO, _env, run_torchx
+from tests.pty_output import pty_chunks
 from torchx_elastic.contract.job_progress import LINE_PREFIX
 
 pytestmark = pytest.mark.slow
@@ -74,24 +73,12 @@ def test_terminal_shows_one_live_bar_of_the_whole_job(tmp_path: Path) -> None:
     )  # fmt: skip
     os.close(child_fd)
     mid_run: list[tuple[list[str], list[str]]] = []  # (bars, screen) while the job runs
-    deadline = time.monotonic() + 240
-    while time.monotonic() < deadline:
-        ready, _, _ = select.select([main_fd], [], [], 0.5)
-        if ready:
-            try:
-                data = os.read(main_fd, 65536)
-            except OSError:  # EIO: every writer of the pty is gone
-                break
-            if not data:
-                break
-            stream.feed(data)
-            display = [row.rstrip() for row in screen.display]
-            bars = _bars(display)
-            if bars and int(BAR.search(bars[0])[1]) < STEPS:  # type: ignore[index]
-                mid_run.append((bars, display))
-        elif proc.poll() is not None:
-            break
-    os.close(main_fd)
+    for _, data in pty_chunks(main_fd, proc, 240):
+        stream.feed(data)
+        display = [row.rstrip() for row in screen.display]
+        bars = _bars(display)
+        if bars and int(BAR.search(bars[0])[1]) < STEPS:  # type: ignore[index]
+            mid_run.append((bars, display))
     assert proc.wait(30) == 0
     rows = _rows(screen)
     transcript = "\n".join(rows)

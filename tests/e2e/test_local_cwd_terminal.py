@@ -9,11 +9,9 @@ import fcntl
 import os
 import pty
 import re
-import select
 import struct
 import subprocess
 import termios
-import time
 from pathlib import Path
 from typing import Optional
 
@@ -21,6 +19,7 @@ import pytest
 
 from tests.agent.test_console_e2e import _screen
 from tests.conftest import BIN, _env
+from tests.pty_output import pty_chunks
 
 pytestmark = pytest.mark.slow
 
@@ -62,22 +61,7 @@ def _run_on_a_pty(
         stderr=child_fd,
     )
     os.close(child_fd)
-    pieces: list[tuple[float, str]] = []
-    deadline = time.monotonic() + 240
-    while time.monotonic() < deadline:
-        ready, _, _ = select.select([main_fd], [], [], 1.0)
-        if not ready:
-            if proc.poll() is not None:
-                break
-            continue
-        try:
-            data = os.read(main_fd, 65536)
-        except OSError:  # EIO: every writer of the pty is gone
-            break
-        if not data:
-            break
-        pieces.append((time.monotonic(), data.decode("utf-8", "replace")))
-    os.close(main_fd)
+    pieces = [(at, data.decode("utf-8", "replace")) for at, data in pty_chunks(main_fd, proc, 240)]
     return proc.wait(60), pieces
 
 
