@@ -176,3 +176,14 @@ def test_the_agent_under_taskset_starts_one_worker_per_allowed_cpu(
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.count("WORLD 1") == 1, done.stdout
+
+
+def test_a_counting_child_without_an_answer_is_said(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(devices, "report", lambda kind: os._exit(3))
+    assert devices._report_from_fork("gpu") == {
+        "error": "the counting child ended without an answer (wait status 768)"
+    }
+    monkeypatch.setattr(devices, "_CHILD_CODE", "pass")
+    assert devices._report_from_interpreter("gpu") == {
+        "error": "the counting interpreter ended without an answer (exit 0)"
+    }
