@@ -19,7 +19,7 @@ from typing import Any, TextIO
 
 from torch.distributed.elastic.agent.server.api import RunResult
 
-from torchx_elastic import job_failure_line
+from torchx_elastic.contract import job_failure_line
 from torchx_elastic.agent.console.failure import oom, report
 from torchx_elastic.agent.console.failure.first_failure import (
     FirstFailure,

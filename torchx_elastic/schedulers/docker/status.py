@@ -14,7 +14,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from torchx.specs import AppState, ReplicaStatus, Role, RoleStatus, is_terminal
 
-from torchx_elastic import job_failure_line
+from torchx_elastic.contract import job_failure_line
 from torchx_elastic.contract.error_file import error_data
 from torchx_elastic.schedulers.docker.request import (
     LABEL_APP_ID,

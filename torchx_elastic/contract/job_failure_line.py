@@ -5,7 +5,7 @@ the same on every node (the job's first failure, agreed over the rendezvous stor
 whatever replica's log ``torchx status`` reads (docker: the tail of the container that ended
 first) names the same rank and message.
 
-Standard library only: the agent and the schedulers both import it.
+Standard library only (the contract): the agent writes it, the schedulers read it.
 """
 
 from __future__ import annotations
