@@ -6,7 +6,6 @@ from __future__ import annotations
 import logging
 import socket
 import threading
-import time
 from typing import Any
 
 import pytest
@@ -28,6 +27,9 @@ from torchx_elastic.agent.supervision.network_watch import NetworkWatch
 from torchx_elastic.agent.supervision.rendezvous_move import RendezvousMove, can_move
 
 LOST = Endpoint("h0", 29500)
+# a store call that no answer ends returns after this (a bound on a hang, not a speed)
+READ_TIMEOUT_S = 120.0
+JOIN_S = 60.0
 
 
 def config(*argv: str) -> AgentConfig:
@@ -65,11 +67,15 @@ class Handler(RendezvousHandler):
     def __init__(self) -> None:
         self.release = threading.Event()
         self.error: BaseException | None = None
+        self.waiting = threading.Event()  # a call is in num_nodes_waiting
+        self.answered = False  # and returned (released, or its own read timed out)
 
     def num_nodes_waiting(self) -> int:
         if self.error is not None:
             raise self.error
-        self.release.wait(30)
+        self.waiting.set()
+        self.release.wait(READ_TIMEOUT_S)
+        self.answered = True
         return 0
 
     def next_rendezvous(self) -> Any:
@@ -94,11 +100,15 @@ class Handler(RendezvousHandler):
 def test_a_call_waiting_on_the_lost_host_returns_when_the_loss_is_known() -> None:
     handler = Handler()
     movable = MovableRendezvous(handler, LOST)
-    threading.Timer(0.3, movable.lose, ["h0:29500 did not answer for 20s"]).start()
-    started = time.monotonic()
+
+    def lose_while_the_call_waits() -> None:
+        if handler.waiting.wait(JOIN_S):
+            movable.lose("h0:29500 did not answer for 20s")
+
+    threading.Thread(target=lose_while_the_call_waits, daemon=True).start()
     with pytest.raises(HostLost, match="h0:29500 did not answer for 20s"):
         movable.num_nodes_waiting()
-    assert time.monotonic() - started < 5  # not the store's read timeout
+    assert not handler.answered  # the loss ended the call, not the store's read timeout
     with pytest.raises(HostLost):  # every later call too, until it moves
         movable.num_nodes_waiting()
     assert movable.shutdown() is False  # nothing to close on a lost host
@@ -207,21 +217,25 @@ def test_a_node_waiting_at_the_original_endpoint_learns_where_the_job_went(
 
     monkeypatch.setattr(failover, "BEACON_INTERVAL_S", 0.2)
     monkeypatch.setattr(failover, "MOVED_CHECK_S", 0.2)
-    port = free_port()
+    store = hosted_store("127.0.0.1", 0, 10, True)  # port 0: a free one, held from here on
+    port = int(store.port)  # type: ignore[attr-defined]
     original = Endpoint("127.0.0.1", port)
     handler = Handler()
-    handler._store = hosted_store("127.0.0.1", port, 10, True)  # type: ignore[attr-defined]
-    handler.next_rendezvous = lambda: handler.release.wait(30)  # type: ignore[method-assign]
+    handler._store = store  # type: ignore[attr-defined]
+
+    def round_when_released() -> bool:  # the move's answer comes first, or none does
+        return handler.release.wait(READ_TIMEOUT_S)
+
+    handler.next_rendezvous = round_when_released  # type: ignore[method-assign]
     secret = StoreSigner(b"s" * 32)
     movable = MovableRendezvous(StoreHost(handler), original, secret)
     beacon = Beacon(original, Endpoint("h1", 29500), secret, "job")
     beacon.start()
-    started = time.monotonic()
     with pytest.raises(RendezvousMoved) as moved:
         movable.next_rendezvous()
     beacon.close()
-    beacon.join(10)
-    assert time.monotonic() - started < 10
+    beacon.join(JOIN_S)
+    assert not beacon.is_alive()
     assert moved.value.endpoint == Endpoint("h1", 29500)
     assert str(moved.value) == (
         f"the job's rendezvous moved from 127.0.0.1:{port} to h1:29500 while its host was lost"

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests.waiting import wait_until
 from torchx_elastic import contract, worker
 from torchx_elastic.agent.console.progress.channel import (
     ActivityChannel,
@@ -26,12 +27,6 @@ def fresh_sender(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.setattr(worker, "_sender", None)
     yield
     monkeypatch.setattr(worker, "_sender", None)
-
-
-def wait_for(condition: object, timeout_s: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition() and time.monotonic() < deadline:  # type: ignore[operator]
-        time.sleep(0.01)
 
 
 def test_progress_is_a_no_op_outside_the_agent(
@@ -62,16 +57,17 @@ def test_progress_reaches_the_agent_and_is_rate_limited(
         for step in range(1, 100_001):
             worker.progress(step, 100_000)
         elapsed_s = time.monotonic() - started_s
-        wait_for(
+        wait_until(
             lambda: (
                 activity.snapshot().get(3, None) is not None
                 and activity.snapshot()[3].step == 100_000
-            )
+            ),
+            what="rank 3's last step (100000) at the agent",
+            detail=lambda: activity.snapshot(),
         )
-        assert activity.snapshot()[3].step == 100_000
         assert activity.snapshot()[3].total == 100_000
-        # a tight loop costs ~nothing and sends few datagrams (the last one always)
-        assert elapsed_s < 1.0
+        # a tight loop sends few datagrams: one per interval (the last one always), however
+        # long the loop took (what a call costs is measured in bench/)
         assert len(received) <= 2 + elapsed_s / worker.PROGRESS_INTERVAL_S
         assert activity.last_seen_s(3) is not None
         assert activity.last_seen_s(2) is None
@@ -91,7 +87,7 @@ def test_heartbeat_counts_as_seen(
         monkeypatch.setenv("LOCAL_RANK", "1")
         monkeypatch.setenv(RESTART_COUNT_ENV, "0")
         worker.heartbeat()
-        wait_for(lambda: activity.last_seen_s(1) is not None)
+        wait_until(lambda: activity.last_seen_s(1) is not None, what="rank 1's heartbeat")
         assert activity.snapshot()[1].step is None
     finally:
         channel.close()

@@ -118,9 +118,12 @@ def test_the_handler_goes_on_with_a_warning_past_an_unreadable_claim(
     ]
 
 
-def test_a_peer_on_the_c10d_backend_is_named_at_once_with_both_settings() -> None:
+def test_a_peer_on_the_c10d_backend_is_named_at_once_with_both_settings(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """A c10d node hosts the store a static node of rank 1 reaches: the static node reads
-    its roll-call entry, signed with the job's secret, and names the mismatch."""
+    its roll-call entry, signed with the job's secret, and names the mismatch (before the
+    claims of node ranks, which wait for the other nodes' claims)."""
     from torch.distributed import PrefixStore  # type: ignore[attr-defined]
 
     from torchx_elastic.agent.rendezvous.static_ranks import CheckedStaticRanks
@@ -136,10 +139,11 @@ def test_a_peer_on_the_c10d_backend_is_named_at_once_with_both_settings() -> Non
     argv = ["--nnodes", "2", "--rdzv-backend", "static", "--rdzv-endpoint", "h0:29500"]
     args = [*argv, "--rdzv-id", "job", "--node-rank", "1", "x.py"]
     config = config_from_args(build_parser().parse_args(args))
-    started = time.monotonic()
+    claims_checked: list[object] = []
+    monkeypatch.setattr(static_ranks, "check_claims", lambda *a, **k: claims_checked.append(a))
     with pytest.raises(RendezvousDiagnosis) as failed:
         CheckedStaticRanks(Static(), config, signer).next_rendezvous()  # type: ignore[arg-type]
-    assert time.monotonic() - started < 1.0  # before the claims' wait for a peer
+    assert claims_checked == []  # named before the claims' wait for a peer
     me = NodeEntry.of_this_node(config).name
     assert str(failed.value).endswith(
         f"nodes disagree on --rdzv-backend: static on {me}, c10d on h0 (pid 7);"
@@ -159,9 +163,18 @@ def test_node_rank_0_says_what_it_waits_for_while_the_store_blocks(
     interval = static_ranks.GrowingInterval
     monkeypatch.setattr(static_ranks, "GrowingInterval", lambda: interval(0.05, 0.05))
     line = static_ranks.host_waiting_line(config, "10:00:00")
-    assert static_ranks.said_while_waiting(lambda: time.sleep(0.3) or "info", lambda: line) == (
-        "info"
-    )
+    lines_said = threading.Semaphore(0)
+
+    def line_said() -> str:
+        lines_said.release()
+        return line
+
+    def blocks_until_said_twice() -> str:  # the store's wait, until the line came twice
+        for _ in range(2):
+            assert lines_said.acquire(timeout=60), "the waiting line was not said twice"
+        return "info"
+
+    assert static_ranks.said_while_waiting(blocks_until_said_twice, line_said) == "info"
     said = capsys.readouterr().err.splitlines()
     assert len(said) >= 2 and set(said) == {
         "torchx-elastic: waiting for nodes: this node (--node-rank 0) hosts the static"
