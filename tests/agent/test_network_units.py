@@ -8,6 +8,9 @@ from datetime import datetime, timedelta, timezone
 from types import SimpleNamespace
 from typing import Any
 
+import pytest
+
+from tests.waiting import wait_until
 from torchx_elastic.agent.config.endpoint import Endpoint
 from torchx_elastic.agent.rendezvous.liveness import SilentPeers, lost_peer_line
 from torchx_elastic.agent.supervision import network_watch
@@ -133,8 +136,9 @@ def test_a_peers_heartbeat_through_the_store_is_heard_from_it() -> None:
     them) still hears its peers through their heartbeats in the store: not cut off."""
     from torchx_elastic.agent.compat import freshest_peer_heartbeat_age_s
 
-    age = freshest_peer_heartbeat_age_s(handler({"h0": 0, "h1": 1}, {"h0": 30, "h1": 3}))
-    assert age is not None and 3 <= age < 4  # h0's own heartbeat does not count
+    beats = {"h0": 0, "h1": 3, "h2": 30}
+    age = freshest_peer_heartbeat_age_s(handler({"h0": 0, "h1": 1, "h2": 2}, beats))
+    assert age is not None and 3 <= age < 30  # h1's: h0's own heartbeat does not count
     assert freshest_peer_heartbeat_age_s(handler({"h0": 0}, {"h0": 0})) is None
 
 
@@ -154,22 +158,26 @@ def test_lost_peer_line() -> None:
     assert "heartbeat for 5s" in lost_peer_line({2: "h2"}, {"keep_alive_interval": "1"})
 
 
-def test_a_node_that_joins_is_heard_from_while_its_round_forms() -> None:
+def test_a_node_that_joins_is_heard_from_while_its_round_forms(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """A late node appears among the peers and is silent until its round completes (its
     heartbeats start then; a network policy may drop probes of its port): the node
     hosting the rendezvous must not call itself cut off meanwhile."""
-    import time
-
+    monkeypatch.setattr(network_watch, "PROBE_INTERVAL_S", 0.05)
+    monkeypatch.setattr(network_watch, "answers", lambda *_: False)  # it answers no probe
+    monkeypatch.setattr(network_watch, "name_is_gone", lambda host: False)
     calls: list[str] = []
-    appeared = time.monotonic() + 1.5
-    watch_ = NetworkWatch(
-        Endpoint("no-such-host.invalid", 29500),
-        True,
-        lambda: ["no-such-host.invalid"] if time.monotonic() > appeared else [],
-        0.5,
-        calls.append,
-    )
+    probes = [0]
+
+    def peers() -> list[str]:  # no round for two probes, then the late node is a peer
+        probes[0] += 1
+        return ["late-node"] if probes[0] > 2 else []
+
+    watch_ = NetworkWatch(Endpoint("late-node", 29500), True, peers, 0.1, calls.append)
     watch_.start()
-    time.sleep(4.0)
+    # the late node silent for many times lost_after_s, each probe of it decided: a probe
+    # asks for the peers only once the one before it ended (or gave up)
+    wait_until(lambda: probes[0] >= 12 or calls, what="ten probes of the silent late node")
     watch_.close()
     assert calls == []
