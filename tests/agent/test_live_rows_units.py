@@ -4,11 +4,11 @@ plain console writes them only when local_cwd names the file, and the file goes 
 from __future__ import annotations
 
 import io
-import time
 from pathlib import Path
 
 import pytest
 
+from tests.waiting import wait_until
 from torchx_elastic.agent.console.output.display import PlainConsole, make_console
 from torchx_elastic.agent.console.output.live_rows import LiveRowsFile
 from torchx_elastic.agent.console.output.sinks import RankOutput, RankSink
@@ -22,11 +22,12 @@ from torchx_elastic.contract.live_rows import (
 )
 
 
-def _rows_become(path: Path, expected: list[LiveRow], timeout_s: float = 30) -> None:
-    deadline = time.monotonic() + timeout_s
-    while read_rows(str(path)) != expected and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert read_rows(str(path)) == expected
+def _rows_become(path: Path, expected: list[LiveRow]) -> None:
+    wait_until(
+        lambda: read_rows(str(path)) == expected,
+        what=f"the live rows {expected}",
+        detail=lambda: read_rows(str(path)),
+    )
 
 
 def test_rows_round_trip_and_a_missing_or_foreign_file_has_none(tmp_path: Path) -> None:

@@ -21,13 +21,13 @@ CHILD = textwrap.dedent(
         pid = os.fork()
         if pid == 0:  # as the fork server: inherits the agent's handler
             os.kill(os.getpid(), signal.SIGTERM)
-            time.sleep(5)
+            time.sleep(5)  # what runs on if the signal does not end it (the scenario)
             os._exit(0)
         _, status = os.waitpid(pid, 0)
         print("child", os.waitstatus_to_exitcode(status), flush=True)
         sys.exit(0)
     os.kill(os.getpid(), signal.SIGHUP)
-    time.sleep(5)
+    time.sleep(5)  # what runs on if the signal does not end it (the scenario)
     """
 )
 

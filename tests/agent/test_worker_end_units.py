@@ -25,7 +25,7 @@ def test_finish_joins_threads_runs_atexit_flushes_unclosed_files_and_exits_with_
         """
         import atexit, sys, threading, time
         from torchx_elastic.agent.workers import worker_end
-        def late_writer():
+        def late_writer():  # still writing when finish() is called (the scenario)
             time.sleep(0.5)
             open("thread.out", "w").write("done")
         threading.Thread(target=late_writer).start()
