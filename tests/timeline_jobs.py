@@ -6,10 +6,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from torchx_elastic import contract
-from torchx_elastic.contract import RANK_ERROR_FILE, STDERR_FILE
 from torchx_elastic.contract import events as ev
 from torchx_elastic.contract.error_file import write_error_file
+from torchx_elastic.contract.log_layout import NodeLogs
 
 T0 = 1_800_000_000.0
 TRACEBACK = (
@@ -35,7 +34,7 @@ def record(event: str, time_s: float, node: int, pid: int, **fields: Any) -> dic
 def write_events(log_dir: Path, records: list[dict[str, Any]], extra_lines: str = "") -> None:
     log_dir.mkdir(parents=True, exist_ok=True)
     text = "".join(json.dumps(r) + "\n" for r in records) + extra_lines
-    (log_dir / ev.EVENTS_FILE).write_text(text)
+    Path(NodeLogs(str(log_dir)).events).write_text(text)
 
 
 def generated_job(
@@ -130,8 +129,8 @@ def generated_job(
 
 def write_crash_files(log_dir: Path, crash_rank: int = 1) -> None:
     """The crashed rank's error file (its traceback) and its stderr."""
-    rank_dir = Path(contract.rank_dir(str(log_dir), 0, crash_rank))
+    logs = NodeLogs(str(log_dir))
     write_error_file(
-        str(rank_dir / RANK_ERROR_FILE), "ValueError: bad batch on rank 1", TRACEBACK, T0 + 9
+        logs.rank_error_file(0, crash_rank), "ValueError: bad batch on rank 1", TRACEBACK, T0 + 9
     )
-    (rank_dir / STDERR_FILE).write_text(TRACEBACK)
+    Path(logs.rank_stderr(0, crash_rank)).write_text(TRACEBACK)

@@ -15,7 +15,7 @@ from torchx_elastic.contract.error_file import error_data
 from torchx_elastic.schedulers.docker import DockerScheduler
 from torchx_elastic.timeline import cli
 from torchx_elastic.timeline.docker_source import timeline_of_docker_job
-from torchx_elastic.timeline.source import SourceError
+from torchx_elastic.timeline.log_dir import SourceError
 
 
 def _agent_files(node: int) -> dict[str, bytes]:

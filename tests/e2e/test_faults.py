@@ -112,7 +112,7 @@ def test_hang_is_detected_stacks_dumped_and_group_restarted(tmp_path: Path) -> N
     assert "most recent call first" in stderr_log
     assert f'File "{tmp_path / "hang.py"}", line 9 in <module>' in stderr_log  # as python shows it
     # the timeline's records: the hang, then the failure it became, then the restart
-    from torchx_elastic.timeline.source import timeline_of_dir
+    from torchx_elastic.timeline.log_dir import timeline_of_dir
 
     timeline = timeline_of_dir(str(tmp_path / "logs"))
     (restart,) = timeline.job_marks

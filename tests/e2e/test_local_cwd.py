@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import BIN, _env, run_torchx
-from torchx_elastic.contract import STDOUT_FILE, agents_log_dir
+from torchx_elastic.contract import STDOUT_FILE
+from torchx_elastic.contract.log_layout import LocalAppLogs
 
 pytestmark = pytest.mark.slow
 
@@ -59,7 +60,7 @@ def test_two_nodes_two_workers_each(workdir: Path) -> None:
     log_dir = re.search(r"torchx-elastic: logs of \S+ are kept in (\S+)", result.stderr)
     assert log_dir, result.stderr
     rank_logs = sorted(
-        Path(agents_log_dir(log_dir[1], "main")).glob(f"attempt_0/rank_*/{STDOUT_FILE}")
+        Path(LocalAppLogs(log_dir[1]).agents("main").root).glob(f"attempt_0/rank_*/{STDOUT_FILE}")
     )
     assert len(rank_logs) == 4
     assert "world size 4" in rank_logs[3].read_text()

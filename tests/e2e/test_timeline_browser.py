@@ -169,7 +169,7 @@ def test_timeline_of_a_real_2x2_job_with_a_crash_and_a_restart(workdir: Path, br
 
 def test_64x8_job_opens_folded_and_unfolds(tmp_path: Path, browser: Any) -> None:
     from torchx_elastic.timeline import html
-    from torchx_elastic.timeline.source import timeline_of_dir
+    from torchx_elastic.timeline.log_dir import timeline_of_dir
 
     write_events(tmp_path, generated_job(64, 8, progress_samples=1000))
     write_crash_files(tmp_path)

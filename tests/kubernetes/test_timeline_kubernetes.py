@@ -12,7 +12,8 @@ from torchx_elastic.components.dist import ddp
 from torchx_elastic.schedulers.kubernetes.scheduler import KubernetesScheduler
 from torchx_elastic.timeline import html
 from torchx_elastic.timeline.kubernetes_source import MISSING, timeline_of_kubernetes_job
-from torchx_elastic.timeline.source import SourceError, load
+from torchx_elastic.timeline.log_dir import SourceError
+from torchx_elastic.timeline.source import load
 
 JOB = f"main-{SUFFIX}"
 APP_ID = f"default:{JOB}"

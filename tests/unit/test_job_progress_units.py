@@ -354,7 +354,7 @@ def test_every_rendezvous_round_reaches_the_listener(stores: tuple[Any, Any]) ->
     info = handler.next_rendezvous()
     assert (info.rank, info.world_size) == (1, 3)
     assert rounds == [(stores[0], 1, 3)]
-    assert (handler.get_run_id(), handler.get_backend(), handler.rounds) == ("run", "test", 1)
+    assert (handler.get_run_id(), handler.get_backend(), inner.rounds) == ("run", "test", 1)
 
     def broken(store: Any, rank: int, nodes: int) -> None:
         raise RuntimeError("listener bug")
@@ -423,8 +423,7 @@ def test_node_rank_0_samples_progress_into_the_event_log_at_a_bounded_rate(
     stores: tuple[Any, Any], tmp_path: Path
 ) -> None:
     from torchx_elastic.contract import events as event_records
-    from torchx_elastic.contract.events import EventLog
-    from torchx_elastic.timeline.source import read_events
+    from torchx_elastic.contract.events import EventLog, read_events
 
     store0, _ = stores
     now = [0.0]

@@ -13,8 +13,8 @@ from pathlib import Path
 from torchx.runner import Runner
 from torchx.specs import AppDef, AppState, Role
 
-from torchx_elastic.contract import agents_log_dir
 from torchx_elastic.contract.job_progress import JobSummary, write_file
+from torchx_elastic.contract.log_layout import LocalAppLogs
 from torchx_elastic.ft.lighthouse import Quorum
 from torchx_elastic.schedulers.local_cwd import create_scheduler
 
@@ -41,7 +41,7 @@ def test_status_of_an_app_of_several_roles_shows_its_groups(tmp_path: Path) -> N
         handle = runner.run(app, "local_cwd", cfg={"log_dir": str(tmp_path)})
         try:
             app_dir = next(p for p in tmp_path.glob("*/*") if p.is_dir())
-            progress_dir = agents_log_dir(str(app_dir), "group0")
+            progress_dir = LocalAppLogs(str(app_dir)).agents("group0").root
             os.makedirs(progress_dir)
             summary = JobSummary(
                 step=12, total=40, slowest_rank=1, slowest_node=0, fastest_rank=0,

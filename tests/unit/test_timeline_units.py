@@ -9,21 +9,18 @@ from pathlib import Path
 import pytest
 
 from tests.timeline_jobs import T0, generated_job, record, write_crash_files, write_events
-from torchx_elastic.contract import RANK_ERROR_FILE, agents_log_dir
+from torchx_elastic.contract import RANK_ERROR_FILE
 from torchx_elastic.contract import events as ev
+from torchx_elastic.contract.events import restarted_or_failed
+from torchx_elastic.contract.log_layout import LocalAppLogs
 from torchx_elastic.timeline import cli, html, trace
+from torchx_elastic.timeline.log_dir import SourceError, find_log_dir, timeline_of_dir
 from torchx_elastic.timeline.model import Timeline
-from torchx_elastic.timeline.source import (
-    SourceError,
-    find_log_dir,
-    restarted_or_failed,
-    timeline_of_dir,
-)
 
 
 @pytest.fixture
 def crashed_2x2(tmp_path: Path) -> Path:
-    log_dir = Path(agents_log_dir(str(tmp_path / "torchx" / "train-abc"), "train"))
+    log_dir = Path(LocalAppLogs(str(tmp_path / "torchx" / "train-abc")).agents("train").root)
     write_events(
         log_dir,
         generated_job(2, 2, progress_samples=5),

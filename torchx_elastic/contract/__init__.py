@@ -4,7 +4,9 @@ The agent (``torchx_elastic.agent``), the schedulers (``torchx_elastic.scheduler
 status``), the timeline and the tests import it; nothing else spells these names.
 
 - the environment variables the agent, the workers and the schedulers set and read (below);
-- the files a node writes in its log directory, with a writer and a reader each:
+- the files a node writes in its log directory, where each is (:mod:`.log_layout`:
+  ``NodeLogs``, and ``LocalAppLogs`` for a local job's; their names are re-exported here),
+  with a writer and a reader each:
   :mod:`.events` (``events.jsonl``, and the summary ``summary_node<N>.json``),
   :mod:`.job_progress` (``job_progress.json`` and the ``[job progress]`` log line),
   :mod:`.error_file` (torch's error file, ``TORCHELASTIC_ERROR_FILE``),
@@ -18,7 +20,19 @@ the schedulers import it without the agent (or ``rich``).
 
 from __future__ import annotations
 
-import os
+from torchx_elastic.contract.log_layout import AGENTS_LOG_SUBDIR as AGENTS_LOG_SUBDIR
+from torchx_elastic.contract.log_layout import ATTEMPT_DIR_PREFIX as ATTEMPT_DIR_PREFIX
+from torchx_elastic.contract.log_layout import CONSOLE_COPY_FILE as CONSOLE_COPY_FILE
+from torchx_elastic.contract.log_layout import EVENTS_FILE as EVENTS_FILE
+from torchx_elastic.contract.log_layout import FILTERED_FILE as FILTERED_FILE
+from torchx_elastic.contract.log_layout import JOB_PROGRESS_FILE as JOB_PROGRESS_FILE
+from torchx_elastic.contract.log_layout import RANK_DIR_PREFIX as RANK_DIR_PREFIX
+from torchx_elastic.contract.log_layout import RANK_ERROR_FILE as RANK_ERROR_FILE
+from torchx_elastic.contract.log_layout import STDERR_FILE as STDERR_FILE
+from torchx_elastic.contract.log_layout import STDOUT_FILE as STDOUT_FILE
+from torchx_elastic.contract.log_layout import SUMMARY_PREFIX as SUMMARY_PREFIX
+from torchx_elastic.contract.log_layout import WAITING_FILE_PREFIX as WAITING_FILE_PREFIX
+from torchx_elastic.contract.log_layout import LocalAppLogs, NodeLogs
 
 # --- environment variables ---------------------------------------------------------------
 # set by torchx-elastic
@@ -31,9 +45,9 @@ CHANNEL_ENV = "TORCHX_ELASTIC_CHANNEL"  # the agent's socket for progress() and 
 ROLE_RANK0_ENV = "TORCHX_ELASTIC_ROLE_RANK0_HOST"  # its own role's replica 0 (ft.ddp's groups)
 ENV_FILE_ENV = "TORCHX_ELASTIC_ENV_FILE"  # a file of NAME=value lines to export (env_file.py)
 # a file the agent appends what it prints to, stdout's and stderr's lines in the order it
-# printed them (local_cwd's combined log: two files cannot say which line came first)
+# printed them (local_cwd's combined log: two files cannot say which line came first);
+# CONSOLE_COPY_FILE (below) is its name in a local replica's log directory
 CONSOLE_COPY_ENV = "TORCHX_ELASTIC_CONSOLE_COPY"
-CONSOLE_COPY_FILE = "console.log"  # its name in a local replica's log directory
 
 
 def new_secret() -> str:
@@ -57,51 +71,27 @@ SHUTDOWN_TIMEOUT_ENV = "TORCH_ELASTIC_SHUTDOWN_TIMEOUT"
 # torch's opt-out of the rendezvous store that its rounds share with the workers (2.5+)
 SHARE_STORE_OPT_OUT_ENV = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"
 
-# --- the files of a node's log directory -------------------------------------------------
-EVENTS_FILE = "events.jsonl"  # events.py
-SUMMARY_PREFIX = "summary_node"  # summary_node<N>.json, the run on node N (events.py)
-JOB_PROGRESS_FILE = "job_progress.json"  # the rank-0 node's (job_progress.py)
-# <log_dir>/attempt_<k>/rank_<r>/: a rank's output and error file (rank_dir below); torchx's
-# local schedulers name a replica's output files the same (<log_dir>/<role>/<replica>/)
-STDOUT_FILE = "stdout.log"
-STDERR_FILE = "stderr.log"
-RANK_ERROR_FILE = "error.json"  # the TORCHELASTIC_ERROR_FILE the agent gives the rank
-# waiting_for_nodes.<host>.<pid>.json while a node waits (waiting_file.py)
-WAITING_FILE_PREFIX = "waiting_for_nodes."
-# torchx's local schedulers keep a role's agent logs in <app log dir>/torchelastic/<role>
-AGENTS_LOG_SUBDIR = "torchelastic"
 
-
-ATTEMPT_DIR_PREFIX = "attempt_"  # + the attempt (0 for the first start)
-RANK_DIR_PREFIX = "rank_"  # + the global rank
-# the lines of an attempt's ranks that the console's duplicate filters kept (--filter-*)
-FILTERED_FILE = "filtered_{stream}.log"  # stream: stdout or stderr
-
-
+# --- the files of a node's log directory: log_layout.py (imported above) -------------
+# the agent's older spellings of NodeLogs' and LocalAppLogs' paths
 def attempt_dir(log_dir: str, attempt: int | str) -> str:
-    """``<log_dir>/attempt_<attempt>``: the ranks' directories of one attempt."""
-    return os.path.join(log_dir, f"{ATTEMPT_DIR_PREFIX}{attempt}")
+    """``NodeLogs(log_dir).attempt_dir(attempt)``."""
+    return NodeLogs(log_dir).attempt_dir(attempt)
 
 
 def rank_dir(log_dir: str, attempt: int | str, rank: int | str) -> str:
-    """``<log_dir>/attempt_<attempt>/rank_<rank>``: the files of global rank ``rank``."""
-    return os.path.join(attempt_dir(log_dir, attempt), f"{RANK_DIR_PREFIX}{rank}")
+    """``NodeLogs(log_dir).rank_dir(attempt, rank)``."""
+    return NodeLogs(log_dir).rank_dir(attempt, rank)
 
 
 def ranks_of_attempt(log_dir: str, attempt: int) -> list[int]:
-    """The global ranks that have a directory in ``attempt`` (this node's), sorted."""
-    top = attempt_dir(log_dir, attempt)
-    names = os.listdir(top) if os.path.isdir(top) else []
-    return sorted(
-        int(name[len(RANK_DIR_PREFIX) :])
-        for name in names
-        if name.startswith(RANK_DIR_PREFIX) and name[len(RANK_DIR_PREFIX) :].isdigit()
-    )
+    """``NodeLogs(log_dir).ranks_of_attempt(attempt)``."""
+    return NodeLogs(log_dir).ranks_of_attempt(attempt)
 
 
 def agents_log_dir(app_log_dir: str, role: str) -> str:
-    """Where a local job's agents of ``role`` write their log directory."""
-    return os.path.join(app_log_dir, AGENTS_LOG_SUBDIR, role)
+    """``LocalAppLogs(app_log_dir).agents(role).root``."""
+    return LocalAppLogs(app_log_dir).agents(role).root
 
 
 # --- the agent's own line that the schedulers read back (``torchx status``) --------------

@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
-from torchx_elastic.contract import EVENTS_FILE, SUMMARY_PREFIX
+from torchx_elastic.contract.log_layout import NodeLogs
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +90,7 @@ class EventLog:
 
     @classmethod
     def in_dir(cls, log_dir: str) -> EventLog:
-        return cls(os.path.join(log_dir, EVENTS_FILE))
+        return cls(NodeLogs(log_dir).events)
 
     def emit(self, event: str, **fields: Any) -> dict[str, Any]:
         now_s = self._clock()
@@ -137,7 +137,7 @@ def read_events(path: str) -> list[dict[str, Any]]:
 
 
 def summary_path(log_dir: str, node: int) -> str:
-    return os.path.join(log_dir, f"{SUMMARY_PREFIX}{node}.json")
+    return NodeLogs(log_dir).summary(node)
 
 
 def write_summary(path: str, data: Mapping[str, Any]) -> None:
@@ -153,11 +153,23 @@ def write_summary(path: str, data: Mapping[str, Any]) -> None:
 def read_summary(log_dir: str) -> dict[str, Any]:
     """The run's summary in ``log_dir`` (the newest, should it hold several nodes'); empty
     when there is none."""
-    paths = sorted(
-        glob.glob(os.path.join(log_dir, f"{SUMMARY_PREFIX}*.json")), key=os.path.getmtime
-    )
+    paths = sorted(glob.glob(NodeLogs(log_dir).summaries), key=os.path.getmtime)
     if not paths:
         return {}
     with open(paths[-1]) as file:
         data: dict[str, Any] = json.load(file)
     return data
+
+
+def restarted_or_failed(log_dir: str) -> bool:
+    """Whether the agents of ``log_dir`` restarted their workers or failed, from their
+    events (cheap: no torch); local_cwd then names the command that draws the timeline."""
+    try:
+        records = read_events(NodeLogs(log_dir).events)
+    except OSError:
+        return False
+    return any(
+        r.get("event") in (RESTART, FAILURE, HANG)
+        or (r.get("event") == EXIT and r.get("exit_code") not in (0, None))
+        for r in records
+    )

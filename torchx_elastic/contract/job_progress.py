@@ -21,7 +21,8 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from torchx_elastic.contract import JOB_PROGRESS_FILE, WAITING_FOR_NODES
+from torchx_elastic.contract import WAITING_FOR_NODES
+from torchx_elastic.contract.log_layout import NodeLogs
 
 LINE_PREFIX = "[job progress] "
 # the line's form while the first rendezvous round waits for nodes (no step yet)
@@ -142,7 +143,7 @@ def format_duration(seconds: float) -> str:
 
 def write_file(directory: str, summary: JobSummary) -> str:
     """Replace ``directory/job_progress.json`` atomically (readers never see half a file)."""
-    path = os.path.join(directory, JOB_PROGRESS_FILE)
+    path = NodeLogs(directory).job_progress
     temporary = f"{path}.{os.getpid()}.tmp"
     with open(temporary, "w") as file:
         file.write(summary.to_json())

@@ -18,9 +18,11 @@ import json
 import os
 from dataclasses import dataclass
 
+# local_cwd's name for it, in each replica's log directory
+from torchx_elastic.contract.log_layout import LIVE_ROWS_FILE as LIVE_ROWS_FILE
+
 # the file (a JSON list of rows) the agent keeps its ranks' unfinished lines in
 LIVE_ROWS_ENV = "TORCHX_ELASTIC_LIVE_ROWS_FILE"
-LIVE_ROWS_FILE = "live_rows.json"  # local_cwd's name for it, in each replica's log directory
 
 
 @dataclass(frozen=True)

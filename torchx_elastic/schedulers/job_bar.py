@@ -42,9 +42,9 @@ from typing import (
     Tuple,
 )
 
-from torchx_elastic.contract import JOB_PROGRESS_FILE, agents_log_dir
 from torchx_elastic.contract.job_progress import LINE_PREFIX, JobSummary, read_file
 from torchx_elastic.contract.live_rows import LiveRow, read_rows
+from torchx_elastic.contract.log_layout import LocalAppLogs
 from torchx_elastic.rich_job_bar import rich_bar
 from torchx_elastic.schedulers import ft_groups
 
@@ -62,7 +62,7 @@ _READ_BYTES = 65536
 
 def progress_files(app_log_dir: str) -> List[str]:
     """Where a local_cwd job's rank-0 agents write the job's progress, one per role."""
-    return sorted(glob.glob(os.path.join(agents_log_dir(app_log_dir, "*"), JOB_PROGRESS_FILE)))
+    return sorted(glob.glob(LocalAppLogs(app_log_dir).agents("*").job_progress))
 
 
 def terminal_wanted(stream: IO[str]) -> bool:

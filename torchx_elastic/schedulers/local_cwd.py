@@ -75,20 +75,24 @@ from torchx.specs import NONE, AppDef, AppState, CfgVal, is_terminal, runopts
 from torchx_elastic.components.agent_command import AGENT_MODULE
 from torchx_elastic.contract import (
     CONSOLE_COPY_ENV,
-    CONSOLE_COPY_FILE,
-    JOB_PROGRESS_FILE,
     LAUNCHER_PID_ENV,
     RANK0_ENV,
     ROLE_RANK0_ENV,
     SECRET_ENV,
-    STDERR_FILE,
-    STDOUT_FILE,
-    agents_log_dir,
     new_secret,
     waiting_file,
 )
+from torchx_elastic.contract.events import restarted_or_failed
 from torchx_elastic.contract.job_progress import read_file
-from torchx_elastic.contract.live_rows import LIVE_ROWS_ENV, LIVE_ROWS_FILE
+from torchx_elastic.contract.live_rows import LIVE_ROWS_ENV
+from torchx_elastic.contract.log_layout import (
+    CONSOLE_COPY_FILE,
+    LOCAL_LOG_ROOT,
+    STDERR_FILE,
+    STDOUT_FILE,
+    LocalAppLogs,
+)
+from torchx_elastic.contract.timeline_command import command_for
 from torchx_elastic.ft.lighthouse import last_logged_quorum
 from torchx_elastic.schedulers import ft_groups
 from torchx_elastic.schedulers.compat import (
@@ -112,11 +116,8 @@ from torchx_elastic.schedulers.options import RunOptions, option
 from torchx_elastic.schedulers.progress_status import Progress, join_message
 from torchx_elastic.schedulers.replica_logs import LogQuery, ReplicaLogs
 from torchx_elastic.schedulers.role_states import replicas_state
-from torchx_elastic.timeline.cli import command_for
-from torchx_elastic.timeline.source import restarted_or_failed
 
 RANK0_HOST = "127.0.0.1"
-DEFAULT_LOG_DIR = "torchx_logs"
 _PYTHON_ENTRYPOINTS = frozenset({"python", "python3"})
 STATUS_WAIT_S = 0.9
 # the files torchx's local scheduler writes per replica (``<log_dir>/<role>/<replica>/``)
@@ -133,19 +134,13 @@ def _process_state(returncode: Optional[int]) -> AppState:
     return AppState.SUCCEEDED if returncode == 0 else AppState.FAILED
 
 
-def _replica_file(app_log_dir: str, role: str, k: int, name: str) -> str:
-    """A file of replica ``k`` of ``role``: its ranks' unfinished lines (``LIVE_ROWS_FILE``,
-    on a terminal), its agent's stdout and stderr in order (``CONSOLE_COPY_FILE``)."""
-    return os.path.join(app_log_dir, role, str(k), name)
-
-
 def _runs_the_agent(replica: ReplicaParam) -> bool:
     return AGENT_MODULE in replica.args[:3]
 
 
 def _first_role_log(app_log_dir: str, role: str) -> str:
     """The stderr of the app's first role's replica 0 (``ft.ddp``'s Lighthouse)."""
-    return os.path.join(app_log_dir, role, "0", STDERR_FILE)
+    return LocalAppLogs(app_log_dir).replica_stderr(role, 0)
 
 
 @dataclass(frozen=True)
@@ -155,7 +150,7 @@ class LocalCwdOptions(RunOptions):
     SCHEDULER: ClassVar[str] = "local_cwd"
 
     log_dir: str = option(  # torchx's default is a temporary directory deleted at exit
-        DEFAULT_LOG_DIR,
+        LOCAL_LOG_ROOT,
         type_=str,
         help="directory for the logs of every run, kept after the run (relative to the cwd)",
     )
@@ -224,18 +219,15 @@ class LocalCwdScheduler(ReplicaLogs, LocalScheduler):
             replica.env[SECRET_ENV] = secret
         move_taken_ports(local_roles(request))
         drawn = self._bar_wanted.get(request.app_id, True) and terminal_wanted(sys.stderr)
+        logs = LocalAppLogs(request.log_dir)
         for role, replicas in local_roles(request).items():
             for k, replica in enumerate(replicas):
                 if not _runs_the_agent(replica):
                     continue
                 if drawn:  # the ranks' unfinished lines, drawn
-                    replica.env[LIVE_ROWS_ENV] = _replica_file(
-                        request.log_dir, role, k, LIVE_ROWS_FILE
-                    )
+                    replica.env[LIVE_ROWS_ENV] = logs.live_rows(role, k)
                 # the combined log: a rank's stdout and stderr lines in the order it wrote them
-                replica.env[CONSOLE_COPY_ENV] = _replica_file(
-                    request.log_dir, role, k, CONSOLE_COPY_FILE
-                )
+                replica.env[CONSOLE_COPY_ENV] = logs.console_copy(role, k)
                 self._console_copied.add((request.app_id, role))
         self._workers_grace_s[request.app_id] = max(
             workers_grace_s(r.args, r.env) for r in local_replicas(request)
@@ -268,11 +260,12 @@ class LocalCwdScheduler(ReplicaLogs, LocalScheduler):
         app = local_app(self, app_id)
         if app is None:
             raise ValueError(f"unknown app {app_id!r} in this torchx session")
-        replica_dir = os.path.join(app.log_dir, role_name, str(k))
+        logs = LocalAppLogs(app.log_dir)
+        replica_dir = logs.replica_dir(role_name, k)
         names = _STREAM_FILES[query.streams or Stream.COMBINED]
-        copy = os.path.join(replica_dir, CONSOLE_COPY_FILE)
         if names == _STREAM_FILES[Stream.COMBINED] and (
-            (app_id, role_name) in self._console_copied or os.path.exists(copy)
+            (app_id, role_name) in self._console_copied
+            or os.path.exists(logs.console_copy(role_name, k))
         ):
             names = (CONSOLE_COPY_FILE,)  # two files cannot say which line came first
         lines = follow_lines(
@@ -291,7 +284,7 @@ class LocalCwdScheduler(ReplicaLogs, LocalScheduler):
                         lambda: progress_files(app_log_dir),
                         lambda: last_logged_quorum(tail_lines(first)),
                         row_files=[
-                            (f"{role}/{k}", _replica_file(app_log_dir, role, k, LIVE_ROWS_FILE))
+                            (f"{role}/{k}", logs.live_rows(role, k))
                             for role, replicas in app.role_replicas.items()
                             for k in range(len(replicas))
                         ],
@@ -336,8 +329,8 @@ class LocalCwdScheduler(ReplicaLogs, LocalScheduler):
         raise UserError(
             "local_cwd keeps no record of its jobs beyond the torchx process that ran them (as"
             " torchx's local schedulers); each job's logs, summary and events stay in its"
-            f" log_dir (default ./{DEFAULT_LOG_DIR}/<session>/<app id>), and `torchx-elastic"
-            " timeline <that directory>` shows how it went"
+            f" log_dir (default ./{LOCAL_LOG_ROOT}/<session>/<app id>), and"
+            f" `{command_for('<that directory>')}` shows how it went"
         )
 
     def _with_waiting(self, desc: Optional[DescribeAppResponse]) -> Optional[DescribeAppResponse]:
@@ -346,7 +339,7 @@ class LocalCwdScheduler(ReplicaLogs, LocalScheduler):
         app = local_app(self, desc.app_id) if desc is not None else None
         if desc is None or app is None or is_terminal(desc.state):
             return desc
-        dirs = glob.glob(agents_log_dir(app.log_dir, "*"))
+        dirs = glob.glob(LocalAppLogs(app.log_dir).agents("*").root)
         waiting = waiting_file.newest_message(dirs)
         if waiting is not None:
             desc.msg = waiting
@@ -367,7 +360,7 @@ class LocalCwdScheduler(ReplicaLogs, LocalScheduler):
         quorum = last_logged_quorum(tail_lines(first))
         progress: Dict[str, Progress] = {}
         for role in states:
-            summary = read_file(os.path.join(agents_log_dir(app.log_dir, role), JOB_PROGRESS_FILE))
+            summary = read_file(LocalAppLogs(app.log_dir).agents(role).job_progress)
             if summary is not None:
                 at = datetime.fromtimestamp(summary.time_s, timezone.utc)
                 progress[role] = (at, summary.figures())
@@ -382,7 +375,7 @@ class LocalCwdScheduler(ReplicaLogs, LocalScheduler):
         self._timeline_told.add(app_id)
         app = local_app(self, app_id)
         for role in app.role_replicas:
-            agents_dir = agents_log_dir(app.log_dir, role)
+            agents_dir = LocalAppLogs(app.log_dir).agents(role).root
             if restarted_or_failed(agents_dir):
                 print(
                     f"torchx-elastic: {role} restarted or failed; its timeline:"

@@ -15,26 +15,23 @@ import os
 import sys
 from collections.abc import Sequence
 
+from torchx_elastic.contract.log_layout import LOCAL_LOG_ROOT
+from torchx_elastic.contract.timeline_command import COMMAND, PROGRAM, SUBCOMMAND
 from torchx_elastic.timeline import html, trace
+from torchx_elastic.timeline.log_dir import SourceError
 from torchx_elastic.timeline.model import Timeline
-from torchx_elastic.timeline.source import DEFAULT_LOCAL_LOG_DIR, SourceError, load
+from torchx_elastic.timeline.source import load
 
 log = logging.getLogger(__name__)
 
-COMMAND = "torchx-elastic timeline"
 _FILE_NAMES = {"html": "timeline.html", "trace": "timeline.trace.json"}
 
 
-def command_for(target: str) -> str:
-    """The command a user types to draw ``target``'s timeline (printed by schedulers)."""
-    return f"{COMMAND} {target}"
-
-
 def parser() -> argparse.ArgumentParser:
-    top = argparse.ArgumentParser(prog="torchx-elastic", description="torchx-elastic's tools")
+    top = argparse.ArgumentParser(prog=PROGRAM, description="torchx-elastic's tools")
     sub = top.add_subparsers(dest="command", required=True)
     p = sub.add_parser(
-        "timeline",
+        SUBCOMMAND,
         help="draw a job's timeline (every node and rank) from the agents' files",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -54,7 +51,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", help="the file to write (default: see above)")
     p.add_argument(
         "--log-dir",
-        default=DEFAULT_LOCAL_LOG_DIR,
+        default=LOCAL_LOG_ROOT,
         help="local_cwd's log_dir, for local_cwd:// handles (default: %(default)s)",
     )
     return top
@@ -81,7 +78,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         timeline = load(args.target, local_log_dir=args.log_dir)
     except (SourceError, OSError, ValueError, RuntimeError) as err:  # the engines' errors too
-        print(f"torchx-elastic timeline: {err}", file=sys.stderr)
+        print(f"{COMMAND}: {err}", file=sys.stderr)
         return 1
     path = write(timeline, args.format, args.output or default_output(timeline, args.format))
     print(f"timeline of {timeline.title}: {path}")

@@ -18,16 +18,17 @@ import tempfile
 from collections.abc import Iterable, Iterator
 from typing import IO, TYPE_CHECKING, Any, cast
 
-from torchx_elastic.contract import (
+from torchx_elastic.contract.log_layout import (
     ATTEMPT_DIR_PREFIX,
     EVENTS_FILE,
     RANK_DIR_PREFIX,
     RANK_ERROR_FILE,
     STDERR_FILE,
     SUMMARY_PREFIX,
+    NodeLogs,
 )
+from torchx_elastic.timeline.log_dir import SourceError, timeline_of_dir
 from torchx_elastic.timeline.model import Timeline
-from torchx_elastic.timeline.source import SourceError, timeline_of_dir
 
 if TYPE_CHECKING:
     from docker import DockerClient
@@ -35,7 +36,7 @@ if TYPE_CHECKING:
 AGENT_DIRS_IN = "/tmp"  # where the agent's default log directory is made (tempfile)
 AGENT_DIR_PREFIX = "torchx_elastic_"
 STDERR_TAIL_BYTES = 64 * 1024
-# a rank's error file and the tail of its stderr, in contract.rank_dir's layout
+# a rank's error file and the tail of its stderr, in NodeLogs.rank_dir's layout
 _RANK_FILE = re.compile(
     rf"{ATTEMPT_DIR_PREFIX}\d+/{RANK_DIR_PREFIX}\d+/"
     rf"({re.escape(RANK_ERROR_FILE)}|{re.escape(STDERR_FILE)})"
@@ -119,7 +120,7 @@ def timeline_of_docker_job(app_id: str, client: DockerClient | None = None) -> T
     for container in containers:
         chunks, _ = container.get_archive(AGENT_DIRS_IN)
         copy_agent_files(chunks, dest)
-    if not os.path.exists(os.path.join(dest, EVENTS_FILE)):
+    if not os.path.exists(NodeLogs(dest).events):
         raise SourceError(
             f"the containers of {app_id} hold no agent event log under"
             f" {AGENT_DIRS_IN}/{AGENT_DIR_PREFIX}* (was the job started by an older agent,"

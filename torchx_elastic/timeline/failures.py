@@ -8,11 +8,10 @@ their log directory (``attempt_<k>/rank_<r>/``).
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from torchx_elastic.contract import RANK_ERROR_FILE, STDERR_FILE, STDOUT_FILE, rank_dir
+from torchx_elastic.contract.log_layout import NodeLogs
 from torchx_elastic.timeline.model import ClassifyFailures, RankFailureView
 
 TRACEBACK_HEAD_LINES = 12
@@ -36,16 +35,16 @@ def classify_attempt(
     from torchx_elastic.agent.console.output.sinks import RankOutput
     from torchx_elastic.agent.workers.processes import process_failure
 
+    logs = NodeLogs(log_dir)
     facts: list[report.RankFailure] = []
     for entry in failed:
-        files = rank_dir(log_dir, attempt, entry["rank"])
-        error_path = os.path.join(files, RANK_ERROR_FILE)
+        error_path = logs.rank_error_file(attempt, entry["rank"])
         output = RankOutput(
             local_rank=entry["local_rank"],
             global_rank=entry["rank"],
             node_rank=entry["node"],
-            stdout_path=os.path.join(files, STDOUT_FILE),
-            stderr_path=os.path.join(files, STDERR_FILE),
+            stdout_path=logs.rank_stdout(attempt, entry["rank"]),
+            stderr_path=logs.rank_stderr(attempt, entry["rank"]),
         )
         # as the agent reads it: an empty or partial error file is reported, not raised
         failure = process_failure(entry["local_rank"], entry["pid"], entry["exitcode"], error_path)

@@ -18,6 +18,7 @@ from datetime import datetime
 from typing import Any
 
 from torchx_elastic.contract.error_file import parse_error_json
+from torchx_elastic.timeline.log_dir import SourceError
 from torchx_elastic.timeline.model import (
     MAX_PROGRESS_SAMPLES,
     Mark,
@@ -27,7 +28,6 @@ from torchx_elastic.timeline.model import (
     Timeline,
     thin,
 )
-from torchx_elastic.timeline.source import SourceError
 
 LOG_LINES = 20_000  # of replica 0's log, for its progress lines
 MISSING = (
