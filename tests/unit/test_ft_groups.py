@@ -12,10 +12,11 @@ from torchx.specs import AppState
 from torchx_elastic.contract.job_progress import JobSummary, LineFigures, parse_line, write_file
 from torchx_elastic.ft.lighthouse import Quorum, last_logged_quorum
 from torchx_elastic.ft.protocol import member_group, role_group
-from torchx_elastic.schedulers import ft_groups
+from torchx_elastic.schedulers import ft_groups, role_status
 from torchx_elastic.schedulers.file_lines import tail_lines
 from torchx_elastic.schedulers.job_bar import _Bar
 from torchx_elastic.schedulers.role_states import replicas_state, role_line
+from torchx_elastic.schedulers.role_status import AppRoleStatus
 
 NOW = datetime(2026, 11, 25, 12, 0, 0, tzinfo=timezone.utc)
 R, S, F = AppState.RUNNING, AppState.SUCCEEDED, AppState.FAILED
@@ -98,6 +99,34 @@ def test_status_lines_of_the_groups_and_of_the_job() -> None:
     )
 
 
+def test_every_scheduler_reads_the_groups_through_the_one_extension_point() -> None:
+    """A scheduler hands the tail of the first role's log to ``role_status.read`` and asks
+    for the roles' lines once; ft.ddp's extension finds the quorum there."""
+    lighthouse_log = ["[torchx-elastic ft] " + Quorum(4, 9, ("ft_ddp_0",)).line(2)]
+    progress = {"group0": (NOW - timedelta(seconds=3), _figures(120))}
+    states = {"lighthouse": R, "group0": R, "group1": R}
+    status = role_status.read(lighthouse_log)
+    assert ft_groups.FT_GROUPS in role_status.EXTENSIONS
+    assert status.roles_lines(states, progress, {"group1": 1}, {"lighthouse": "pod x"}, NOW) == [
+        "lighthouse: RUNNING (pod x)",
+        "group0: RUNNING; training (in quorum 4), progress 120/200 (60.0%) of 2/2 ranks,"
+        " 5 steps/s, ETA 16s (as of 3s ago, its rank-0 agent)",
+        "group1: RUNNING, 1 restart(s); recovering (not in quorum 4)",
+        "last quorum 4 at step 9: 1 of 2 replica groups (ft_ddp_0)",
+        "job progress 120/200 (60.0%), group0 the furthest of 2 groups: 2/2 ranks reporting,"
+        " 5 steps/s, ETA 16s (as of 3s ago); 1 of 2 groups in quorum 4",
+    ]
+    assert (status.bar_label("group1"), status.bar_label("lighthouse")) == (
+        "group1 recovering",
+        "lighthouse",
+    )
+    # no log yet (a pod still pending): each role's state, nothing of the groups
+    assert role_status.read(None).roles_lines({"lighthouse": R, "group0": R}, {}) == [
+        "lighthouse: RUNNING",
+        "group0: RUNNING",
+    ]
+
+
 def test_a_roles_state_from_its_replicas() -> None:
     assert replicas_state([R, S]) == R
     assert replicas_state([S, S]) == S
@@ -114,7 +143,8 @@ def test_the_bar_shows_the_job_across_the_groups_then_each_group_labelled(
     quorum = (Quorum(4, 9, ("ft_ddp_0",)), 2)
     out = io.StringIO()
     console = Console(file=out, width=200, force_terminal=False)
-    bar = _Bar(lambda: paths, console, term_fd=-1, quorum=lambda: quorum)
+    status = AppRoleStatus((ft_groups.FtGroupStatus(quorum),))
+    bar = _Bar(lambda: paths, console, term_fd=-1, status=lambda: status)
     for row in bar.rows():
         console.print(row)
     lines = out.getvalue().splitlines()
@@ -127,7 +157,7 @@ def test_the_bar_shows_the_job_across_the_groups_then_each_group_labelled(
     assert "120/200 of 2/4 ranks on 1/2 nodes" in lines[0], lines
     assert "80/200 of 2/2 ranks on 1/1 nodes" in lines[2], lines
     # one role: one bar named job, no quorum read
-    one = _Bar(lambda: paths[:1], console, term_fd=-1, quorum=lambda: 1 / 0)  # type: ignore[arg-type,return-value]
+    one = _Bar(lambda: paths[:1], console, term_fd=-1, status=lambda: 1 / 0)  # type: ignore[arg-type,return-value]
     assert len(one.rows()) == 1
 
 

@@ -1,7 +1,9 @@
-"""What ``torchx status`` says of ``ft.ddp``'s replica groups (local_cwd, docker, kubernetes).
+"""What ``torchx status`` says of ``ft.ddp``'s replica groups (local_cwd, docker, kubernetes):
+the extension of ``role_status.py`` for ft.ddp's apps, :data:`FT_GROUPS`.
 
-Each scheduler reads, its own way, the Lighthouse role's last logged quorum
-(:func:`torchx_elastic.ft.lighthouse.last_logged_quorum`) and each group's latest progress
+Each scheduler reads, its own way, the tail of the Lighthouse role's log (the app's first
+role), where this module finds the last logged quorum
+(:func:`torchx_elastic.ft.lighthouse.last_logged_quorum`), and each group's latest progress
 (its rank-0 agent's ``[job progress]``); this module says, per group, whether it trains
 (its replica id is in the last quorum) or recovers (it runs but is not: restarting, or
 fetching the weights of a healthy group, or not yet joined), and the job's progress across
@@ -12,13 +14,14 @@ where its furthest group is.
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
 from datetime import datetime
-from typing import Dict, List, Mapping, Optional, Tuple
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from torchx.specs import AppState
 
 from torchx_elastic.contract.job_progress import JobSummary
-from torchx_elastic.ft.lighthouse import Quorum
+from torchx_elastic.ft.lighthouse import Quorum, last_logged_quorum
 from torchx_elastic.ft.protocol import member_group, role_group
 from torchx_elastic.schedulers.progress_status import (
     Progress,
@@ -27,7 +30,6 @@ from torchx_elastic.schedulers.progress_status import (
     pace_text,
     step_text,
 )
-from torchx_elastic.schedulers.role_states import role_line
 
 LoggedQuorum = Tuple[Quorum, int]  # the last quorum and the app's number of groups
 
@@ -101,31 +103,6 @@ def status_lines(
     return lines + ([] if job is None else [job])
 
 
-def roles_lines(
-    states: Mapping[str, AppState],
-    quorum: Optional[LoggedQuorum],
-    progress: Mapping[str, Progress],
-    restarts: Optional[Mapping[str, int]] = None,
-    details: Optional[Mapping[str, str]] = None,
-    now: Optional[datetime] = None,
-) -> List[str]:
-    """``torchx status`` of an app of several roles, on every scheduler: one line per role
-    (its state, restarts, the scheduler's ``details`` and, for a replica group, what it
-    does), then the last quorum and the job's progress across the groups."""
-    notes = group_notes(states, quorum, progress, now)
-    lines = [
-        role_line(
-            role,
-            state,
-            (restarts or {}).get(role, 0),
-            (details or {}).get(role, ""),
-            notes.get(role, ""),
-        )
-        for role, state in states.items()
-    ]
-    return lines + status_lines(quorum, progress, now)
-
-
 def job_summary(
     summaries: Mapping[str, JobSummary], quorum: Optional[LoggedQuorum] = None
 ) -> Optional[JobSummary]:
@@ -158,3 +135,40 @@ def bar_label(role: str, quorum: Optional[LoggedQuorum]) -> str:
     does not run or before the first quorum)."""
     what = activity(role, AppState.RUNNING, None if quorum is None else quorum[0])
     return f"{role} {what.partition(' ')[0]}" if what else role
+
+
+@dataclass(frozen=True)
+class FtGroupStatus:
+    """ft.ddp's replica groups as the Lighthouse's last logged quorum shows them (a
+    ``role_status.RoleStatus``)."""
+
+    quorum: Optional[LoggedQuorum]
+
+    def notes(
+        self,
+        states: Mapping[str, AppState],
+        progress: Mapping[str, Progress],
+        now: Optional[datetime],
+    ) -> Dict[str, str]:
+        return group_notes(states, self.quorum, progress, now)
+
+    def lines(self, progress: Mapping[str, Progress], now: Optional[datetime]) -> List[str]:
+        return status_lines(self.quorum, progress, now)
+
+    def job_summary(self, summaries: Mapping[str, JobSummary]) -> Optional[JobSummary]:
+        return job_summary(summaries, self.quorum)
+
+    def bar_label(self, role: str) -> Optional[str]:
+        label = bar_label(role, self.quorum)
+        return None if label == role else label
+
+
+class FtGroups:
+    """The extension (a ``role_status.RoleStatusExtension``): the Lighthouse's last quorum
+    in the first role's log."""
+
+    def read(self, first_role_log: Sequence[str]) -> FtGroupStatus:
+        return FtGroupStatus(last_logged_quorum(list(first_role_log)))
+
+
+FT_GROUPS = FtGroups()

@@ -46,7 +46,7 @@ from torchx_elastic.contract.job_progress import LINE_PREFIX, JobSummary, read_f
 from torchx_elastic.contract.live_rows import LiveRow, read_rows
 from torchx_elastic.contract.log_layout import LocalAppLogs
 from torchx_elastic.rich_job_bar import rich_bar
-from torchx_elastic.schedulers import ft_groups
+from torchx_elastic.schedulers.role_status import AppRoleStatus
 
 if TYPE_CHECKING:
     from rich.console import Console, RenderableType
@@ -74,7 +74,9 @@ def terminal_wanted(stream: IO[str]) -> bool:
     return tty and os.environ.get("TERM", "") != "dumb"
 
 
-QuorumReader = Callable[[], Optional[ft_groups.LoggedQuorum]]
+# what the roles' status extensions read (ft.ddp: the Lighthouse's last quorum), read again
+# at each drawing of several roles' bars
+StatusReader = Callable[[], AppRoleStatus]
 # (torchx's label of a replica's lines, ``role/N``, and the file its agent keeps rows in)
 RowFiles = Sequence[Tuple[str, str]]
 REPLICA_LABEL_STYLE = "green"  # as torchx colours ``role/N`` before a replica's lines
@@ -114,11 +116,11 @@ class _Bar:
         files: Callable[[], List[str]],
         console: Console,
         term_fd: int,
-        quorum: Optional[QuorumReader] = None,
+        status: Optional[StatusReader] = None,
         row_files: RowFiles = (),
     ) -> None:
         self._files = files
-        self._quorum = quorum
+        self._status = status
         self._console = console
         self._term_fd = term_fd
         self._cache: Dict[str, tuple[float, Optional[JobSummary]]] = {}
@@ -154,10 +156,10 @@ class _Bar:
         summaries = self.summaries()
         if len(summaries) == 1:
             return [rich_bar(summaries[0][1], "job")]
-        quorum = self._quorum() if self._quorum is not None else None
-        job = ft_groups.job_summary(dict(summaries), quorum)
+        status = self._status() if self._status is not None else AppRoleStatus(())
+        job = status.job_summary(dict(summaries))
         rows = [] if job is None else [rich_bar(job, "job")]
-        return rows + [rich_bar(s, ft_groups.bar_label(role, quorum)) for role, s in summaries]
+        return rows + [rich_bar(s, status.bar_label(role)) for role, s in summaries]
 
 
 class TerminalBar:
@@ -166,11 +168,11 @@ class TerminalBar:
     def __init__(
         self,
         files: Callable[[], List[str]],
-        quorum: Optional[QuorumReader] = None,
+        status: Optional[StatusReader] = None,
         row_files: RowFiles = (),
     ) -> None:
         self._files = files
-        self._quorum = quorum
+        self._status = status
         self._row_files = row_files
         self._lock = threading.Lock()
         self._live: Optional[Live] = None
@@ -215,7 +217,7 @@ class TerminalBar:
                     os.close(write_end)
                     self._pipes[read_end] = fd
             self._console = console
-            self._bar = _Bar(self._files, console, term_fd, self._quorum, self._row_files)
+            self._bar = _Bar(self._files, console, term_fd, self._status, self._row_files)
             self._live = Live(
                 self._bar,
                 console=console,

@@ -93,8 +93,7 @@ from torchx_elastic.contract.log_layout import (
     LocalAppLogs,
 )
 from torchx_elastic.contract.timeline_command import command_for
-from torchx_elastic.ft.lighthouse import last_logged_quorum
-from torchx_elastic.schedulers import ft_groups
+from torchx_elastic.schedulers import role_status
 from torchx_elastic.schedulers.compat import (
     as_torchx_cfg,
     asked_by_runner_wait,
@@ -282,7 +281,7 @@ class LocalCwdScheduler(ReplicaLogs, LocalScheduler):
                 SharedBar(
                     TerminalBar(
                         lambda: progress_files(app_log_dir),
-                        lambda: last_logged_quorum(tail_lines(first)),
+                        lambda: role_status.read(tail_lines(first)),
                         row_files=[
                             (f"{role}/{k}", logs.live_rows(role, k))
                             for role, replicas in app.role_replicas.items()
@@ -348,7 +347,7 @@ class LocalCwdScheduler(ReplicaLogs, LocalScheduler):
     def _with_groups(self, desc: Optional[DescribeAppResponse]) -> Optional[DescribeAppResponse]:
         """An app of several roles (``ft.ddp``): each role's state and, per replica group,
         whether it trains or recovers and its progress; the Lighthouse's last quorum and the
-        job's progress across the groups (``ft_groups.py``)."""
+        job's progress across the groups (``role_status.py``, ``ft_groups.py``)."""
         app = local_app(self, desc.app_id) if desc is not None else None
         if desc is None or app is None or len(app.role_replicas) < 2:
             return desc
@@ -357,14 +356,13 @@ class LocalCwdScheduler(ReplicaLogs, LocalScheduler):
             for role, replicas in app.role_replicas.items()
         }
         first = _first_role_log(app.log_dir, next(iter(states)))
-        quorum = last_logged_quorum(tail_lines(first))
         progress: Dict[str, Progress] = {}
         for role in states:
             summary = read_file(LocalAppLogs(app.log_dir).agents(role).job_progress)
             if summary is not None:
                 at = datetime.fromtimestamp(summary.time_s, timezone.utc)
                 progress[role] = (at, summary.figures())
-        lines = ft_groups.roles_lines(states, quorum, progress)
+        lines = role_status.read(tail_lines(first)).roles_lines(states, progress)
         desc.msg = join_message(desc.msg, "\n".join(lines), NONE)
         return desc
 

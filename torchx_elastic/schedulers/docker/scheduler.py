@@ -23,8 +23,7 @@ from torchx.schedulers.ids import make_unique
 from torchx.specs import AppDef, AppDryRunInfo, AppState, CfgVal, is_terminal, runopts
 
 from torchx_elastic.contract import SECRET_ENV, new_secret
-from torchx_elastic.ft.lighthouse import last_logged_quorum
-from torchx_elastic.schedulers import ft_groups
+from torchx_elastic.schedulers import role_status
 from torchx_elastic.schedulers.compat import show_app_as
 from torchx_elastic.schedulers.credentials import masked_app, warn_about_credentials
 from torchx_elastic.schedulers.docker.errors import (
@@ -346,14 +345,13 @@ class DockerScheduler(ReplicaLogs, WorkspaceImages, Scheduler[Mapping[str, CfgVa
             if replicas[0].replica_id == 0 and replicas[0].status != "created"
         }
         first = tails.get(next(iter(roles)))
-        quorum = None if first is None else last_logged_quorum(first)
         progress = {
             role: found for role, lines in tails.items() if (found := newest_progress(lines))
         }
         restarts = {
             role: max(r.restart_count for r in replicas) for role, replicas in roles.items()
         }
-        lines = ft_groups.roles_lines(states, quorum, progress, restarts)
+        lines = role_status.read(first).roles_lines(states, progress, restarts)
         return "\n".join([why, *lines] if why else lines)
 
     def list(self, cfg: Optional[Mapping[str, CfgVal]] = None) -> List[ListAppResponse]:

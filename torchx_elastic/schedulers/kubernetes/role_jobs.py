@@ -21,13 +21,13 @@ stops the others.
 
 from __future__ import annotations
 
-from typing import Dict, List, Mapping, Optional
+from typing import Dict, List, Mapping, Optional, Sequence
 
 from torchx.schedulers.api import DescribeAppResponse
 from torchx.specs import AppDef, AppState, ReplicaState, Role
 
 from torchx_elastic.contract import ROLE_RANK0_ENV
-from torchx_elastic.schedulers import ft_groups
+from torchx_elastic.schedulers import role_status
 from torchx_elastic.schedulers.compat import torchx_kubernetes
 from torchx_elastic.schedulers.kubernetes import job_access, status
 from torchx_elastic.schedulers.kubernetes.manifests import headless_service, labels, role_job
@@ -132,12 +132,13 @@ def describe_role_jobs(
     app_id: str,
     jobs: List[Manifest],
     pods: List[Manifest],
-    quorum: Optional[ft_groups.LoggedQuorum] = None,
+    first_role_log: Optional[Sequence[str]] = None,
     progress: Optional[Mapping[str, Progress]] = None,
 ) -> DescribeAppResponse:
     """torchx's description of an app of several role Jobs (the first role's Job first):
     the roles' replicas, each role's Job state, why pods stopped and, for ``ft.ddp``, what
-    each group does (``quorum``: the Lighthouse's last; ``progress``: each group's)."""
+    each group does (``first_role_log``: the tail of the Lighthouse's log, which has its
+    last quorum; ``progress``: each group's)."""
     roles = [
         status.role_of(job, job["spec"]["template"], int(job["spec"].get("completions") or 1))
         for job in jobs
@@ -148,13 +149,13 @@ def describe_role_jobs(
     states: Dict[str, AppState] = {}
     restarts: Dict[str, int] = {}
     details: Dict[str, str] = {}
-    for role, role_status, job in zip(roles, statuses, jobs, strict=True):
-        running = any(r.state == ReplicaState.RUNNING for r in role_status.replicas)
+    for role, of_role, job in zip(roles, statuses, jobs, strict=True):
+        running = any(r.state == ReplicaState.RUNNING for r in of_role.replicas)
         states[role.name], details[role.name] = status.job_state(job, running)
         restarts[role.name] = status.attempts_restarted(
             [p for p in pods if _role_label(p) == role.name]
         )
-    lines = ft_groups.roles_lines(states, quorum, progress or {}, restarts, details)
+    lines = role_status.read(first_role_log).roles_lines(states, progress or {}, restarts, details)
     state, why = several_roles_state(list(states.items()))
     return DescribeAppResponse(
         app_id=app_id,

@@ -18,7 +18,6 @@ from torchx.schedulers.api import (
 )
 from torchx.specs import AppDef, AppState, CfgVal, runopts
 
-from torchx_elastic.ft.lighthouse import last_logged_quorum
 from torchx_elastic.schedulers import credentials
 from torchx_elastic.schedulers.compat import show_app_as
 from torchx_elastic.schedulers.kubernetes import admission, job_access, manifests, role_jobs, status
@@ -274,13 +273,12 @@ class KubernetesScheduler(ReplicaLogs, WorkspaceImages, Scheduler[Cfg]):
         roles = [role_jobs.first_role_name(job) for job in jobs]
         tails = {role: self._pod0_log_tail(app_id, pods, role) for role in roles}
         first = tails[roles[0]]
-        quorum = None if first is None else last_logged_quorum(first)
         progress = {
             role: found
             for role, lines in list(tails.items())[1:]
             if lines is not None and (found := newest_progress(lines)) is not None
         }
-        return role_jobs.describe_role_jobs(app_id, jobs, pods, quorum, progress)
+        return role_jobs.describe_role_jobs(app_id, jobs, pods, first, progress)
 
     def _progress(self, app_id: str, pods: List[Obj]) -> Optional[str]:
         """The job's latest progress: the rank-0 agent's last ``[job progress]`` line in the
