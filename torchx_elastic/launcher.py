@@ -38,10 +38,10 @@ from typing import Any
 from torch.distributed.launcher import api as torch_launcher
 
 from torchx_elastic.agent import compat
-from torchx_elastic.agent.function.call import CallPicklingError
 from torchx_elastic.agent.function.errors import FunctionFailedError
 from torchx_elastic.agent.function.launch import Entrypoint, launch_agent
 from torchx_elastic.agent.function.options import AgentOptions
+from torchx_elastic.agent.workers.function_call import CallPicklingError
 from torchx_elastic.contract.agent_args import (
     FUNCTION_DEFAULT_START_METHOD,
     NodeRangeError,

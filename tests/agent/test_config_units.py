@@ -14,6 +14,7 @@ from torchx_elastic.agent.config.cli import build_parser
 from torchx_elastic.agent.config.launch import (
     AgentConfig,
     UsageError,
+    WorkerCommand,
     apply_process_environment,
     config_from_args,
 )
@@ -54,10 +55,21 @@ def test_defaults_are_torchruns_one_node_on_a_free_port() -> None:
     assert c.worker == bootstrap_command("train.py", "--lr", "1")
 
 
-def bootstrap_command(*target: str) -> object:
-    from torchx_elastic.agent.config.launch import WorkerCommand
+def bootstrap_command(*target: str) -> WorkerCommand:
+    return WorkerCommand(target)  # through the bootstrap, in the agent's own interpreter
 
-    return WorkerCommand(sys.executable, ("-m", bootstrap.__name__, *target))
+
+def test_a_worker_runs_the_bootstrap_in_the_agents_interpreter_or_python_exec(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    c = config()
+    assert c.worker.entrypoint == sys.executable
+    assert bootstrap.command_args(c.worker.python_exec) == ("-m", bootstrap.__name__)
+    monkeypatch.setenv("PYTHON_EXEC", "/usr/bin/python3")
+    c = config()
+    assert (c.worker.entrypoint, c.worker.target) == ("/usr/bin/python3", ("train.py", "--lr", "1"))
+    run_bootstrap = bootstrap.command_args(c.worker.python_exec)
+    assert run_bootstrap[0] == "-c" and run_bootstrap[2] == bootstrap.PACKAGE_FOLDER
 
 
 def test_both_spellings_and_short_flags() -> None:
@@ -78,7 +90,7 @@ def test_every_flag_reads_its_pet_variable(monkeypatch: pytest.MonkeyPatch) -> N
     monkeypatch.setenv("PET_STANDALONE", "1")
     c = config("--rdzv-backend", "static", "--rdzv-endpoint", "node0:1")
     assert (c.nproc_per_node, c.max_restarts) == (3, 2)
-    assert c.worker.args[2:4] == ("--exec", "train.py")  # a .sh runs as itself
+    assert c.worker.target[:2] == ("--exec", "train.py")  # a .sh runs as itself
     assert c.rdzv_backend == "c10d" and str(c.rdzv_endpoint) == "localhost:0"
 
 
@@ -86,7 +98,7 @@ def test_pet_module_and_flag_beats_variable(monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setenv("PET_MODULE", "1")
     monkeypatch.setenv("PET_NPROC_PER_NODE", "3")
     c = config("--nproc-per-node", "2")
-    assert c.worker.args[2:4] == ("-m", "train.py")
+    assert c.worker.target[:2] == ("-m", "train.py")
     assert c.nproc_per_node == 2
 
 
@@ -203,7 +215,7 @@ def test_omp_num_threads_is_1_with_torchruns_warning_for_several_workers(
 
 def test_run_path_wins_over_no_python() -> None:
     c = config("--run-path", "--no-python")
-    assert c.worker.args[2:] == ("train.py", "--lr", "1")
+    assert c.worker.target == ("train.py", "--lr", "1")
 
 
 def test_unknown_start_method_is_an_argparse_error(capsys: pytest.CaptureFixture[str]) -> None:

@@ -11,10 +11,12 @@ import pytest
 from torch.distributed import HashStore  # type: ignore[attr-defined]
 from torch.distributed.elastic.rendezvous.c10d_rendezvous_backend import C10dRendezvousBackend
 
+from torchx_elastic.agent.console.store_entry import RefusedEntry
 from torchx_elastic.agent.rendezvous import job_secret
 from torchx_elastic.agent.rendezvous.signed_backend import SignedRendezvousBackend
-from torchx_elastic.agent.rendezvous.signed_store import RefusedEntry, SignedStore, StoreSigner
+from torchx_elastic.agent.rendezvous.signed_store import SignedStore, StoreSigner
 from torchx_elastic.contract import FAILURE_KEY_PREFIX, SECRET_ENV, SECRET_FILE_ENV
+from torchx_elastic.contract.job_secret import read_secret
 
 KEY = "torch.rendezvous.job"
 
@@ -110,18 +112,18 @@ def test_signed_store_entries_and_what_is_refused(caplog: pytest.LogCaptureFixtu
 def test_the_secret_from_the_environment_or_a_file(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    assert job_secret.read_secret({SECRET_ENV: " abc\n"}) == b"abc"
+    assert read_secret({SECRET_ENV: " abc\n"}) == b"abc"
     path = tmp_path / "secret"
     path.write_text("from file\n")
-    assert job_secret.read_secret({SECRET_FILE_ENV: str(path)}) == b"from file"
-    assert job_secret.read_secret({}) is None
+    assert read_secret({SECRET_FILE_ENV: str(path)}) == b"from file"
+    assert read_secret({}) is None
     with pytest.raises(
         ValueError, match=r"TORCHX_ELASTIC_RDZV_SECRET_FILE=.*/missing: cannot read"
     ):
-        job_secret.read_secret({SECRET_FILE_ENV: str(tmp_path / "missing")})
+        read_secret({SECRET_FILE_ENV: str(tmp_path / "missing")})
     path.write_text("\n")
     with pytest.raises(ValueError, match="the file is empty; write the secret in it"):
-        job_secret.read_secret({SECRET_FILE_ENV: str(path)})
+        read_secret({SECRET_FILE_ENV: str(path)})
     with caplog.at_level(logging.WARNING):
         assert job_secret.job_secret(b"given", 2) == b"given"
         assert len(job_secret.job_secret(None, 1) or b"") == 32  # a single node makes its own

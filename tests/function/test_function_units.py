@@ -15,14 +15,15 @@ from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
 import torchx_elastic
 from tests.function import functions
-from torchx_elastic.agent.function import call as function_call
-from torchx_elastic.agent.function.agent_run import Outcome, WorkerTarget, agent_config
+from torchx_elastic.agent.config.launch import WorkerCommand
+from torchx_elastic.agent.function.agent_run import Outcome, agent_config
 from torchx_elastic.agent.function.launch import (
     entrypoint_name,
     program_target,
     raise_for_outcome,
 )
 from torchx_elastic.agent.function.options import AgentOptions
+from torchx_elastic.agent.workers import function_call
 from torchx_elastic.contract import RANK_ERROR_FILE, RESTART_COUNT_ENV
 from torchx_elastic.launcher import (
     CallPicklingError,
@@ -178,7 +179,7 @@ def test_entrypoint_must_be_a_function_or_a_program(tmp_path: Path) -> None:
 
 def test_empty_endpoint_is_localhost_as_torchs(tmp_path: Path) -> None:
     agent = agent_config(
-        config(tmp_path, rdzv_endpoint=""), AgentOptions(), WorkerTarget(()), "/l", "r"
+        config(tmp_path, rdzv_endpoint=""), AgentOptions(), WorkerCommand(()), "/l", "r"
     )
     assert str(agent.rdzv_endpoint) == "localhost:29400"
 
@@ -187,13 +188,13 @@ def test_entrypoint_names_and_program_targets() -> None:
     assert entrypoint_name(functions.exit_early, ()) == "exit_early"
     assert entrypoint_name(sys.executable, ["-u", "train.py"]) == "train.py"
     assert entrypoint_name("echo", ["hi"]) == "echo"
-    assert program_target(sys.executable, ["train.py", 1]).bootstrap_args == ("train.py", "1")
-    assert program_target(sys.executable, ["-m", "pkg.mod", "x"]).bootstrap_args == (
+    assert program_target(sys.executable, ["train.py", 1]).target == ("train.py", "1")
+    assert program_target(sys.executable, ["-m", "pkg.mod", "x"]).target == (
         "-m",
         "pkg.mod",
         "x",
     )
-    assert program_target("echo", ["hi"]).bootstrap_args == ("--exec", "echo", "hi")
+    assert program_target("echo", ["hi"]).target == ("--exec", "echo", "hi")
 
 
 def test_launch_config_maps_onto_the_agent_config(tmp_path: Path) -> None:
@@ -206,14 +207,14 @@ def test_launch_config_maps_onto_the_agent_config(tmp_path: Path) -> None:
         shutdown_timeout=7,
     )
     agent = agent_config(
-        cfg, AgentOptions(hang_timeout_s=60), WorkerTarget(("--call", "c.pkl")), "/logs", "r1"
+        cfg, AgentOptions(hang_timeout_s=60), WorkerCommand(("--call", "c.pkl")), "/logs", "r1"
     )
     assert (agent.min_nodes, agent.max_nodes, agent.nproc_per_node) == (1, 1, 2)
     assert (agent.run_id, agent.role, agent.rdzv_backend) == ("r1", "trainer", "c10d")
     assert str(agent.rdzv_endpoint) == "localhost:0"
     assert agent.rdzv_configs == {"timeout": 900}
     assert agent.worker.entrypoint == sys.executable
-    assert agent.worker.args == ("-m", "torchx_elastic.agent.workers.bootstrap", "--call", "c.pkl")
+    assert agent.worker == WorkerCommand(("--call", "c.pkl"))  # in the agent's interpreter
     assert (agent.max_restarts, agent.monitor_interval_s, agent.shutdown_timeout_s) == (2, 0.5, 7.0)
     assert agent.console.prefix_template == "[${role_name}${rank}]: "  # torch's syntax, as given
     assert (agent.hang_timeout_s, agent.log_dir) == (60, "/logs")
@@ -235,6 +236,10 @@ def test_launch_config_maps_onto_the_agent_config(tmp_path: Path) -> None:
             " but max_nodes is 2; give the rank-0 node's port",
         ),
         (
+            {"rdzv_backend": "static", "rdzv_endpoint": "localhost:0"},
+            "rdzv_endpoint 'localhost:0': the static backend needs a fixed port",
+        ),
+        (
             {"rdzv_backend": "static", "rdzv_endpoint": "localhost:29511"},
             "rdzv_backend 'static' needs this node's rank in rdzv_configs['rank']",
         ),
@@ -242,7 +247,7 @@ def test_launch_config_maps_onto_the_agent_config(tmp_path: Path) -> None:
 )
 def test_bad_launch_configs(tmp_path: Path, kwargs: dict[str, object], message: str) -> None:
     with pytest.raises(ValueError) as caught:
-        agent_config(config(tmp_path, **kwargs), AgentOptions(), WorkerTarget(()), "/l", "r")
+        agent_config(config(tmp_path, **kwargs), AgentOptions(), WorkerCommand(()), "/l", "r")
     assert str(caught.value) == message
 
 
@@ -375,5 +380,5 @@ def test_the_command_line_and_launch_fn_build_the_same_config() -> None:
         monitor_interval=0.5,
         shutdown_timeout=7,
     )
-    from_function = agent_config(launch_config, AgentOptions(), WorkerTarget(("f",)), "/l", "j")
+    from_function = agent_config(launch_config, AgentOptions(), WorkerCommand(("f",)), "/l", "j")
     assert dataclasses.replace(from_function, worker=from_cli.worker) == from_cli

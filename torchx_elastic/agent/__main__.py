@@ -26,6 +26,7 @@ def main(argv: list[str] | None = None) -> None:
     from torchx_elastic.contract import LAUNCHER_PID_ENV
     from torchx_elastic.contract.agent_args import FORK_SERVER
     from torchx_elastic.contract.env_file import load_env_file
+    from torchx_elastic.contract.error_exit import exit_with_error
 
     # set by local_cwd: when the torchx process that started this agent dies (even by
     # SIGKILL), the agent gets SIGTERM and stops its workers instead of running on
@@ -39,8 +40,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         args = build_parser().parse_args(argv)
     except ValueError as err:  # a PET_* switch that is not 0 or 1 (torchrun: exit 1)
-        print(f"torchx-elastic: error: {err}", file=sys.stderr)
-        sys.exit(1)
+        exit_with_error(err)
 
     from torchx_elastic.agent.config.launch import UsageError, config_from_args
     from torchx_elastic.agent.supervision.launcher import run
@@ -51,11 +51,10 @@ def main(argv: list[str] | None = None) -> None:
     try:
         config = config_from_args(args)
     except UsageError as err:  # torchrun's config_from_args errors exit 1 too
-        print(f"torchx-elastic: error: {err}", file=sys.stderr)
-        sys.exit(1)
+        exit_with_error(err)
     fork_server = None
-    if config.start_method == FORK_SERVER and config.worker.through_bootstrap:
-        if config.worker.entrypoint != sys.executable or "--exec" in config.worker.args[2:3]:
+    if config.start_method == FORK_SERVER:
+        if config.worker.python_exec is not None or config.worker.runs_program:
             pass  # another interpreter (PYTHON_EXEC) or --no-python: nothing to fork from
         elif hazard := fork_hazard():  # never a worker forked in a bad state: spawn, saying so
             print(f"torchx-elastic: starting workers by spawn: {hazard}", file=sys.stderr)
@@ -63,7 +62,7 @@ def main(argv: list[str] | None = None) -> None:
             try:
                 share_with_forks()  # the agent's torch is the fork server's and workers'
                 fork_server = ForkServer(
-                    compiler=needs_compiler(config.worker.args[2:]),
+                    compiler=needs_compiler(config.worker.target),
                     keep_fds=() if console_copy is None else (console_copy,),
                 )
             except RuntimeError as err:  # a thread exists already: forking is not safe

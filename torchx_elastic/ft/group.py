@@ -25,9 +25,9 @@ import urllib.error
 from types import FrameType
 from typing import Dict, List, Optional
 
-from torchx_elastic.agent.rendezvous.job_secret import read_secret
 from torchx_elastic.agent.workers.bootstrap import die_with_parent
 from torchx_elastic.contract import LAUNCHER_PID_ENV, RANK0_ENV
+from torchx_elastic.contract.job_secret import read_secret
 from torchx_elastic.ft.protocol import (
     DEFAULT_LIGHTHOUSE_PORT,
     GROUP_ID_ENV,

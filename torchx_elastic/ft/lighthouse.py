@@ -25,8 +25,8 @@ from dataclasses import asdict, dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Dict, List, Optional, Set, Tuple
 
-from torchx_elastic.agent.rendezvous.job_secret import read_secret
 from torchx_elastic.contract import SECRET_ENV, SECRET_FILE_ENV
+from torchx_elastic.contract.job_secret import read_secret
 from torchx_elastic.ft.protocol import (
     DEFAULT_LIGHTHOUSE_PORT,
     SIGNATURE_HEADER,

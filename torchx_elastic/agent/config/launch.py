@@ -14,17 +14,16 @@ import sys
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from enum import Enum, auto
 from typing import Any
 
 from torch.distributed.elastic.multiprocessing.api import Std
 
 from torchx_elastic.agent.config import devices, rdzv_conf
+from torchx_elastic.agent.config.defaults import DEFAULT_SIGNALS
 from torchx_elastic.agent.config.endpoint import Endpoint
 from torchx_elastic.agent.console.output.display import DEFAULT_STATUS_INTERVAL_S, parse_rank_filter
 from torchx_elastic.agent.console.output.sinks import DEFAULT_PREFIX, format_prefix
-from torchx_elastic.agent.rendezvous.job_secret import hide_from_workers, read_secret
-from torchx_elastic.agent.supervision.stop_signals import DEFAULT_SIGNALS
-from torchx_elastic.agent.workers import bootstrap
 from torchx_elastic.contract import (
     PREFIX_TEMPLATE_ENV,
     RANK0_ENV,
@@ -37,6 +36,7 @@ from torchx_elastic.contract.agent_args import (
     ConsoleMode,
     parse_node_range,
 )
+from torchx_elastic.contract.job_secret import hide_from_workers, read_secret
 
 log = logging.getLogger(__name__)
 
@@ -78,14 +78,23 @@ class NodeRange:
 
 @dataclass(frozen=True)
 class WorkerCommand:
-    """What every worker runs: ``entrypoint args``, ``${local_rank}`` still to substitute."""
+    """What every worker runs, in the words of the bootstrap that runs it first
+    (``workers/bootstrap.py``): ``SCRIPT ARGS``, ``-m MODULE ARGS``, ``--exec PROGRAM ARGS``
+    or ``--call CALL_FILE``, ``${local_rank}`` still to substitute; in the interpreter
+    ``python_exec`` (torchrun's ``PYTHON_EXEC``) when one is given, else in the agent's."""
 
-    entrypoint: str
-    args: tuple[str, ...]
+    target: tuple[str, ...]
+    python_exec: str | None = None
 
     @property
-    def through_bootstrap(self) -> bool:
-        return self.args[:2] == ("-m", bootstrap.__name__)
+    def entrypoint(self) -> str:
+        """The program each worker process is: the Python interpreter."""
+        return self.python_exec or sys.executable
+
+    @property
+    def runs_program(self) -> bool:
+        """``--no-python``: the bootstrap executes a program (no Python code of the user)."""
+        return self.target[:1] == ("--exec",)
 
 
 @dataclass(frozen=True)
@@ -197,9 +206,7 @@ def worker_command(args: argparse.Namespace) -> WorkerCommand:
     else:
         target = (args.training_script,)
     python_exec = os.environ.get("PYTHON_EXEC")  # torchrun's: another interpreter
-    return WorkerCommand(
-        python_exec or sys.executable, (*bootstrap.command_args(python_exec), *target, *script_args)
-    )
+    return WorkerCommand((*target, *script_args), python_exec)
 
 
 def _std(flag: str, text: str) -> Std | dict[int, Std]:
@@ -252,9 +259,39 @@ def _local_ranks(text: str) -> frozenset[int] | None:
     return ranks
 
 
-def _rendezvous(
-    args: argparse.Namespace, nodes: NodeRange
-) -> tuple[str, Endpoint, str, dict[str, Any], str | None, int | None]:
+class PortRule(Enum):
+    """A rule of the rendezvous endpoint's port; each front-end says it in its own names (the
+    agent's flags, ``LaunchConfig``'s fields)."""
+
+    FREE_PORT_ONE_NODE = auto()  # port 0 (a free port) only works for a single node
+    STATIC_FIXED_PORT = auto()  # static: the workers' store is the agents', on a fixed port
+
+
+def broken_port_rule(endpoint: Endpoint, backend: str, max_nodes: int) -> PortRule | None:
+    """The rule ``endpoint`` breaks for ``backend`` and up to ``max_nodes`` nodes, if any."""
+    if endpoint.port != 0:
+        return None
+    if max_nodes > 1:
+        return PortRule.FREE_PORT_ONE_NODE
+    if backend == "static":
+        return PortRule.STATIC_FIXED_PORT
+    return None
+
+
+@dataclass(frozen=True)
+class Rendezvous:
+    """Where and how the nodes meet, from the ``--rdzv-*`` and ``--master-*`` flags."""
+
+    backend: str
+    endpoint: Endpoint
+    run_id: str
+    configs: dict[str, Any]
+    master_addr: str | None = None
+    """Static rendezvous only (torch: the workers' store is the agents'), as the port."""
+    master_port: int | None = None
+
+
+def _rendezvous(args: argparse.Namespace, nodes: NodeRange) -> Rendezvous:
     """Backend, endpoint, run id, configs and (static only) the master address and port."""
     backend, endpoint_text, run_id = args.rdzv_backend, args.rdzv_endpoint, args.rdzv_id
     if args.standalone or (
@@ -277,36 +314,40 @@ def _rendezvous(
         endpoint = Endpoint.parse(endpoint_text)
     except ValueError as err:
         raise UsageError(str(err)) from None
-    if endpoint.port == 0 and nodes.max_nodes > 1:
+    rule = broken_port_rule(endpoint, backend, nodes.max_nodes)
+    if rule is PortRule.FREE_PORT_ONE_NODE:
         raise UsageError(
             f"--rdzv-endpoint {args.rdzv_endpoint!r}: port 0 (a free port) only works for a"
             f" single node, but --nnodes is {args.nnodes!r}; give the rank-0 node's port"
         )
-    master_addr = master = None
-    if backend == "static" and endpoint.port == 0:
+    if rule is PortRule.STATIC_FIXED_PORT:
         raise UsageError(
             f"--rdzv-backend static needs a fixed port (the workers' store is the agents'),"
             f" not {endpoint}; give --master-port or --rdzv-endpoint HOST:PORT"
         )
-    if backend == "static":
-        node_rank = args.node_rank
-        if "rank" in conf and node_rank == 0:  # dist.ddp and old scripts: --rdzv-conf rank=N
-            node_rank = _int("--rdzv-conf rank", conf["rank"])
-        if not 0 <= node_rank < nodes.max_nodes:
-            raise UsageError(
-                f"--node-rank {node_rank} is not in 0..{nodes.max_nodes - 1} (--nnodes"
-                f" {args.nnodes!r})"
-            )
-        conf["rank"] = node_rank
-        master_addr, master = endpoint.host, endpoint.port
-    else:
+    if backend != "static":
         if args.node_rank != 0:
             log.warning(
                 "node_rank is only used for static rdzv_backend. It will be ignored for"
                 " rdzv_backend=%s.",
                 backend,
             )
-    return backend, endpoint, run_id, conf, master_addr, master
+        return Rendezvous(backend, endpoint, run_id, conf)
+    conf["rank"] = _static_node_rank(args, conf, nodes)
+    return Rendezvous(backend, endpoint, run_id, conf, endpoint.host, endpoint.port)
+
+
+def _static_node_rank(args: argparse.Namespace, conf: dict[str, Any], nodes: NodeRange) -> int:
+    """``--node-rank`` (dist.ddp and old scripts: ``--rdzv-conf rank=N``), checked."""
+    node_rank: int = args.node_rank
+    if "rank" in conf and node_rank == 0:
+        node_rank = _int("--rdzv-conf rank", conf["rank"])
+    if not 0 <= node_rank < nodes.max_nodes:
+        raise UsageError(
+            f"--node-rank {node_rank} is not in 0..{nodes.max_nodes - 1} (--nnodes"
+            f" {args.nnodes!r})"
+        )
+    return node_rank
 
 
 def shutdown_timeout_s(given: float | None) -> float:
@@ -325,8 +366,8 @@ def config_from_args(args: argparse.Namespace) -> AgentConfig:
         raise UsageError(f"--nnodes {err}") from None
     if args.max_restarts < 0:
         raise UsageError(f"--max-restarts {args.max_restarts} is negative; give 0 or more")
-    backend, endpoint, run_id, conf, master_addr, master_port = _rendezvous(args, nodes)
-    conf.setdefault("timeout", RDZV_TIMEOUT_S)  # torch's LaunchConfig adds it, for torchrun too
+    rdzv = _rendezvous(args, nodes)
+    rdzv.configs.setdefault("timeout", RDZV_TIMEOUT_S)  # torch's LaunchConfig adds it (torchrun)
     worker = worker_command(args)
     nproc = local_world_size(str(args.nproc_per_node))
     if args.numa_binding is not None:
@@ -356,18 +397,18 @@ def config_from_args(args: argparse.Namespace) -> AgentConfig:
         min_nodes=nodes.min_nodes,
         max_nodes=nodes.max_nodes,
         nproc_per_node=nproc,
-        run_id=run_id,
+        run_id=rdzv.run_id,
         role=args.role,
-        rdzv_backend=backend,
-        rdzv_endpoint=endpoint,
-        rdzv_configs=conf,
+        rdzv_backend=rdzv.backend,
+        rdzv_endpoint=rdzv.endpoint,
+        rdzv_configs=rdzv.configs,
         worker=worker,
         max_restarts=args.max_restarts,
         monitor_interval_s=args.monitor_interval,
         start_method=args.start_method,
         local_addr=args.local_addr,
-        master_addr=master_addr,
-        master_port=master_port,
+        master_addr=rdzv.master_addr,
+        master_port=rdzv.master_port,
         log_dir=args.log_dir,
         logs_specs_name=args.logs_specs,
         console=console,

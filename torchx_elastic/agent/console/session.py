@@ -19,7 +19,6 @@ from typing import Any, TextIO
 
 from torch.distributed.elastic.agent.server.api import RunResult
 
-from torchx_elastic.contract import job_failure_line
 from torchx_elastic.agent.console.failure import oom, report
 from torchx_elastic.agent.console.failure.first_failure import (
     FirstFailure,
@@ -41,7 +40,7 @@ from torchx_elastic.agent.console.output.sinks import (
 )
 from torchx_elastic.agent.console.progress.channel import ActivityChannel, RankActivity
 from torchx_elastic.agent.console.progress.exchange import JobProgressExchange
-from torchx_elastic.contract import ERROR_FILE_ENV, FILTERED_FILE, RANK_ERROR_FILE
+from torchx_elastic.contract import ERROR_FILE_ENV, FILTERED_FILE, RANK_ERROR_FILE, job_failure_line
 from torchx_elastic.contract import events as ev
 from torchx_elastic.contract.agent_args import DEFAULT_CONSOLE, ConsoleMode
 from torchx_elastic.contract.events import EventLog

@@ -10,7 +10,6 @@ report. What comes back is the exit code and the run's JSON summary
 from __future__ import annotations
 
 import os
-import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,30 +21,20 @@ from torchx_elastic.agent.config.endpoint import Endpoint
 from torchx_elastic.agent.config.launch import (
     AgentConfig,
     ConsoleConfig,
+    PortRule,
     UsageError,
     WorkerCommand,
+    broken_port_rule,
     prefix_template,
     shutdown_timeout_s,
 )
 from torchx_elastic.agent.console.output.display import parse_rank_filter
 from torchx_elastic.agent.function.options import AgentOptions
-from torchx_elastic.agent.rendezvous.job_secret import read_secret
-from torchx_elastic.agent.workers import bootstrap
 from torchx_elastic.agent.workers.forkserver import ForkServer
 from torchx_elastic.contract import SIGNALS_ENV
 from torchx_elastic.contract.agent_args import ConsoleMode
 from torchx_elastic.contract.events import read_summary
-
-
-@dataclass(frozen=True)
-class WorkerTarget:
-    """What each worker runs: the bootstrap's arguments (``--call FILE``, ``SCRIPT ARGS``,
-    ``-m MODULE ARGS`` or ``--exec PROGRAM ARGS``)."""
-
-    bootstrap_args: tuple[str, ...]
-
-    def command(self) -> WorkerCommand:
-        return WorkerCommand(sys.executable, ("-m", bootstrap.__name__, *self.bootstrap_args))
+from torchx_elastic.contract.job_secret import read_secret
 
 
 @dataclass(frozen=True)
@@ -60,17 +49,27 @@ def _static_master(
     """torch's launcher: with the static backend the workers' master is the endpoint."""
     if backend != "static":
         return None, None
-    if endpoint.port == 0:
-        raise ValueError(f"rdzv_endpoint {str(endpoint)!r}: the static backend needs a fixed port")
     if "rank" not in configs:
         raise ValueError("rdzv_backend 'static' needs this node's rank in rdzv_configs['rank']")
     return endpoint.host, endpoint.port
 
 
+def _check_port(config: LaunchConfig, endpoint: Endpoint) -> None:
+    """The endpoint's port rules (``config/launch.py``), in ``LaunchConfig``'s names."""
+    rule = broken_port_rule(endpoint, config.rdzv_backend, config.max_nodes)
+    if rule is PortRule.FREE_PORT_ONE_NODE:
+        raise ValueError(
+            f"rdzv_endpoint {config.rdzv_endpoint!r}: port 0 (a free port) only works for a"
+            f" single node, but max_nodes is {config.max_nodes}; give the rank-0 node's port"
+        )
+    if rule is PortRule.STATIC_FIXED_PORT:
+        raise ValueError(f"rdzv_endpoint {str(endpoint)!r}: the static backend needs a fixed port")
+
+
 def agent_config(
     config: LaunchConfig,
     options: AgentOptions,
-    target: WorkerTarget,
+    worker: WorkerCommand,
     log_dir: str,
     run_id: str,
 ) -> AgentConfig:
@@ -82,11 +81,7 @@ def agent_config(
             f"{err} (LaunchConfig.rdzv_endpoint; for one node: rdzv_backend='c10d',"
             " rdzv_endpoint='localhost:0')"
         ) from None
-    if endpoint.port == 0 and config.max_nodes > 1:
-        raise ValueError(
-            f"rdzv_endpoint {config.rdzv_endpoint!r}: port 0 (a free port) only works for a"
-            f" single node, but max_nodes is {config.max_nodes}; give the rank-0 node's port"
-        )
+    _check_port(config, endpoint)
     if config.nproc_per_node < 1 or config.max_restarts < 0:
         raise ValueError(
             f"nproc_per_node={config.nproc_per_node}, max_restarts={config.max_restarts}:"
@@ -108,7 +103,7 @@ def agent_config(
         rdzv_backend=config.rdzv_backend,
         rdzv_endpoint=endpoint,
         rdzv_configs=dict(config.rdzv_configs),
-        worker=target.command(),
+        worker=worker,
         max_restarts=config.max_restarts,
         monitor_interval_s=config.monitor_interval,
         start_method=config.start_method,

@@ -24,10 +24,11 @@ from torch.distributed.elastic.multiprocessing.api import SignalException
 from torch.distributed.elastic.multiprocessing.errors import ProcessFailure
 from torch.distributed.launcher.api import LaunchConfig
 
-from torchx_elastic.agent.function import call as function_call
-from torchx_elastic.agent.function.agent_run import Outcome, WorkerTarget, agent_config, run_agent
+from torchx_elastic.agent.config.launch import WorkerCommand
+from torchx_elastic.agent.function.agent_run import Outcome, agent_config, run_agent
 from torchx_elastic.agent.function.errors import FunctionFailedError
 from torchx_elastic.agent.function.options import AgentOptions
+from torchx_elastic.agent.workers import function_call
 from torchx_elastic.agent.workers.cuda_fork import fork_hazard
 from torchx_elastic.agent.workers.forkserver import ForkServer, WorkerExit
 from torchx_elastic.agent.workers.processes import process_failure
@@ -49,7 +50,7 @@ def entrypoint_name(entrypoint: Entrypoint, args: Sequence[Any]) -> str:
     return entrypoint
 
 
-def program_target(entrypoint: str, args: Sequence[Any]) -> WorkerTarget:
+def program_target(entrypoint: str, args: Sequence[Any]) -> WorkerCommand:
     """A program entrypoint as torch runs it: ``entrypoint *args``.
 
     ``sys.executable SCRIPT ...`` and ``sys.executable -m MODULE ...`` run through the
@@ -58,10 +59,10 @@ def program_target(entrypoint: str, args: Sequence[Any]) -> WorkerTarget:
     """
     words = tuple(str(arg) for arg in args)
     if entrypoint == sys.executable and words and words[0] == "-m" and len(words) > 1:
-        return WorkerTarget(words)
+        return WorkerCommand(words)
     if entrypoint == sys.executable and words and not words[0].startswith("-"):
-        return WorkerTarget(words)
-    return WorkerTarget(("--exec", entrypoint, *words))
+        return WorkerCommand(words)
+    return WorkerCommand(("--exec", entrypoint, *words))
 
 
 def _exit_forked_worker(code: object) -> None:
@@ -192,12 +193,12 @@ def launch_agent(
         if callable(entrypoint):
             call_file = os.path.join(call_dir, "call.pkl")
             function_call.write_call(function_call.make_call(entrypoint, args), call_file)
-            target = WorkerTarget(("--call", call_file))
+            worker = WorkerCommand(("--call", call_file))
         else:
             call_file = ""
-            target = program_target(entrypoint, args)
+            worker = program_target(entrypoint, args)
         log_dir = _log_dir(config, run_id)
-        agent = agent_config(config, options or AgentOptions(), target, log_dir, run_id)
+        agent = agent_config(config, options or AgentOptions(), worker, log_dir, run_id)
         fork_server = start_fork_server(start_method) if callable(entrypoint) else None
         try:
             with signal_handlers_restored():

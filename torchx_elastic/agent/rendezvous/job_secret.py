@@ -2,17 +2,15 @@
 
 The scheduler creates one per job and hands it to every node through the environment
 (``TORCHX_ELASTIC_RDZV_SECRET``) or a file (``TORCHX_ELASTIC_RDZV_SECRET_FILE``), never on
-the command line, where ``ps`` shows it. A single-node job makes its own; a multi-node job
-started without one runs unauthenticated, as torchrun does, and says so once.
+the command line, where ``ps`` shows it; ``contract/job_secret.py`` reads it. A single-node
+job makes its own; a multi-node job started without one runs unauthenticated, as torchrun
+does, and says so once.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import secrets
-from collections.abc import Mapping
-from pathlib import Path
 
 from torchx_elastic.contract import SECRET_ENV, SECRET_FILE_ENV
 
@@ -25,27 +23,6 @@ UNAUTHENTICATED_WARNING = (
 )
 
 
-def read_secret(environ: Mapping[str, str] | None = None) -> bytes | None:
-    """The secret this node was given; None when none; ``ValueError`` when the file given
-    cannot be read or is empty."""
-    environ = os.environ if environ is None else environ
-    text = environ.get(SECRET_ENV, "").strip()
-    if text:
-        return text.encode()
-    path = environ.get(SECRET_FILE_ENV, "")
-    if not path:
-        return None
-    try:
-        data = Path(path).read_bytes().strip()
-    except OSError as err:
-        raise ValueError(
-            f"{SECRET_FILE_ENV}={path}: cannot read the job's secret ({err.strerror})"
-        ) from None
-    if not data:
-        raise ValueError(f"{SECRET_FILE_ENV}={path}: the file is empty; write the secret in it")
-    return data
-
-
 def job_secret(given: bytes | None, max_nodes: int) -> bytes | None:
     """The secret this node uses: the one given; a fresh one for a single-node job (its
     agent is the only member); None, said once, for a multi-node job without one."""
@@ -55,8 +32,3 @@ def job_secret(given: bytes | None, max_nodes: int) -> bytes | None:
         return secrets.token_bytes(32)
     log.warning(UNAUTHENTICATED_WARNING)
     return None
-
-
-def hide_from_workers() -> None:
-    """The workers do not need the secret: it leaves the agent's environment."""
-    os.environ.pop(SECRET_ENV, None)

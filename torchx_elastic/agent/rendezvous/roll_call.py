@@ -19,8 +19,9 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from torchx_elastic.agent.config.launch import AgentConfig
+from torchx_elastic.agent.console.store_entry import RefusedEntry
 from torchx_elastic.agent.rendezvous.diagnosis import Problem, resolved
-from torchx_elastic.agent.rendezvous.signed_store import MAGIC, RefusedEntry, StoreSigner
+from torchx_elastic.agent.rendezvous.signed_store import MAGIC, StoreSigner
 from torchx_elastic.contract import ROLL_CALL_KEY_PREFIX, SECRET_ENV
 
 PREFIX = ROLL_CALL_KEY_PREFIX

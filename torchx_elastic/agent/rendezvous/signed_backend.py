@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from torch.distributed.elastic.rendezvous.dynamic_rendezvous import RendezvousBackend, Token
 
-from torchx_elastic.agent.rendezvous.signed_store import RefusedEntry, StoreSigner
+from torchx_elastic.agent.console.store_entry import RefusedEntry
+from torchx_elastic.agent.rendezvous.signed_store import StoreSigner
 
 _SEQ_BYTES = 8
 

@@ -20,6 +20,8 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from torchx_elastic.agent.console.store_entry import RefusedEntry
+
 log = logging.getLogger(__name__)
 
 MAGIC = b"txe1"
@@ -28,10 +30,6 @@ REFUSED = (
     "refused %s from the rendezvous store: %s (written by a process outside the job, or by a"
     " node given another secret); it is ignored and the job goes on"
 )
-
-
-class RefusedEntry(ValueError):
-    """A store entry that is not signed with this job's secret."""
 
 
 class StoreSigner:

@@ -17,8 +17,9 @@ from typing import Any
 from torch.distributed.elastic.rendezvous import RendezvousError
 
 from torchx_elastic.agent import compat
+from torchx_elastic.agent.console.store_entry import RefusedEntry
 from torchx_elastic.agent.rendezvous import listen
-from torchx_elastic.agent.rendezvous.signed_store import RefusedEntry, SignedStore, StoreSigner
+from torchx_elastic.agent.rendezvous.signed_store import SignedStore, StoreSigner
 from torchx_elastic.contract import WORKER_STORE_KEY
 
 STORE_TIMEOUT_S = 900.0

@@ -15,6 +15,7 @@ from torch.distributed.elastic.multiprocessing.api import LogsSpecs, SignalExcep
 from torch.distributed.elastic.rendezvous import RendezvousClosedError, RendezvousError
 
 from torchx_elastic.agent.config.launch import AgentConfig, UsageError, apply_process_environment
+from torchx_elastic.agent.console.output.agent_line import say
 from torchx_elastic.agent.console.output.sinks import SinkOptions
 from torchx_elastic.agent.console.session import ConsoleSession
 from torchx_elastic.agent.rendezvous.closing import leave_last
@@ -46,6 +47,7 @@ from torchx_elastic.agent.supervision.watchdog import HangWatchdog
 from torchx_elastic.agent.workers.forkserver import ForkServer
 from torchx_elastic.agent.workers.janitor import Janitor
 from torchx_elastic.agent.workers.logs import RankLogsSpecs
+from torchx_elastic.contract.error_exit import say_error
 
 log = logging.getLogger(__name__)
 
@@ -245,18 +247,15 @@ def run(config: AgentConfig, fork_server: ForkServer | None = None) -> None:
     try:
         node0_warning = apply_process_environment(config)
         code = launch(config, fork_server, node0_warning)
-    except UsageError as err:
-        print(f"torchx-elastic: error: {err}", file=sys.stderr)
-        code = 1
-    except (RendezvousFailure, RendezvousDiagnosis, NoSuccessor) as err:
-        print(f"torchx-elastic: error: {err}", file=sys.stderr)
+    except (UsageError, RendezvousFailure, RendezvousDiagnosis, NoSuccessor) as err:
+        say_error(err)
         code = 1
     except JobAlreadyFinished as err:
-        print(f"torchx-elastic: {err}", file=sys.stderr)
+        say(f"torchx-elastic: {err}")
         code = 0
     except SignalException as err:  # stopped before its rendezvous started (a Job that
         # succeeded removes its pods still waiting for the rank-0 host's name)
-        print(stopped_before_joining(err.sigval), file=sys.stderr)
+        say(stopped_before_joining(err.sigval))
         code = 128 + int(err.sigval)
     finally:
         if fork_server is not None:

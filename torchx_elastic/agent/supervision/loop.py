@@ -13,7 +13,6 @@ from __future__ import annotations
 import logging
 import os
 import signal
-import sys
 import tempfile
 import time
 import uuid
@@ -34,6 +33,7 @@ from torch.distributed.elastic.rendezvous import RendezvousError, RendezvousHand
 from torchx_elastic.agent import compat
 from torchx_elastic.agent.config.launch import AgentConfig
 from torchx_elastic.agent.console.failure.first_failure import FirstFailure, RestartNotice
+from torchx_elastic.agent.console.output.agent_line import say
 from torchx_elastic.agent.console.output.sinks import OutputSink, RankOutput
 from torchx_elastic.agent.rendezvous import listen, liveness
 from torchx_elastic.agent.rendezvous.failover import HostLost
@@ -46,6 +46,7 @@ from torchx_elastic.agent.supervision.stop_signals import (
     stopping,
 )
 from torchx_elastic.agent.supervision.watchdog import HangWatchdog
+from torchx_elastic.agent.workers import bootstrap
 from torchx_elastic.agent.workers.bootstrap import DUMP_STACKS_SIGNAL
 from torchx_elastic.agent.workers.forkserver import ForkServer
 from torchx_elastic.agent.workers.janitor import Janitor
@@ -251,7 +252,7 @@ class Supervisor:
             else:
                 grace_s = self.config.shutdown_timeout_s if self._workers is not None else None
                 line = stopping(sig, grace_s)
-            print(line, file=sys.stderr, flush=True)
+            say(line)
             self.stop_workers(sig)  # the workers get the same signal
             raise
         finally:
@@ -282,7 +283,7 @@ class Supervisor:
         self.abandon_workers(ABANDON_GRACE_S)
         self._supervision.on_rendezvous_lost()
         self.stop_workers()
-        print(move(lost, self.last_round_addresses), file=sys.stderr, flush=True)
+        say(move(lost, self.last_round_addresses))
         self._restart(ev.RESTART_HOST_LOST, lost=str(lost), next_round=self._rounds + 1)
 
     def _supervise(self) -> RunResult:
@@ -307,7 +308,7 @@ class Supervisor:
                     first, self.attempt, self.config.max_restarts, self._rounds + 1
                 )
                 if notice.said_by(self._group.round.rank if self._group else 0):
-                    print(notice.line(), file=sys.stderr, flush=True)
+                    say(notice.line())
                 self._restart(ev.RESTART_AFTER_FAILURE, **notice.fields())
             else:  # membership changes cost no restart
                 waiting = self.handler.num_nodes_waiting()  # syncs the rendezvous state
@@ -357,7 +358,7 @@ class Supervisor:
         does not look: its node trains on in a job of its own."""
         if not compat.dropped_from_round(self.handler, len(self.last_round_members) <= 1):
             return False
-        print(liveness.dropped_line(self.config.rdzv_configs), file=sys.stderr, flush=True)
+        say(liveness.dropped_line(self.config.rdzv_configs))
         self._restart(ev.RESTART_DROPPED, next_round=self._rounds + 1)
         return True
 
@@ -369,7 +370,7 @@ class Supervisor:
         lost = self._silent_peers.lost(self.last_round_members, self.handler)
         if not lost:
             return False
-        print(liveness.lost_peer_line(lost, self.config.rdzv_configs), file=sys.stderr, flush=True)
+        say(liveness.lost_peer_line(lost, self.config.rdzv_configs))
         lost_names = liveness.node_names(lost)
         self._restart(ev.RESTART_PEER_LOST, lost=lost_names, next_round=self._rounds + 1)
         return True
@@ -410,8 +411,10 @@ class Supervisor:
             env.update(self._extra_env)
             if self._timer_file is not None:
                 env[TIMER_FILE_ENV] = self._timer_file
+        run_bootstrap = bootstrap.command_args(config.worker.python_exec)
+        target = config.worker.target
         args = {
-            w.local_rank: substitute_local_rank(config.worker.args, w.local_rank)
+            w.local_rank: (*run_bootstrap, *substitute_local_rank(target, w.local_rank))
             for w in group.workers
         }
         by_local = {w.local_rank: w for w in group.workers}

@@ -26,7 +26,6 @@ from __future__ import annotations
 import logging
 import os
 import socket
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -39,6 +38,7 @@ from torchx_elastic.agent.config.launch import AgentConfig
 from torchx_elastic.agent.rendezvous import listen, liveness
 from torchx_elastic.agent.rendezvous.diagnosis import answers
 from torchx_elastic.agent.rendezvous.handler import hosts_rendezvous
+from torchx_elastic.contract.error_exit import say_error
 
 log = logging.getLogger(__name__)
 
@@ -216,7 +216,7 @@ def watch_network(
 
     def give_up(message: str) -> None:
         abandon_workers(ABANDON_GRACE_S)
-        print(f"torchx-elastic: error: {message}", file=sys.stderr, flush=True)
+        say_error(message)
         logging.shutdown()
         os._exit(1)
 

@@ -15,16 +15,15 @@ from __future__ import annotations
 import logging
 import os
 import signal
-import sys
 import threading
 from collections.abc import Callable
 from types import FrameType
 
+from torchx_elastic.agent.config.defaults import DEFAULT_SIGNALS
+from torchx_elastic.agent.console.output.agent_line import say
 from torchx_elastic.contract import SIGNALS_ENV
 
 log = logging.getLogger(__name__)
-
-DEFAULT_SIGNALS = "SIGTERM,SIGINT,SIGHUP,SIGQUIT"  # torch's default
 
 
 def stop_signals() -> list[signal.Signals]:
@@ -59,7 +58,7 @@ def _exit_handler(agent_pid: int) -> Callable[[int, FrameType | None], None]:
             signal.signal(signum, signal.SIG_DFL)  # the default action, as if never set
             os.kill(os.getpid(), signum)
             return
-        print(stopped_before_joining(signal.Signals(signum)), file=sys.stderr, flush=True)
+        say(stopped_before_joining(signal.Signals(signum)))
         os._exit(128 + signum)  # nothing to stop yet: a fork server dies with the agent
 
     return handler

@@ -3,7 +3,7 @@
 Runs the user's script or module exactly as ``python SCRIPT ARGS`` / ``python -m MODULE ARGS``
 would (``__main__``, ``sys.argv``, ``__file__``, ``sys.path[0]``), or executes a program
 (``--exec PROGRAM ARGS``, the agent's ``--no-python``), or calls a pickled Python function
-(``--call CALL_FILE``, see :mod:`torchx_elastic.agent.function.call`), and in addition:
+(``--call CALL_FILE``, see :mod:`torchx_elastic.agent.workers.function_call`), and in addition:
 
 - dies with the agent: the Linux parent-death signal is set, so a SIGKILLed agent leaves no
   orphaned workers behind;
@@ -32,7 +32,7 @@ from torchx_elastic.contract import AGENT_PID_ENV, ERROR_FILE_ENV
 from torchx_elastic.contract.error_file import write_error_file
 
 DUMP_STACKS_SIGNAL = signal.SIGRTMIN + 4
-_CALL_MODULE = "torchx_elastic.agent.function.call"
+_CALL_MODULE = "torchx_elastic.agent.workers.function_call"
 _PR_SET_PDEATHSIG = 1
 _OWN_FILES = frozenset(
     # "<string>": the ``-c`` that starts the bootstrap in another interpreter (PYTHON_EXEC)
@@ -144,9 +144,9 @@ def run(argv: list[str]) -> None:
     if argv[:1] == ["--exec"] and len(argv) >= 2:
         os.execvp(argv[1], argv[1:])  # --no-python: the parent-death signal survives exec
     if argv[:1] == ["--call"] and len(argv) == 2:
-        from torchx_elastic.agent.function import call
+        from torchx_elastic.agent.workers import function_call
 
-        call.run_call_file(argv[1])
+        function_call.run_call_file(argv[1])
     elif argv[:1] == ["-m"] and len(argv) >= 2:
         module, args = argv[1], argv[2:]
         sys.argv = [module, *args]

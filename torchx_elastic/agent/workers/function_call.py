@@ -1,13 +1,14 @@
 """A Python function as a worker: the call file the caller writes, the result file a worker writes.
 
-The caller (:mod:`torchx_elastic.launcher`) pickles the function and its arguments once into
-a *call file* in a directory of its own; every worker runs
-``python -m torchx_elastic.agent.workers.bootstrap --call CALL_FILE``, which unpickles the
-call, runs it and pickles the return value into ``results/attempt_<k>/rank_<r>.pkl`` next to
-the call file (``k``: ``TORCHELASTIC_RESTART_COUNT``, ``r``: ``RANK``). An exception raised by
-the function ends the worker like an uncaught exception in a script (the bootstrap writes
-torch's error file), so the agent's supervision, restarts and root-cause report are the
-same as for a script.
+Both sides of both files are here, below the function launch (``agent/function/``) that
+writes the call: the worker's bootstrap runs it. The caller (:mod:`torchx_elastic.launcher`)
+pickles the function and its arguments once into a *call file* in a directory of its own;
+every worker runs ``python -m torchx_elastic.agent.workers.bootstrap --call CALL_FILE``,
+which unpickles the call, runs it and pickles the return value into
+``results/attempt_<k>/rank_<r>.pkl`` next to the call file (``k``:
+``TORCHELASTIC_RESTART_COUNT``, ``r``: ``RANK``). An exception raised by the function ends the
+worker like an uncaught exception in a script (the bootstrap writes torch's error file), so
+the agent's supervision, restarts and root-cause report are the same as for a script.
 
 Functions and arguments are pickled by reference, as ``multiprocessing`` does: a worker
 started as a fresh interpreter (spawn) first prepares itself as ``multiprocessing``'s spawn

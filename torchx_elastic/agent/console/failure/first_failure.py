@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Protocol
 
-from torchx_elastic.agent.rendezvous.signed_store import RefusedEntry
+from torchx_elastic.agent.console.store_entry import RefusedEntry
 from torchx_elastic.contract import FAILURE_KEY_PREFIX
 
 log = logging.getLogger(__name__)
