@@ -27,6 +27,7 @@ from typing import Dict, List, Optional
 
 from torchx_elastic.agent.workers.bootstrap import die_with_parent
 from torchx_elastic.contract import LAUNCHER_PID_ENV, RANK0_ENV
+from torchx_elastic.contract.error_exit import say_error
 from torchx_elastic.contract.job_secret import read_secret
 from torchx_elastic.ft.protocol import (
     DEFAULT_LIGHTHOUSE_PORT,
@@ -90,7 +91,7 @@ def run(node: str, lighthouse_port: int, agent_args: List[str]) -> int:
     try:
         secret = read_secret()
     except ValueError as err:
-        print(f"torchx-elastic: error: {err}", file=sys.stderr)
+        say_error(err)
         return 1
     env = dict(os.environ)
     env[LIGHTHOUSE_ENV] = lighthouse_url(host, lighthouse_port)

@@ -18,7 +18,6 @@ import hmac
 import json
 import logging
 import re
-import sys
 import threading
 import urllib.request
 from dataclasses import asdict, dataclass
@@ -26,6 +25,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Dict, List, Optional, Set, Tuple
 
 from torchx_elastic.contract import SECRET_ENV, SECRET_FILE_ENV
+from torchx_elastic.contract.error_exit import exit_with_error
 from torchx_elastic.contract.job_secret import read_secret
 from torchx_elastic.ft.protocol import (
     DEFAULT_LIGHTHOUSE_PORT,
@@ -281,13 +281,11 @@ def main(argv: Optional[list[str]] = None) -> None:
     try:
         secret = read_secret()
     except ValueError as err:
-        print(f"torchx-elastic: error: {err}", file=sys.stderr)
-        sys.exit(1)
+        exit_with_error(err)
     try:
         from torchft.coordination import LighthouseServer
     except ImportError:
-        print(f"torchx-elastic: error: {INSTALL_HINT}", file=sys.stderr)
-        sys.exit(1)
+        exit_with_error(INSTALL_HINT)
     lighthouse = LighthouseServer(
         bind=f"[::]:{args.port}",
         min_replicas=args.min_replicas,

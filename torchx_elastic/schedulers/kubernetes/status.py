@@ -14,6 +14,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from torchx.schedulers.api import DescribeAppResponse
 from torchx.specs import AppState, ReplicaState, ReplicaStatus, Role, RoleStatus
 
+from torchx_elastic.contract.error_exit import ERROR_PREFIX
 from torchx_elastic.contract.error_file import parse_error_json
 from torchx_elastic.schedulers.compat import torchx_kubernetes
 from torchx_elastic.schedulers.kubernetes.manifests import ANNOTATION_COMPLETION_INDEX
@@ -46,7 +47,6 @@ ANNOTATION_INDEX_IGNORED_FAILURES = "batch.kubernetes.io/job-index-ignored-failu
 # lines of a log tail (the termination message of a container without a report) kept
 TERMINATION_TAIL_LINES = 6
 _REPORT_HEADER = "Root cause"
-_AGENT_ERROR = "torchx-elastic: error:"
 _REPORT_END = ("Logs of every rank:", "Summary (JSON):")
 _JSON_MESSAGE = re.compile(r'"message":\s*"((?:[^"\\]|\\.)*)"')
 VOLCANO_STATE: Dict[str, AppState] = {
@@ -130,7 +130,7 @@ def termination_summary(message: str) -> str:
         kept = [ln for ln in section if ln.strip() and not ln.startswith(_REPORT_END)]
         return "\n".join(kept)
     # the agent's own last word (e.g. why its rendezvous failed) says more than the lines above
-    errors = [ln for ln in lines if ln.startswith(_AGENT_ERROR)]
+    errors = [ln for ln in lines if ln.startswith(ERROR_PREFIX)]
     if errors:
         return errors[-1]
     return "\n".join(ln for ln in lines[-TERMINATION_TAIL_LINES:] if ln.strip())
