@@ -8,12 +8,12 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import BIN, _env, run_torchx
+from tests.waiting import wait_until
 from torchx_elastic.contract import STDOUT_FILE
 from torchx_elastic.contract.log_layout import LocalAppLogs
 
@@ -273,10 +273,7 @@ def _start_a_sleeping_job(workdir: Path) -> tuple[subprocess.Popen[bytes], list[
 def _assert_stopped(job: list[int]) -> None:
     from tests.e2e.agents import alive
 
-    deadline = time.monotonic() + 30
-    while alive(job) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not alive(job)
+    wait_until(lambda: not alive(job), what="the end of the job's processes", detail=job.copy)
 
 
 def test_killing_torchx_stops_the_job(workdir: Path) -> None:
