@@ -143,6 +143,122 @@ ClassifyFailures = Callable[[int, Sequence[Mapping[str, Any]]], "list[RankFailur
 _NODE_EVENTS = frozenset({ev.RENDEZVOUS, ev.START, ev.HANG, ev.FAILURE, ev.RESTART, ev.EXIT})
 
 
+class _Replay:
+    """The agents' records replayed in time order: a lane per agent, the job's progress,
+    each attempt's failure records and hang, the agents' exit states."""
+
+    def __init__(self) -> None:
+        self.builders: dict[str, _LaneBuilder] = {}
+        self.progress: list[ProgressSample] = []
+        self.failed: dict[int, list[tuple[float, str, Mapping[str, Any]]]] = {}  # by attempt
+        self.hangs: dict[int, str] = {}
+        self.first_start_s: float | None = None  # a node's first round after this is a join
+        self.states: list[str] = []
+
+    def feed(self, time_s: float, record: Mapping[str, Any]) -> None:
+        event = record.get("event")
+        if event == ev.PROGRESS:
+            self.progress.append(_progress_sample(time_s, record))
+            return
+        if event not in _NODE_EVENTS:
+            return  # a newer agent's record: its fields are not drawn (yet)
+        key = _lane_key(record)
+        builder = self.builders.get(key)
+        if builder is None:
+            node = _int(record.get("node"), -1)
+            builder = self.builders[key] = _LaneBuilder(
+                NodeLane(key=key, node=node, host=str(record.get("host", "?")))
+            )
+        builder.last_s = time_s
+        if record.get("node") is not None:
+            builder.lane.node = _int(record.get("node"), builder.lane.node)
+        attempt = _int(record.get("attempt"))
+        if event == ev.RENDEZVOUS:
+            self._rendezvous(builder, time_s, attempt, record)
+        elif event == ev.START:
+            self.first_start_s = time_s if self.first_start_s is None else self.first_start_s
+            builder.close(time_s, "restarted")
+            builder.open = (attempt, time_s, builder.ranks, builder.round_s)
+            builder.round_s = None
+        elif event == ev.HANG:
+            self._hang(builder, time_s, attempt, record)
+        elif event == ev.FAILURE:
+            builder.close(time_s, "failed")
+            self.failed.setdefault(attempt, []).append((time_s, key, record))
+        elif event == ev.RESTART:
+            builder.close(time_s, "restarted")
+            reason = str(record.get("reason", ""))
+            builder.lane.marks.append(
+                Mark(time_s, "restart", f"restart: {reason}", attempt=attempt)
+            )
+        elif event == ev.EXIT:
+            self._exit(builder, time_s, record)
+
+    def _rendezvous(
+        self, builder: _LaneBuilder, time_s: float, attempt: int, record: Mapping[str, Any]
+    ) -> None:
+        lane = builder.lane
+        builder.close(time_s, "restarted")
+        ranks = tuple(_int(r) for r in record.get("ranks") or ())
+        builder.ranks, builder.round_s = ranks, time_s
+        lane.local_ranks = max(lane.local_ranks, len(ranks))
+        world = record.get("group_world_size")
+        if self.first_start_s is not None and not lane.spans and not lane.marks:
+            lane.marks.append(
+                Mark(time_s, "join", f"node {lane.node} joined", f"the job has {world} nodes")
+            )
+        lane.marks.append(
+            Mark(
+                time_s,
+                "rendezvous",
+                f"rendezvous: {world} node{'s' if world != 1 else ''}",
+                f"attempt {attempt}, ranks {_ranges(ranks)}, master {record.get('master')}",
+            )
+        )
+
+    def _hang(
+        self, builder: _LaneBuilder, time_s: float, attempt: int, record: Mapping[str, Any]
+    ) -> None:
+        message = str(record.get("message", ""))
+        self.hangs.setdefault(attempt, message)
+        for rank in record.get("ranks") or ():
+            builder.lane.marks.append(
+                Mark(time_s, "hang", f"rank {rank} hung", message, builder.local_rank_of(rank))
+            )
+
+    def _exit(self, builder: _LaneBuilder, time_s: float, record: Mapping[str, Any]) -> None:
+        state = str(record.get("state", ""))
+        self.states.append(state)
+        builder.close(time_s, state.lower() or "stopped")
+        builder.exited = True
+        builder.lane.marks.append(Mark(time_s, "exit", f"exit {record.get('exit_code')}", state))
+
+    def classify(self, classify_failures: ClassifyFailures) -> list[RankFailureView]:
+        """Each attempt's failed ranks, as ``classify_failures`` names them, marked on their
+        node's lane (a victim's mark apart from a failure's)."""
+        failures: list[RankFailureView] = []
+        for attempt, attempt_records in sorted(self.failed.items()):
+            for key, view in _failure_views(attempt, attempt_records, classify_failures):
+                failures.append(view)
+                kind = "victim" if view.role == "victim" else "failure"
+                self.builders[key].lane.marks.append(
+                    Mark(
+                        view.time_s,
+                        kind,
+                        f"rank {view.rank}: {view.how}",
+                        _failure_detail(view),
+                        view.local_rank,
+                    )
+                )
+        return failures
+
+    def end(self, end_s: float) -> None:
+        """Close every lane: an agent that exited at its last record, the others run on."""
+        for builder in self.builders.values():
+            builder.close(builder.last_s if builder.exited else end_s, "running")
+        _mark_leaves(self.builders, end_s)
+
+
 def build(
     records: Iterable[Mapping[str, Any]],
     title: str,
@@ -156,94 +272,34 @@ def build(
     timed = sorted(
         ((t, dict(r)) for r in records if (t := _time(r)) is not None), key=lambda p: p[0]
     )
-    builders: dict[str, _LaneBuilder] = {}
-    job_marks: list[Mark] = []
-    progress: list[ProgressSample] = []
-    failed: dict[int, list[tuple[float, str, Mapping[str, Any]]]] = {}  # attempt -> records
-    hangs: dict[int, str] = {}
-    first_start_s: float | None = None  # a node's first round after this is a join
-    states: list[str] = []
+    replay = _Replay()
     for time_s, record in timed:
-        event = record.get("event")
-        key = _lane_key(record)
-        if event == ev.PROGRESS:
-            progress.append(_progress_sample(time_s, record))
-            continue
-        if event not in _NODE_EVENTS:
-            continue  # a newer agent's record: its fields are not drawn (yet)
-        builder = builders.get(key)
-        if builder is None:
-            node = _int(record.get("node"), -1)
-            builder = builders[key] = _LaneBuilder(
-                NodeLane(key=key, node=node, host=str(record.get("host", "?")))
-            )
-        lane = builder.lane
-        builder.last_s = time_s
-        attempt = _int(record.get("attempt"))
-        if record.get("node") is not None:
-            lane.node = _int(record.get("node"), lane.node)
-        if event == ev.RENDEZVOUS:
-            builder.close(time_s, "restarted")
-            ranks = tuple(_int(r) for r in record.get("ranks") or ())
-            builder.ranks, builder.round_s = ranks, time_s
-            lane.local_ranks = max(lane.local_ranks, len(ranks))
-            world = record.get("group_world_size")
-            if first_start_s is not None and not lane.spans and not lane.marks:
-                lane.marks.append(
-                    Mark(time_s, "join", f"node {lane.node} joined", f"the job has {world} nodes")
-                )
-            lane.marks.append(
-                Mark(
-                    time_s,
-                    "rendezvous",
-                    f"rendezvous: {world} node{'s' if world != 1 else ''}",
-                    f"attempt {attempt}, ranks {_ranges(ranks)}, master {record.get('master')}",
-                )
-            )
-        elif event == ev.START:
-            first_start_s = time_s if first_start_s is None else first_start_s
-            builder.close(time_s, "restarted")
-            builder.open = (attempt, time_s, builder.ranks, builder.round_s)
-            builder.round_s = None
-        elif event == ev.HANG:
-            message = str(record.get("message", ""))
-            hangs.setdefault(attempt, message)
-            for rank in record.get("ranks") or ():
-                lane.marks.append(
-                    Mark(time_s, "hang", f"rank {rank} hung", message, builder.local_rank_of(rank))
-                )
-        elif event == ev.FAILURE:
-            builder.close(time_s, "failed")
-            failed.setdefault(attempt, []).append((time_s, key, record))
-        elif event == ev.RESTART:
-            builder.close(time_s, "restarted")
-            reason = str(record.get("reason", ""))
-            lane.marks.append(Mark(time_s, "restart", f"restart: {reason}", attempt=attempt))
-        elif event == ev.EXIT:
-            state = str(record.get("state", ""))
-            states.append(state)
-            builder.close(time_s, state.lower() or "stopped")
-            builder.exited = True
-            lane.marks.append(Mark(time_s, "exit", f"exit {record.get('exit_code')}", state))
-    failures: list[RankFailureView] = []
-    for attempt, attempt_records in sorted(failed.items()):
-        for key, view in _failure_views(attempt, attempt_records, classify_failures):
-            failures.append(view)
-            kind = "victim" if view.role == "victim" else "failure"
-            builders[key].lane.marks.append(
-                Mark(
-                    view.time_s,
-                    kind,
-                    f"rank {view.rank}: {view.how}",
-                    _failure_detail(view),
-                    view.local_rank,
-                )
-            )
-    lanes = [b.lane for b in builders.values()]
+        replay.feed(time_s, record)
+    failures = replay.classify(classify_failures)
     end_s = max((t for t, _ in timed), default=0.0)
-    for builder in builders.values():
-        builder.close(builder.last_s if builder.exited else end_s, "running")
-    _mark_leaves(builders, end_s)
+    replay.end(end_s)
+    lanes = [b.lane for b in replay.builders.values()]
+    job_marks = _with_restart_causes(lanes, failures, replay.hangs)
+    lanes.sort(key=lambda lane: (lane.node, lane.key))
+    return Timeline(
+        title=title,
+        source=source,
+        start_s=timed[0][0] if timed else 0.0,
+        end_s=end_s,
+        nodes=lanes,
+        job_marks=_first_per_restart(job_marks),
+        failures=failures,
+        progress=thin(replay.progress, MAX_PROGRESS_SAMPLES),
+        state=_job_state(replay.states),
+    )
+
+
+def _with_restart_causes(
+    lanes: Sequence[NodeLane], failures: Sequence[RankFailureView], hangs: Mapping[int, str]
+) -> list[Mark]:
+    """Each lane's restart marks with their cause (sorted with its other marks), and every
+    lane's restarts for the job's marks."""
+    job_marks: list[Mark] = []
     for lane in lanes:
         job_marks += [_restart_cause(m, failures, hangs) for m in lane.marks if m.kind == "restart"]
     for lane in lanes:
@@ -251,19 +307,7 @@ def build(
             _restart_cause(m, failures, hangs) if m.kind == "restart" else m for m in lane.marks
         ]
         lane.marks.sort(key=lambda m: m.time_s)
-    lanes.sort(key=lambda lane: (lane.node, lane.key))
-    start_s = timed[0][0] if timed else 0.0
-    return Timeline(
-        title=title,
-        source=source,
-        start_s=start_s,
-        end_s=end_s,
-        nodes=lanes,
-        job_marks=_first_per_restart(job_marks),
-        failures=failures,
-        progress=thin(progress, MAX_PROGRESS_SAMPLES),
-        state=_job_state(states),
-    )
+    return job_marks
 
 
 def thin(samples: Sequence[ProgressSample], limit: int) -> list[ProgressSample]:
