@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import signal
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
 
 from tests.e2e.agents import free_port, start_agent, wait_for_text
+from tests.waiting import wait_until
 from torchx_elastic.agent.supervision.stop_signals import stopping
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
@@ -64,10 +64,12 @@ def test_the_store_host_stopped_says_so_and_nobody_prints_cpp_frames(tmp_path: P
         # the other node fails (its store is gone) or, by timing, takes the rendezvous over
         # and waits for a second node: then it is stopped too
         other = agents[1 - host]
-        deadline = time.monotonic() + 90
-        while other.poll() is None and "stopped answering" not in logs[1 - host].read_text():
-            assert time.monotonic() < deadline, logs[1 - host].read_text()
-            time.sleep(0.2)
+        wait_until(
+            lambda: other.poll() is not None or "stopped answering" in logs[1 - host].read_text(),
+            what="the other node's end, or its line that the host stopped answering",
+            timeout_s=90,
+            detail=logs[1 - host].read_text,
+        )
         if other.poll() is None:
             other.send_signal(signal.SIGTERM)
             assert other.wait(60) == 128 + signal.SIGTERM
