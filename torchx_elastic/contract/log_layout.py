@@ -42,6 +42,10 @@ FILTERED_FILE = "filtered_{stream}.log"  # stream: stdout or stderr
 CONSOLE_COPY_FILE = "console.log"
 # the ranks' unfinished lines, in each local replica's directory while local_cwd draws
 LIVE_ROWS_FILE = "live_rows.json"  # live_rows.py
+# the agent's log directory when it is given no --log-dir: a new directory of this prefix in
+# the temporary directory (tempfile.mkdtemp: /tmp in a container, where the docker timeline
+# copies it from)
+DEFAULT_LOG_DIR_PREFIX = "torchx_elastic_"
 # local_cwd's default log_dir (relative to the working directory), where the timeline looks
 # for a local_cwd:// handle's files
 LOCAL_LOG_ROOT = "torchx_logs"

@@ -20,6 +20,7 @@ from typing import IO, TYPE_CHECKING, Any, cast
 
 from torchx_elastic.contract.log_layout import (
     ATTEMPT_DIR_PREFIX,
+    DEFAULT_LOG_DIR_PREFIX,
     EVENTS_FILE,
     RANK_DIR_PREFIX,
     RANK_ERROR_FILE,
@@ -34,7 +35,7 @@ if TYPE_CHECKING:
     from docker import DockerClient
 
 AGENT_DIRS_IN = "/tmp"  # where the agent's default log directory is made (tempfile)
-AGENT_DIR_PREFIX = "torchx_elastic_"
+AGENT_DIR_PREFIX = DEFAULT_LOG_DIR_PREFIX
 STDERR_TAIL_BYTES = 64 * 1024
 # a rank's error file and the tail of its stderr, in NodeLogs.rank_dir's layout
 _RANK_FILE = re.compile(
