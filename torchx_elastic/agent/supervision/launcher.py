@@ -7,6 +7,7 @@ import os
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from importlib import metadata
 from typing import Any
 
@@ -36,8 +37,8 @@ from torchx_elastic.agent.rendezvous.observed import ObservedRendezvous, RoundLi
 from torchx_elastic.agent.rendezvous.signed_store import StoreSigner, signed_rounds
 from torchx_elastic.agent.supervision.elastic_events import check_handler, record_agent_end
 from torchx_elastic.agent.supervision.loop import Supervision, Supervisor
-from torchx_elastic.agent.supervision.network_watch import watch_network
-from torchx_elastic.agent.supervision.rendezvous_move import movable_rendezvous
+from torchx_elastic.agent.supervision.network_watch import NetworkWatch, watch_network
+from torchx_elastic.agent.supervision.rendezvous_move import RendezvousMove, movable_rendezvous
 from torchx_elastic.agent.supervision.stop_signals import (
     absorb_stop_signals,
     raise_on_stop_signals,
@@ -88,6 +89,18 @@ def console_session(config: AgentConfig, log_dir: str) -> ConsoleSession:
     return ConsoleSession(log_dir, console.mode, console.status_interval_s, options)
 
 
+@dataclass
+class RunEnd:
+    """How the supervision of one run ended."""
+
+    result: RunResult | None = None
+    """The workers' last result; None when the run ended otherwise (a signal, the rendezvous)."""
+    failure: RendezvousFailure | JobAlreadyFinished | NoSuccessor | None = None
+    code: int = 1
+    shutdown_rendezvous: bool = True
+    """False when the rendezvous stays open for the other nodes (a stop signal, a lost host)."""
+
+
 def launch(
     config: AgentConfig,
     fork_server: ForkServer | None = None,
@@ -104,22 +117,7 @@ def launch(
     specs = logs_specs(config, log_dir)
     session = console_session(config, log_dir)
     signer = StoreSigner(job_secret(config.job_secret, config.max_nodes))
-    try:
-        # every round's store reaches the cross-node progress exchange
-        on_round: RoundListener = signed_rounds(session.start_round, signer)
-        if node0_warning is not None:
-            on_round = warn_on_node0(node0_warning, on_round)
-        created = create_handler(config, signer, session.waiting_for_nodes)
-        move = movable_rendezvous(config, signer, created)
-        handler = ObservedRendezvous(move.movable if move else created, on_round)
-    except RendezvousError as err:
-        session.close()
-        if late_for_the_job(err, config):  # its host went away as this node reached it
-            raise JobAlreadyFinished(config.rdzv_endpoint, config.run_id, err) from None
-        raise RendezvousFailure(config.rdzv_endpoint, describe_error(err)) from None
-    except BaseException:
-        session.close()
-        raise
+    handler, move = open_rendezvous(config, session, signer, node0_warning)
     janitor = Janitor()
     watchdog = None
     if config.hang_timeout_s > 0:
@@ -141,66 +139,121 @@ def launch(
             on_rendezvous_lost=session.rendezvous_lost,
         ),
     )
-    if move is None:
-        watch = watch_network(config, handler, supervisor.abandon_workers)
-    else:
-        move.attach(lambda: supervisor.last_round_addresses)
-        watch = move.watch = watch_network(
-            config, handler, supervisor.abandon_workers, move.on_host_lost
-        )
-    result: RunResult | None = None
-    failure: RendezvousFailure | JobAlreadyFinished | NoSuccessor | None = None
-    shutdown_rendezvous = True
-    code = 1
+    watch = network_watch(config, handler, supervisor, move)
+    end = supervise(config, supervisor, session, janitor, watch)
     try:
-        result = supervisor.run()
-        code = 1 if result.is_failed() else 0
+        return finish(config, supervisor, session, end, started_s)
+    finally:
+        if move is not None:  # its beacon tells late nodes where the job went until now
+            move.close()
+
+
+def open_rendezvous(
+    config: AgentConfig, session: ConsoleSession, signer: StoreSigner, node0_warning: str | None
+) -> tuple[ObservedRendezvous, RendezvousMove | None]:
+    """The rendezvous handler, observed (every round's store reaches the console), and its
+    move to a survivor if the job allows one; a :class:`RendezvousFailure` when none can
+    be made (the console closed)."""
+    try:
+        # every round's store reaches the cross-node progress exchange
+        on_round: RoundListener = signed_rounds(session.start_round, signer)
+        if node0_warning is not None:
+            on_round = warn_on_node0(node0_warning, on_round)
+        created = create_handler(config, signer, session.waiting_for_nodes)
+        move = movable_rendezvous(config, signer, created)
+        return ObservedRendezvous(move.movable if move else created, on_round), move
+    except RendezvousError as err:
+        session.close()
+        if late_for_the_job(err, config):  # its host went away as this node reached it
+            raise JobAlreadyFinished(config.rdzv_endpoint, config.run_id, err) from None
+        raise RendezvousFailure(config.rdzv_endpoint, describe_error(err)) from None
+    except BaseException:
+        session.close()
+        raise
+
+
+def network_watch(
+    config: AgentConfig,
+    handler: ObservedRendezvous,
+    supervisor: Supervisor,
+    move: RendezvousMove | None,
+) -> NetworkWatch | None:
+    """The started watch of a multi-host job: it gives up, or moves the rendezvous."""
+    if move is None:
+        return watch_network(config, handler, supervisor.abandon_workers)
+    move.attach(lambda: supervisor.last_round_addresses)
+    move.watch = watch_network(config, handler, supervisor.abandon_workers, move.on_host_lost)
+    return move.watch
+
+
+def supervise(
+    config: AgentConfig,
+    supervisor: Supervisor,
+    session: ConsoleSession,
+    janitor: Janitor,
+    watch: NetworkWatch | None,
+) -> RunEnd:
+    """Run the supervision loop to its end, then stop what served it (the console closed)."""
+    end = RunEnd()
+    handler = supervisor.handler
+    try:
+        end.result = supervisor.run()
+        end.code = 1 if end.result.is_failed() else 0
     except SignalException as err:
         # as torch's launcher: a node stopped by a signal leaves the rendezvous open, so the
         # other nodes can go on with a replacement (shutdown() would close it for all)
-        shutdown_rendezvous = False
-        code = 128 + int(err.sigval)
+        end.shutdown_rendezvous = False
+        end.code = 128 + int(err.sigval)
     except NoSuccessor as err:  # the rendezvous host is lost, and the job with it
-        shutdown_rendezvous = False
-        failure = err
+        end.shutdown_rendezvous = False
+        end.failure = err
     except RendezvousError as err:
         if supervisor.last_round is None and late_for_the_job(err, config):
             # arrived after the job's end: nothing to do, and nothing of the job to close
-            shutdown_rendezvous = False
-            failure = JobAlreadyFinished(config.rdzv_endpoint, handler.get_run_id(), err)
+            end.shutdown_rendezvous = False
+            end.failure = JobAlreadyFinished(config.rdzv_endpoint, handler.get_run_id(), err)
         elif not (
             # the last node whose ranks failed closes the rendezvous: the job's first failure
             isinstance(err, RendezvousClosedError)
             and session.failed_elsewhere(supervisor.attempt) is not None
         ):
-            failure = rendezvous_failure(err, supervisor, config)
+            end.failure = rendezvous_failure(err, supervisor, config)
     finally:
         absorb_stop_signals()  # a signal now (the job ended or is stopping) ends nothing early
         if watch is not None:
             watch.close()
         janitor.close()
-        if shutdown_rendezvous:
+        if end.shutdown_rendezvous:
             handler.shutdown()
         session.close()
-    try:
-        stopped = f"the agent stopped (exit code {code})"
-        error = None if result is not None else str(failure or stopped)
-        record_agent_end(
-            config, supervisor.last_round, supervisor.attempt, time.monotonic() - started_s, error
-        )
-        if isinstance(failure, JobAlreadyFinished):
-            raise failure
-        session.finish(result, code, attempt=supervisor.attempt)
-        if shutdown_rendezvous:  # the job ended (not by a signal): its store's host leaves last
-            leave_last(supervisor.last_round, hosts_store(handler))
-        if failure is not None:
-            raise failure
-        if code == 0:
-            keep_closed_rendezvous_up(config, supervisor, hosts_store(handler))
-        return code
-    finally:
-        if move is not None:  # its beacon tells late nodes where the job went until now
-            move.close()
+    return end
+
+
+def finish(
+    config: AgentConfig,
+    supervisor: Supervisor,
+    session: ConsoleSession,
+    end: RunEnd,
+    started_s: float,
+) -> int:
+    """After the supervision: the end recorded, the summary and report, the store's host
+    leaving last; the exit code, or the failure raised."""
+    handler = supervisor.handler
+    stopped = f"the agent stopped (exit code {end.code})"
+    error = None if end.result is not None else str(end.failure or stopped)
+    record_agent_end(
+        config, supervisor.last_round, supervisor.attempt, time.monotonic() - started_s, error
+    )
+    if isinstance(end.failure, JobAlreadyFinished):
+        raise end.failure
+    session.finish(end.result, end.code, attempt=supervisor.attempt)
+    if end.shutdown_rendezvous:  # the job ended (not by a signal): its store's host leaves last
+        leave_last(supervisor.last_round, hosts_store(handler))
+    if end.failure is not None:
+        raise end.failure
+    if end.code == 0:
+        keep_closed_rendezvous_up(config, supervisor, hosts_store(handler))
+    return end.code
 
 
 def warn_on_node0(warning: str, on_round: RoundListener) -> RoundListener:
