@@ -184,6 +184,37 @@ def node_report(
     return NodeReport(node, seq, final, tuple(ranks), sent_s)
 
 
+@dataclass
+class _LiveRanks:
+    """The ranks of the nodes' reports, sorted for :func:`aggregate`."""
+
+    stepping: list[tuple[RankReport, int, float]]  # rank, node, age of its step
+    quiet: list[QuietRank]
+    ranks: int = 0  # of every node, live or not
+    live_nodes: int = 0
+
+
+def _live_ranks(
+    reports: Sequence[SeenReport], quiet_after_s: float, stale_after_s: float
+) -> _LiveRanks:
+    """The stepping ranks of the live nodes and the quiet ranks (see :func:`aggregate`)."""
+    found = _LiveRanks([], [])
+    for seen in reports:
+        report = seen.report
+        found.ranks += len(report.ranks)
+        live = report.final or seen.unchanged_s <= stale_after_s
+        found.live_nodes += live
+        for rank in report.ranks:
+            if rank.step is not None and live:
+                step_age_s = rank.step_age_s if rank.step_age_s is not None else rank.silent_s
+                found.stepping.append((rank, report.node, seen.age_s + (step_age_s or 0.0)))
+            if rank.silent_s is not None and not rank.finished and not report.final:
+                silent_s = rank.silent_s + seen.unchanged_s
+                if silent_s > quiet_after_s:
+                    found.quiet.append(QuietRank(rank.rank, report.node, round(silent_s, 1)))
+    return found
+
+
 def aggregate(
     reports: Sequence[SeenReport],
     num_nodes: int,
@@ -200,23 +231,8 @@ def aggregate(
         ``unchanged_s`` added). Steps said within ``same_moment_s`` are compared at one moment
     (:func:`_steps_at_one_moment`).
     """
-    stepping: list[tuple[RankReport, int, float]] = []  # rank, node, age of its step
-    quiet: list[QuietRank] = []
-    ranks = 0
-    live_nodes = 0
-    for seen in reports:
-        report = seen.report
-        ranks += len(report.ranks)
-        live = report.final or seen.unchanged_s <= stale_after_s
-        live_nodes += live
-        for rank in report.ranks:
-            if rank.step is not None and live:
-                step_age_s = rank.step_age_s if rank.step_age_s is not None else rank.silent_s
-                stepping.append((rank, report.node, seen.age_s + (step_age_s or 0.0)))
-            if rank.silent_s is not None and not rank.finished and not report.final:
-                silent_s = rank.silent_s + seen.unchanged_s
-                if silent_s > quiet_after_s:
-                    quiet.append(QuietRank(rank.rank, report.node, round(silent_s, 1)))
+    live = _live_ranks(reports, quiet_after_s, stale_after_s)
+    stepping = live.stepping
     if not stepping:
         return None
     steps = _steps_at_one_moment(stepping, same_moment_s)
@@ -250,10 +266,10 @@ def aggregate(
         rate_per_s=rate,
         eta_s=eta_s,
         ranks_reporting=len(stepping),
-        ranks=ranks,
-        nodes_reporting=live_nodes,
+        ranks=live.ranks,
+        nodes_reporting=live.live_nodes,
         nodes=num_nodes,
-        quiet=tuple(sorted(quiet, key=lambda q: (-q.silent_s, q.rank))),
+        quiet=tuple(sorted(live.quiet, key=lambda q: (-q.silent_s, q.rank))),
         time_s=time_s,
     )
 
