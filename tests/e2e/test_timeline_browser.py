@@ -7,13 +7,13 @@ import json
 import os
 import re
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.ci import unavailable
 from tests.conftest import BIN, _env, run_torchx
 from tests.timeline_jobs import generated_job, write_crash_files, write_events
 
@@ -32,10 +32,7 @@ CHROMIUM_ARGS = [
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
     if not os.path.exists(CHROMIUM):
-        message = f"{CHROMIUM} is missing: apt-get install chromium (.ci/run does)"
-        if os.environ.get("CI"):
-            pytest.fail(message)
-        pytest.skip(message)
+        unavailable(f"{CHROMIUM} is missing: apt-get install chromium (.ci/run does)")
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:
@@ -175,14 +172,11 @@ def test_64x8_job_opens_folded_and_unfolds(tmp_path: Path, browser: Any) -> None
     write_crash_files(tmp_path)
     page_path = tmp_path / "timeline.html"
     page_path.write_text(html.render(timeline_of_dir(str(tmp_path))))
-    started = time.perf_counter()
     view = OpenPage(browser, page_path)
     assert len(view.texts("svg text.node-label")) == 64
     assert view.texts("svg text.lane-label") == []  # folded: 512 ranks
     view.page.locator("#unfold").click()
     assert len(view.texts("svg text.lane-label")) == 512
-    elapsed_s = time.perf_counter() - started
-    assert elapsed_s < 15, elapsed_s  # about 1 s here
     assert view.texts("#failures summary") == [
         "511 victims (lost a peer, or stopped after another rank failed)"
     ]

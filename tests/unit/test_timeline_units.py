@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import pytest
@@ -116,18 +115,16 @@ def test_joins_leaves_hangs_and_unknown_records(tmp_path: Path) -> None:
     assert restarted_or_failed(str(tmp_path))
 
 
-def test_generated_64x8_job_renders_small_and_fast(tmp_path: Path) -> None:
+def test_generated_64x8_job_renders_small(tmp_path: Path) -> None:
+    """(How long it takes is a speed: bench/.)"""
     write_events(tmp_path, generated_job(64, 8, progress_samples=1000))
     write_crash_files(tmp_path)
-    started = time.perf_counter()
     timeline = timeline_of_dir(str(tmp_path))
     page = html.render(timeline)
     trace_text = json.dumps(trace.trace_events(timeline))
-    elapsed_s = time.perf_counter() - started
     assert timeline.ranks == 512 and len(timeline.nodes) == 64
     assert len(page.encode()) < 1_000_000, len(page)
     assert len(trace_text.encode()) < 2_000_000, len(trace_text)
-    assert elapsed_s < 10, elapsed_s  # measured about 1 s (torch's import is most of it)
     (tmp_path / "timeline.html").write_text(page)
 
 
