@@ -379,20 +379,8 @@ def config_from_args(args: argparse.Namespace) -> AgentConfig:
         show_ranks = parse_rank_filter(args.console_ranks)
     except ValueError as err:
         raise UsageError(str(err)) from None
-    given = args.shutdown_timeout
-    timeout_s = shutdown_timeout_s(args.term_timeout_s if given is None else given)
-    if timeout_s < 0:
-        raise UsageError(f"--shutdown-timeout {timeout_s:g} is negative")
-    console = ConsoleConfig(
-        mode=args.console,
-        prefix_template=prefix_template(args.log_line_prefix_template),
-        streams=console_streams(str(args.redirects), str(args.tee), nproc),
-        show_ranks=show_ranks,
-        show_local_ranks=_local_ranks(args.local_ranks_filter),
-        status_interval_s=args.status_interval_s,
-        duplicate_stdout_filters=tuple(f for f in args.duplicate_stdout_filters if f),
-        duplicate_stderr_filters=tuple(f for f in args.duplicate_stderr_filters if f),
-    )
+    timeout_s = _shutdown_timeout_flag(args)
+    console = _console_config(args, nproc, show_ranks)
     return AgentConfig(
         min_nodes=nodes.min_nodes,
         max_nodes=nodes.max_nodes,
@@ -419,6 +407,30 @@ def config_from_args(args: argparse.Namespace) -> AgentConfig:
         virtual_local_rank=args.virtual_local_rank,
         event_log_handler=args.event_log_handler,
         job_secret=_secret(),
+    )
+
+
+def _shutdown_timeout_flag(args: argparse.Namespace) -> float:
+    """``--shutdown-timeout``, else ``--term-timeout-s``, else as :func:`shutdown_timeout_s`."""
+    given = args.shutdown_timeout
+    timeout_s = shutdown_timeout_s(args.term_timeout_s if given is None else given)
+    if timeout_s < 0:
+        raise UsageError(f"--shutdown-timeout {timeout_s:g} is negative")
+    return timeout_s
+
+
+def _console_config(
+    args: argparse.Namespace, nproc: int, show_ranks: frozenset[int] | None
+) -> ConsoleConfig:
+    return ConsoleConfig(
+        mode=args.console,
+        prefix_template=prefix_template(args.log_line_prefix_template),
+        streams=console_streams(str(args.redirects), str(args.tee), nproc),
+        show_ranks=show_ranks,
+        show_local_ranks=_local_ranks(args.local_ranks_filter),
+        status_interval_s=args.status_interval_s,
+        duplicate_stdout_filters=tuple(f for f in args.duplicate_stdout_filters if f),
+        duplicate_stderr_filters=tuple(f for f in args.duplicate_stderr_filters if f),
     )
 
 

@@ -88,12 +88,7 @@ def agent_config(
             " nproc_per_node must be >= 1 and max_restarts >= 0"
         )
     master_addr, master_port = _static_master(config.rdzv_backend, endpoint, config.rdzv_configs)
-    try:
-        template = prefix_template(config.log_line_prefix_template)
-        show_ranks = parse_rank_filter(options.console_ranks)
-    except (UsageError, ValueError) as err:
-        raise ValueError(str(err)) from None
-    mode: ConsoleMode = options.console  # type: ignore[assignment]  # checked by AgentOptions
+    console = _console_config(config, options)
     return AgentConfig(
         min_nodes=config.min_nodes,
         max_nodes=config.max_nodes,
@@ -111,15 +106,7 @@ def agent_config(
         master_addr=master_addr,
         master_port=master_port,
         log_dir=log_dir,
-        console=ConsoleConfig(
-            mode=mode,
-            prefix_template=template,
-            streams=Std(options.tee),
-            show_ranks=show_ranks,
-            status_interval_s=options.status_interval_s,
-            duplicate_stdout_filters=tuple(field(config, "duplicate_stdout_filters") or ()),
-            duplicate_stderr_filters=tuple(field(config, "duplicate_stderr_filters") or ()),
-        ),
+        console=console,
         exit_barrier_timeout_s=options.exit_barrier_timeout_s,
         shutdown_timeout_s=shutdown_timeout_s(field(config, "shutdown_timeout")),
         hang_timeout_s=options.hang_timeout_s,
@@ -127,6 +114,24 @@ def agent_config(
         virtual_local_rank=field(config, "virtual_local_rank"),
         event_log_handler=field(config, "event_log_handler"),
         job_secret=read_secret(),
+    )
+
+
+def _console_config(config: LaunchConfig, options: AgentOptions) -> ConsoleConfig:
+    try:
+        template = prefix_template(config.log_line_prefix_template)
+        show_ranks = parse_rank_filter(options.console_ranks)
+    except (UsageError, ValueError) as err:
+        raise ValueError(str(err)) from None
+    mode: ConsoleMode = options.console  # type: ignore[assignment]  # checked by AgentOptions
+    return ConsoleConfig(
+        mode=mode,
+        prefix_template=template,
+        streams=Std(options.tee),
+        show_ranks=show_ranks,
+        status_interval_s=options.status_interval_s,
+        duplicate_stdout_filters=tuple(field(config, "duplicate_stdout_filters") or ()),
+        duplicate_stderr_filters=tuple(field(config, "duplicate_stderr_filters") or ()),
     )
 
 
