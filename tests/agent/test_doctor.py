@@ -12,6 +12,8 @@ import pytest
 from tests.conftest import _env
 from tests.e2e.agents import free_port
 from torchx_elastic.agent import doctor
+from torchx_elastic.agent.config.launch import AgentConfig
+from torchx_elastic.agent.rendezvous import network_checks
 
 FLAGS = ["--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-id", "job"]
 
@@ -93,7 +95,7 @@ def test_a_published_address_that_does_not_resolve_or_is_loopback(
     )
 
 
-def doctor_config(endpoint: str, *argv: str) -> doctor.AgentConfig:
+def doctor_config(endpoint: str, *argv: str) -> AgentConfig:
     from torchx_elastic.agent.config.cli import build_parser
     from torchx_elastic.agent.config.launch import config_from_args
 
@@ -105,11 +107,11 @@ IFACES = {"lo": "127.0.0.1", "eth0": "10.1.0.5", "ib0": "10.2.0.5"}
 
 
 def test_the_interfaces_gloo_and_nccl_use(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(doctor, "interface_addresses", lambda: IFACES)
-    monkeypatch.setattr(doctor, "route_address", lambda host, port: "10.1.0.5")
+    monkeypatch.setattr(network_checks, "interface_addresses", lambda: IFACES)
+    monkeypatch.setattr(network_checks, "route_address", lambda host, port: "10.1.0.5")
     monkeypatch.setenv("GLOO_SOCKET_IFNAME", "ib0")
     monkeypatch.setenv("NCCL_SOCKET_IFNAME", "eth1")
-    lines = [c.line() for c in doctor.interface_checks(doctor_config("10.1.0.1:29500"))]
+    lines = [c.line() for c in network_checks.interface_checks(doctor_config("10.1.0.1:29500"))]
     assert lines == [
         "  ok   interfaces: eth0 10.1.0.5, ib0 10.2.0.5, lo 127.0.0.1",
         "  ok   rendezvous traffic to 10.1.0.1 leaves through eth0",
@@ -119,7 +121,7 @@ def test_the_interfaces_gloo_and_nccl_use(monkeypatch: pytest.MonkeyPatch) -> No
     ]
     monkeypatch.setenv("GLOO_SOCKET_IFNAME", "eth0")
     monkeypatch.delenv("NCCL_SOCKET_IFNAME")
-    lines = [c.line() for c in doctor.interface_checks(doctor_config("10.1.0.1:29500"))]
+    lines = [c.line() for c in network_checks.interface_checks(doctor_config("10.1.0.1:29500"))]
     assert lines[-1] == "  ok   GLOO_SOCKET_IFNAME=eth0"
 
 
@@ -148,14 +150,14 @@ def test_gloos_own_choice_where_gloo_socket_ifname_is_unset(
     """gloo binds the workers to the first address of the host's name: Debian's 127.0.1.1,
     or an address of another interface than the rendezvous traffic's."""
     monkeypatch.delenv("GLOO_SOCKET_IFNAME", raising=False)
-    monkeypatch.setattr(doctor, "interface_addresses", lambda: IFACES)
-    monkeypatch.setattr(doctor, "route_address", lambda host, port: "10.1.0.5")
-    monkeypatch.setattr(doctor.socket, "gethostname", lambda: "trainer3")
+    monkeypatch.setattr(network_checks, "interface_addresses", lambda: IFACES)
+    monkeypatch.setattr(network_checks, "route_address", lambda host, port: "10.1.0.5")
+    monkeypatch.setattr(network_checks.socket, "gethostname", lambda: "trainer3")
     resolving: dict[str, list[str]] = {}
-    monkeypatch.setattr(doctor, "hostname_addresses", lambda name: resolving[name])
+    monkeypatch.setattr(network_checks, "hostname_addresses", lambda name: resolving[name])
 
     def gloo_line(endpoint: str = "10.1.0.1:29500") -> str:
-        return doctor.interface_checks(doctor_config(endpoint))[-1].line()
+        return network_checks.interface_checks(doctor_config(endpoint))[-1].line()
 
     resolving["trainer3"] = ["127.0.1.1", "10.1.0.5"]
     assert gloo_line() == (
@@ -184,3 +186,19 @@ def test_gloos_own_choice_where_gloo_socket_ifname_is_unset(
     assert "GLOO" not in gloo_line("localhost:29500")
     monkeypatch.setenv("GLOO_SOCKET_IFNAME", "eth0")  # the user's choice is checked instead
     assert gloo_line() == "  ok   GLOO_SOCKET_IFNAME=eth0"
+
+
+def test_the_agent_warns_of_what_the_interface_checks_fail(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Before its rendezvous the agent says, as a warning line, each interface check that
+    fails (the same checks as the doctor's), and nothing of those that pass."""
+    monkeypatch.setattr(network_checks, "interface_addresses", lambda: IFACES)
+    monkeypatch.setattr(network_checks, "route_address", lambda host, port: "10.1.0.5")
+    monkeypatch.setenv("GLOO_SOCKET_IFNAME", "eth0")
+    monkeypatch.setenv("NCCL_SOCKET_IFNAME", "eth1")
+    network_checks.say_interface_problems(doctor_config("10.1.0.1:29500"))
+    assert capsys.readouterr().err.splitlines() == [
+        "torchx-elastic: warning: NCCL_SOCKET_IFNAME=eth1: no interface eth1 on this host (it"
+        " has eth0, ib0, lo)"
+    ]

@@ -26,8 +26,8 @@ from torchx_elastic.agent.rendezvous.handler import (
     JobAlreadyFinished,
     handler_on_store,
     late_for_the_job,
-    rendezvous_parameters,
 )
+from torchx_elastic.agent.rendezvous.parameters import rendezvous_parameters
 from torchx_elastic.agent.rendezvous.signed_store import StoreSigner
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import re
 import threading
-import time
 from dataclasses import dataclass
 from types import SimpleNamespace
 
@@ -13,10 +12,11 @@ from torch.distributed import HashStore  # type: ignore[attr-defined]
 
 from torchx_elastic.agent.config.cli import build_parser
 from torchx_elastic.agent.config.launch import AgentConfig, config_from_args
-from torchx_elastic.agent.rendezvous import roll_call, waiting
+from torchx_elastic.agent.rendezvous import diagnosis, roll_call, waiting
+from torchx_elastic.agent.rendezvous.parameters import DEFAULT_JOIN_TIMEOUT_S
 from torchx_elastic.agent.rendezvous.roll_call import NodeEntry, RollCall
 from torchx_elastic.agent.rendezvous.signed_store import StoreSigner
-from torchx_elastic.agent.rendezvous.waiting import progress_line, waiting_line
+from torchx_elastic.agent.rendezvous.waiting import Deadline, progress_line, waiting_line
 
 
 def config(nnodes: str) -> AgentConfig:
@@ -24,12 +24,17 @@ def config(nnodes: str) -> AgentConfig:
     return config_from_args(build_parser().parse_args([*argv, "--rdzv-id", "job", "train.py"]))
 
 
+# the lines' deadline: its wall-clock time and the default join timeout (600 s)
+DEADLINE = Deadline("10:00:00", DEFAULT_JOIN_TIMEOUT_S)
+ROUND_WAIT_S = 60.0  # a bound on a hang, not a speed
+
+
 def peers(count: int) -> list[NodeEntry]:
     return [NodeEntry(f"n{i}", 7, "job", f"n{i}", "1:3", 1, 0, "c10d") for i in range(count)]
 
 
 def test_a_fixed_size_job_counts_what_is_missing() -> None:
-    assert waiting_line(peers(1), config("2"), True, "10:00:00") == (
+    assert waiting_line(peers(1), config("2"), True, DEADLINE) == (
         "waiting for nodes: 1 of 2 joined; here: n0 (pid 7); missing: 1 node; hosting the"
         " rendezvous at n0:29500, run id 'job'; gives up at 10:00:00 (join timeout 600s)"
     )
@@ -44,7 +49,7 @@ def test_an_elastic_job_below_its_minimum_and_in_its_last_call() -> None:
         " missing: 1 node"
     )
     # its minimum is here: the round waits its last call for more (never "2 of 1 joined")
-    assert waiting_line(peers(2), config("1:3"), False, "10:00:00") == (
+    assert waiting_line(peers(2), config("1:3"), False, DEADLINE) == (
         "waiting for nodes: 2 joined, enough to start (takes up to 3; the round closes after"
         " its last call); here: n0 (pid 7), n1 (pid 7); missing: none; rendezvous at"
         " n0:29500, run id 'job'; gives up at 10:00:00 (join timeout 600s)"
@@ -72,7 +77,7 @@ class LaterRounds:
     def next_rendezvous(self) -> str:
         self.rounds += 1
         if self.rounds > 1:
-            assert self.release.wait(10)
+            assert self.release.wait(ROUND_WAIT_S), "the later round's wait was never said"
         return f"round {self.rounds}"
 
 
@@ -87,17 +92,19 @@ def test_a_later_round_that_waits_says_who_is_back_and_who_is_not(
     explained = waiting.ExplainedRendezvous(handler, call, config("2"), True, 600)  # type: ignore[arg-type]
     assert explained.next_rendezvous() == "round 1"
     capsys.readouterr()
-    # a restart: n1 does not come back; torch dropped it, n0 waits in the next round
+    # a restart: n1 does not come back; torch dropped it, n0 waits in the next round, which
+    # completes only once the wait was said (a round that said nothing times out)
     state = handler._state_holder.state
-    releaser = threading.Timer(0.6, handler.release.set)
-    releaser.start()
     state.participants = {}
     state.wait_list = (Node("n0", 5),)
-    started = time.monotonic()
+
+    def say_then_complete_the_round(line: str) -> None:
+        diagnosis.say(line)
+        handler.release.set()
+
+    monkeypatch.setattr(waiting, "say", say_then_complete_the_round)
     assert explained.next_rendezvous() == "round 2"
-    assert time.monotonic() - started >= 0.6
     lines = capsys.readouterr().err.splitlines()
-    assert lines, "a later round that waits said nothing"
     assert re.fullmatch(
         r"torchx-elastic: waiting for nodes \(round 2\): 1 of 2 here \(n0 \(agent pid 5\)\);"
         r" not back since the last round: node 1: n1 \(agent pid 7\); at n0:29500, gives up at"

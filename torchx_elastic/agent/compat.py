@@ -13,7 +13,9 @@ The rest of the agent uses torch.distributed.elastic's public API only (rendezvo
   :func:`peer_hosts`: who took part in the c10d rendezvous and when each was last heard,
   for the "lost since the last round" message, the peers that stopped answering and those
   a cut-off node probes. No public API tells: this reads the c10d
-  handler's private state, and degrades to nothing when that state changes.
+  handler's private state, and degrades to nothing when that state changes. Given one of
+  the agent's rendezvous layers, these read torch's handler at its bottom
+  (``torch_handler()``, rendezvous/wrapped.py): the layers forward nothing private.
 - :func:`set_last_call_timeout`: the c10d handler's last call after the first round
   (rendezvous/liveness.py); private, degrades to torch's own.
 - :func:`job_ended` / :func:`is_this_machine`: the "rendezvous closed" errors of each
@@ -153,7 +155,15 @@ def _master_through_store(store: Store, rank: int, local_addr: str | None) -> tu
     return addr, int(port_text)
 
 
+def _torch_handler(handler: RendezvousHandler) -> Any:
+    """torch's own handler under the agent's rendezvous layers (each offers it as
+    ``torch_handler()``: rendezvous/wrapped.py), whose private state is read here."""
+    bottom = getattr(handler, "torch_handler", None)
+    return bottom() if callable(bottom) else handler
+
+
 def _participants(handler: RendezvousHandler) -> tuple[Any, dict[Any, int], Any]:
+    handler = _torch_handler(handler)
     state = getattr(getattr(handler, "_state_holder", None), "state", None)
     return (
         getattr(handler, "_this_node", None),
@@ -187,14 +197,14 @@ def this_node_address(handler: RendezvousHandler) -> str | None:
 
 def handler_store(handler: RendezvousHandler) -> Any:
     """The store torch's dynamic rendezvous handler runs on (None if it does not tell)."""
-    return getattr(handler, "_store", None)
+    return getattr(_torch_handler(handler), "_store", None)
 
 
 def stop_heartbeats(handler: RendezvousHandler) -> None:
     """Stop the keep-alive heartbeats of a rendezvous this node left (its host is lost:
     torch's handler would warn at every failed one), without waiting: torch's timer joins
     its thread, which may wait on the lost host for the store's whole timeout."""
-    stop = getattr(handler, "_stop_heartbeats", None)
+    stop = getattr(_torch_handler(handler), "_stop_heartbeats", None)
     if callable(stop):
         threading.Thread(target=stop, name="stop-heartbeats", daemon=True).start()
 
@@ -225,7 +235,7 @@ class _Without(logging.Filter):
 def heartbeats(handler: RendezvousHandler) -> dict[str, datetime.datetime]:
     """Node name -> its last keep-alive heartbeat (UTC, timezone-aware) in the handler's
     rendezvous state (torch before 2.5 keeps naive ``utcnow()`` times, later ones aware)."""
-    state = getattr(getattr(handler, "_state_holder", None), "state", None)
+    state = getattr(getattr(_torch_handler(handler), "_state_holder", None), "state", None)
     beats = dict(getattr(state, "last_heartbeats", None) or {})
     return {
         _node_name(node): when if when.tzinfo else when.replace(tzinfo=datetime.timezone.utc)
@@ -258,7 +268,7 @@ def dropped_from_round(handler: RendezvousHandler, was_alone: bool) -> bool:
     now can have dropped it (after a stall, its own sync drops it from its copy of the
     state, and nobody went on without it). False where this torch's handler does not tell."""
     this_node, participants, wait_list = _participants(handler)
-    state = getattr(getattr(handler, "_state_holder", None), "state", None)
+    state = getattr(getattr(_torch_handler(handler), "_state_holder", None), "state", None)
     if this_node is None or state is None or getattr(state, "closed", False):
         return False
     if this_node in participants or this_node in wait_list:
@@ -270,7 +280,7 @@ def sync_now(handler: RendezvousHandler) -> None:
     """Read the rendezvous state from the store now: torch's handler serves a copy up to a
     second old (``_BackendRendezvousStateHolder``'s cache), which may not show yet what a
     peer wrote just before this node's ranks failed."""
-    holder = getattr(handler, "_state_holder", None)
+    holder = getattr(_torch_handler(handler), "_state_holder", None)
     if isinstance(getattr(holder, "_last_sync_time", None), float):
         setattr(holder, "_last_sync_time", -1.0)  # noqa: B010
     handler.num_nodes_waiting()
@@ -287,7 +297,7 @@ def set_last_call_timeout(handler: RendezvousHandler, seconds: float) -> bool:
     """Make the c10d handler's later rounds complete ``seconds`` after the minimum of
     nodes joined (its ``last_call_timeout``, private once the handler exists); False,
     changing nothing, where this torch keeps it otherwise."""
-    settings = getattr(handler, "_settings", None)
+    settings = getattr(_torch_handler(handler), "_settings", None)
     timeout = getattr(settings, "timeout", None)
     if not isinstance(getattr(timeout, "_last_call", None), datetime.timedelta):
         return False

@@ -4,15 +4,14 @@ Before a node that does not host the rendezvous connects to the store (torch's `
 client retries silently until its timeout), the endpoint is probed with a plain socket:
 the name resolves, something answers, the connection is not silently dropped. While a
 cause can be transient (a pod's DNS record not published yet, the rank-0 node still
-starting), the node retries and says so at a growing interval; at the join timeout the
-diagnosis is the error.
+starting), the node retries and says so at a growing interval (an agent line on the
+console: agent/console/output/agent_line.py); at the join timeout the diagnosis is the error.
 """
 
 from __future__ import annotations
 
 import errno
 import socket
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -22,6 +21,7 @@ from typing import Any
 from torch.distributed.elastic.rendezvous import RendezvousConnectionError
 
 from torchx_elastic.agent.config.endpoint import Endpoint
+from torchx_elastic.agent.console.output import agent_line
 
 CONNECT_TIMEOUT_S = 3.0
 RETRY_SLEEP_S = 0.5
@@ -140,8 +140,9 @@ def is_port_taken(err: BaseException) -> bool:
     return isinstance(err, OSError) and err.errno == errno.EADDRINUSE
 
 
-def say(line: str) -> None:
-    print(f"torchx-elastic: {line}", file=sys.stderr, flush=True)
+def say(text: str) -> None:
+    """``torchx-elastic: <text>``: an agent line on the console (agent/console/output/)."""
+    agent_line.say(f"torchx-elastic: {text}")
 
 
 class GrowingInterval:

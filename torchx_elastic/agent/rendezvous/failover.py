@@ -44,14 +44,10 @@ from torchx_elastic.agent.config.endpoint import Endpoint
 from torchx_elastic.agent.config.launch import AgentConfig
 from torchx_elastic.agent.rendezvous import listen, liveness
 from torchx_elastic.agent.rendezvous.diagnosis import resolved
-from torchx_elastic.agent.rendezvous.handler import (
-    StoreHost,
-    handler_on_store,
-    hosts_store,
-    rendezvous_parameters,
-)
-from torchx_elastic.agent.rendezvous.observed import WrappedRendezvous
+from torchx_elastic.agent.rendezvous.handler import StoreHost, handler_on_store, hosts_store
+from torchx_elastic.agent.rendezvous.parameters import rendezvous_parameters
 from torchx_elastic.agent.rendezvous.signed_store import SignedStore, StoreSigner
+from torchx_elastic.agent.rendezvous.wrapped import WrappedRendezvous
 from torchx_elastic.contract import MOVED_TO_KEY_PREFIX
 
 log = logging.getLogger(__name__)
@@ -133,9 +129,8 @@ class MovableRendezvous(WrappedRendezvous):
         self._calls.shutdown(wait=False)  # a call stuck on the lost host ends on its own
         self._calls = ThreadPoolExecutor(1, thread_name_prefix="rendezvous")
         compat.stop_heartbeats(self.handler)
-        abandon = getattr(self.handler, "abandon", None)
-        if callable(abandon):  # a first round still waiting there (waiting.py)
-            abandon()
+        if isinstance(self.handler, WrappedRendezvous):  # a first round still waiting there
+            self.handler.abandon()
         self._left.append(self.handler)
         self.handler = handler
         self.endpoint = endpoint
@@ -235,6 +230,10 @@ class Failover:
         self._movable = movable
         self._on_moved = on_moved
         self._endpoint_ips = resolved(movable.endpoint.host)
+        self._params = rendezvous_parameters(config)  # those of every rendezvous it moves to
+        self._read_timeout = datetime.timedelta(
+            seconds=float(self._params.get_as_int("read_timeout", 60) or 60)
+        )
         self._beacons: list[Beacon] = []
 
     def successors(self, members: dict[int, str]) -> list[str]:
@@ -257,13 +256,11 @@ class Failover:
 
     def join(self, endpoint: Endpoint) -> None:
         """Join the job where its survivors moved the rendezvous (as a new node)."""
-        params = rendezvous_parameters(self._config)
-        read_timeout = float(params.get_as_int("read_timeout", 60) or 60)
         try:
-            store = connect(endpoint, datetime.timedelta(seconds=read_timeout))
+            store = connect(endpoint, self._read_timeout)
         except (OSError, RuntimeError, TimeoutError) as err:
             raise NoSuccessor(f"this node cannot reach it at {endpoint}: {err}") from None
-        handler = handler_on_store(store, params, self._signer, endpoint)
+        handler = handler_on_store(store, self._params, self._signer, endpoint)
         self._movable.move_to(handler, endpoint)
         self._on_moved(endpoint, False)
 
@@ -273,8 +270,7 @@ class Failover:
         if why is not None:
             raise NoSuccessor(why)
         port = self._movable.endpoint.port
-        params = rendezvous_parameters(self._config)
-        timeout = datetime.timedelta(seconds=float(params.get_as_int("read_timeout", 60) or 60))
+        timeout = self._read_timeout
         for addr in self.successors(members):
             endpoint = Endpoint(addr, port)
             hosting = addr == this_addr
@@ -289,12 +285,13 @@ class Failover:
                 if hosting:
                     raise NoSuccessor(f"this node cannot host it at {endpoint}: {err}") from None
                 continue
-            handler = handler_on_store(store, params, self._signer, endpoint)
+            handler = handler_on_store(store, self._params, self._signer, endpoint)
             liveness.shorten_reform_last_call(handler, self._config.rdzv_configs)
             self._movable.move_to(StoreHost(handler) if hosting else handler, endpoint)
             self._on_moved(endpoint, hosting)
             if hosting:
-                beacon = Beacon(self._config.rdzv_endpoint, endpoint, self._signer, params.run_id)
+                run_id = self._params.run_id
+                beacon = Beacon(self._config.rdzv_endpoint, endpoint, self._signer, run_id)
                 beacon.start()
                 self._beacons.append(beacon)
             return endpoint, hosting

@@ -1,9 +1,40 @@
-"""Rendezvous: torch's handler from the config, waiting for the rank-0 host, clear errors."""
+"""Rendezvous: torch's handler from the config, waiting for the rank-0 host, clear errors.
+
+:func:`create_handler` builds the stack of rendezvous handlers the agent drives, and
+agent/supervision/launcher.py puts the top two layers on it (the second only where the
+rendezvous can move: supervision/rendezvous_move.py). Each
+layer is a :class:`~torchx_elastic.agent.rendezvous.wrapped.WrappedRendezvous`: torch's
+public ``RendezvousHandler`` interface, each call handed down explicitly, nothing else of
+the layer below reachable through it. From the top (the loop's calls) down::
+
+    ObservedRendezvous    observed.py      every round's store, rank and node count to the
+        |                                  console's cross-node progress exchange
+    MovableRendezvous     failover.py      elastic c10d between hosts only: each call on a
+        |                                  helper thread, HostLost once the host is lost,
+        |                                  the moved rendezvous' handler swapped in
+    StoreHost             handler.py       on the node whose agent hosts the store only:
+        |                                  says so (it leaves last, never loses the host)
+    ExplainedRendezvous   waiting.py       c10d over TCP, once this node is in the roll
+        |                                  call: what the first round waits for (and a
+        |                                  later one that takes long), mismatched peers,
+        |                                  the join timeout's diagnosis
+    torch's DynamicRendezvousHandler       on torch's C10dRendezvousBackend, its state
+                                           signed (signed_backend.py), on a store that
+                                           listens on the peers' address only (listen.py)
+
+Once the rendezvous moved (failover.py), below ``MovableRendezvous`` is torch's handler on
+the new host's store, under a ``StoreHost`` on the node that hosts it. With
+``--rdzv-backend static`` the layers below ``ObservedRendezvous`` are ``CheckedStaticRanks``
+(static_ranks.py: rank 0 says what it waits for, every round checks the nodes'
+``--node-rank``, the roll call) over torch's static handler; with any other backend,
+torch's handler as its registry makes it. The rendezvous parameters are computed once here
+(parameters.py) and handed down. torch's private state is read only by ``agent/compat.py``,
+from the bottom of the stack (``torch_handler()``).
+"""
 
 from __future__ import annotations
 
 import datetime
-import socket
 from typing import Any
 
 from torch.distributed.elastic.rendezvous import (
@@ -20,18 +51,24 @@ from torch.distributed.elastic.rendezvous.registry import get_rendezvous_handler
 from torchx_elastic.agent import compat
 from torchx_elastic.agent.config.endpoint import Endpoint
 from torchx_elastic.agent.config.launch import AgentConfig
-from torchx_elastic.agent.rendezvous import diagnosis, listen, liveness, static_ranks, waiting
-from torchx_elastic.agent.rendezvous.observed import WrappedRendezvous
+from torchx_elastic.agent.rendezvous import (
+    diagnosis,
+    listen,
+    liveness,
+    network_checks,
+    static_ranks,
+    waiting,
+)
+from torchx_elastic.agent.rendezvous.parameters import (
+    join_timeout_s,
+    may_host,
+    rendezvous_parameters,
+)
 from torchx_elastic.agent.rendezvous.signed_backend import SignedRendezvousBackend
 from torchx_elastic.agent.rendezvous.signed_store import StoreSigner
+from torchx_elastic.agent.rendezvous.wrapped import WrappedRendezvous
 from torchx_elastic.contract import SECRET_ENV, SECRET_FILE_ENV
 
-DEFAULT_JOIN_TIMEOUT_S = 600.0
-# how long the agent hosting the rendezvous keeps it up, closed, after an elastic job that
-# ran with fewer than its maximum of nodes succeeded: a node that arrives meanwhile learns
-# that the job has finished (--rdzv-conf finished_grace_s=SECONDS)
-FINISHED_GRACE_KEY = "finished_grace_s"
-DEFAULT_FINISHED_GRACE_S = 12.0
 _CHECK = (
     "check that the rank-0 node is running, that {host} resolves and port {port} is reachable"
     " from this node (--rdzv-endpoint / dist.ddp --rdzv_port, firewalls), and that no other"
@@ -76,44 +113,6 @@ def late_for_the_job(err: BaseException, config: AgentConfig) -> bool:
     return config.min_nodes < config.max_nodes and isinstance(err, RendezvousConnectionError)
 
 
-def rendezvous_parameters(config: AgentConfig) -> RendezvousParameters:
-    """Parameters of torch's rendezvous handler for this run."""
-    conf = liveness.with_keep_alive_defaults(dict(config.rdzv_configs))
-    endpoint = config.rdzv_endpoint
-    if "is_host" not in conf and socket.gethostname() == endpoint.host.split(".")[0]:
-        # this node is the rank-0 host by name (a pod's or container's hostname): host the
-        # store even while its own DNS record is not published yet
-        conf["is_host"] = "true"
-    return RendezvousParameters(
-        backend=config.rdzv_backend,
-        endpoint=str(endpoint),
-        run_id=config.run_id,
-        min_nodes=config.min_nodes,
-        max_nodes=config.max_nodes,
-        local_addr=config.local_addr,
-        **conf,
-    )
-
-
-def join_timeout_s(params: RendezvousParameters) -> float:
-    return float(params.config.get("join_timeout", DEFAULT_JOIN_TIMEOUT_S))
-
-
-def finished_grace_s(config: AgentConfig) -> float:
-    """How long a rendezvous host keeps the closed rendezvous up for late nodes: only after
-    a round of fewer than the maximum of nodes (nobody else can be on the way otherwise)."""
-    return float(config.rdzv_configs.get(FINISHED_GRACE_KEY, DEFAULT_FINISHED_GRACE_S))
-
-
-def hosts_rendezvous(config: AgentConfig) -> bool:
-    """Whether this node may host the rendezvous store (as torch's c10d backend decides:
-    ``is_host``, else the endpoint names this machine)."""
-    flag = rendezvous_parameters(config).get_as_bool("is_host")
-    if flag is not None:
-        return bool(flag)
-    return compat.is_this_machine(config.rdzv_endpoint.host)
-
-
 def create_handler(
     config: AgentConfig, signer: StoreSigner, on_waiting: waiting.WaitingListener | None = None
 ) -> RendezvousHandler:
@@ -123,16 +122,17 @@ def create_handler(
     ``c10d`` over TCP (the default): torch's dynamic rendezvous on a store that listens
     only where the peers reach it, with its state signed by ``signer`` (signed_backend.py).
     """
-    params = rendezvous_parameters(config)
+    params = rendezvous_parameters(config)  # once for this rendezvous: handed down
+    timeout_s = join_timeout_s(params)
     endpoint = config.rdzv_endpoint
     tcp = params.backend == "c10d" and params.get("store_type", "tcp").strip().lower() == "tcp"
-    hosting = hosts_rendezvous(config)
-    waiting.say_interface_problems(config)
+    hosting = may_host(params, endpoint.host)
+    network_checks.say_interface_problems(config)
     # said out loud while it fails; at the join timeout the diagnosis is the error
     # a static node other than rank 0 is a client of rank 0's store, as c10d's peers are
     static_peer = params.backend == "static" and int(config.rdzv_configs.get("rank", 0)) != 0
     connect = (tcp and not hosting) or static_peer
-    diagnosis.wait_until_reachable(endpoint, join_timeout_s(params), connect=connect)
+    diagnosis.wait_until_reachable(endpoint, timeout_s, connect=connect)
     try:
         if not tcp:
             created = get_rendezvous_handler(params)
@@ -147,9 +147,7 @@ def create_handler(
             raise diagnosis.RendezvousDiagnosis(endpoint, diagnosis.port_taken(endpoint)) from None
         raise RendezvousFailure(endpoint, describe_error(err)) from None
     handler = handler_on_store(store, params, signer, endpoint)
-    explained = waiting.explained(
-        handler, store, config, signer, hosted, join_timeout_s(params), on_waiting
-    )
+    explained = waiting.explained(handler, store, config, signer, hosted, timeout_s, on_waiting)
     return StoreHost(explained) if hosted else explained
 
 
@@ -157,13 +155,15 @@ class StoreHost(WrappedRendezvous):
     """The handler of the node whose agent hosts the rendezvous store (its peers need the
     store until they are done with it: :func:`closing.leave_last`)."""
 
-    hosts_store = True
+    @property
+    def hosts_store(self) -> bool:
+        return True
 
 
 def hosts_store(handler: RendezvousHandler) -> bool:
     """Whether this node's agent hosts the store of ``handler`` (a :class:`StoreHost`,
     however wrapped since)."""
-    return bool(getattr(handler, "hosts_store", False))
+    return isinstance(handler, WrappedRendezvous) and handler.hosts_store
 
 
 def handler_on_store(

@@ -39,10 +39,10 @@ from torchx_elastic.agent.rendezvous.diagnosis import (
     gives_up_at,
     say,
 )
-from torchx_elastic.agent.rendezvous.observed import WrappedRendezvous
+from torchx_elastic.agent.rendezvous.parameters import HOST_LINGER_S
 from torchx_elastic.agent.rendezvous.roll_call import NodeEntry, RollCall, settings_mismatch
 from torchx_elastic.agent.rendezvous.signed_store import StoreSigner
-from torchx_elastic.agent.rendezvous.waiting import HOST_LINGER_S
+from torchx_elastic.agent.rendezvous.wrapped import WrappedRendezvous
 from torchx_elastic.contract import STATIC_RANK_KEY_PREFIX, WAITING_FOR_NODES
 
 log = logging.getLogger(__name__)

@@ -6,9 +6,7 @@ round: torch's ``next_rendezvous()`` runs in a thread while this one reads the r
 job's nodes have come, which, at which endpoint and when it gives up; the same line goes to
 the agent's log directory for ``torchx status`` (waiting_file.py). A later round (after a
 restart or a lost node) that takes longer than re-forming does is said too, from torch's
-rendezvous state: who is back, and which members of the last round are not.
-Worker interfaces (``GLOO_SOCKET_IFNAME``, ``NCCL_SOCKET_IFNAME``) that do not match the
-rendezvous traffic's are named before the rendezvous (:func:`say_interface_problems`). A
+rendezvous state: who is back, and which members of the last round are not. A
 peer started with other settings fails the rendezvous at once with a line that names both
 values and both hosts; at the join timeout the error says who came and who is missing.
 """
@@ -19,6 +17,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from torch.distributed.elastic.rendezvous import (
@@ -41,8 +40,9 @@ from torchx_elastic.agent.rendezvous.diagnosis import (
     resolved,
     say,
 )
-from torchx_elastic.agent.rendezvous.observed import WrappedRendezvous
+from torchx_elastic.agent.rendezvous.parameters import HOST_LINGER_S
 from torchx_elastic.agent.rendezvous.signed_store import StoreSigner
+from torchx_elastic.agent.rendezvous.wrapped import WrappedRendezvous
 from torchx_elastic.contract import WAITING_FOR_NODES, waiting_file
 from torchx_elastic.contract.job_progress import WAITING_LINE_PREFIX
 
@@ -52,13 +52,30 @@ log = logging.getLogger(__name__)
 WaitingListener = Callable[[str | None], None]
 
 POLL_S = 0.5
-# how long the host of the rendezvous keeps its store up after it named a mismatch, so the
-# peers read the roll call and name it too (instead of a lost connection)
-HOST_LINGER_S = 2.0
 PEER_PROBE_S = 2.0  # a peer's published address answers a connect within this, or is named
 REPROBE_S = 30.0  # a peer's address that did not answer is probed again after this
 # a later round re-forms within seconds (its last call is 3 s): said once it takes longer
 LATER_ROUND_FIRST_S = 10.0
+
+
+@dataclass(frozen=True)
+class Deadline:
+    """When a round's wait for nodes gives up (the wall-clock time the lines name) and the
+    join timeout that set it (read once, where the handler was made: handler.py)."""
+
+    at: str
+    timeout_s: float
+
+    @classmethod
+    def from_now(cls, timeout_s: float) -> Deadline:
+        return cls(gives_up_at(timeout_s), timeout_s)
+
+    def timeout_text(self) -> str:
+        return f"{self.timeout_s:g}s"
+
+    def text(self) -> str:
+        """``gives up at 10:00:00 (join timeout 600s)``."""
+        return f"gives up at {self.at} (join timeout {self.timeout_text()})"
 
 
 def joined_text(peers: list[roll_call.NodeEntry], config: AgentConfig) -> str:
@@ -85,7 +102,7 @@ def missing_text(peers: list[roll_call.NodeEntry], config: AgentConfig) -> str:
 
 
 def waiting_line(
-    peers: list[roll_call.NodeEntry], config: AgentConfig, hosting: bool, until: str
+    peers: list[roll_call.NodeEntry], config: AgentConfig, hosting: bool, deadline: Deadline
 ) -> str:
     """``waiting for nodes: 1 of 2 joined (...)``: the state of the first round."""
     here = ", ".join(peer.name for peer in peers) or "none"
@@ -93,7 +110,7 @@ def waiting_line(
     text = f"{WAITING_FOR_NODES}{joined_text(peers, config)}; here: {here}"
     text += f"; {missing_text(peers, config)}"
     text += f"; {role} at {config.rdzv_endpoint}, run id {config.run_id!r}"
-    return text + f"; gives up at {until} (join timeout {join_timeout_text(config)})"
+    return text + f"; {deadline.text()}"
 
 
 def progress_line(peers: list[roll_call.NodeEntry], config: AgentConfig) -> str:
@@ -103,7 +120,11 @@ def progress_line(peers: list[roll_call.NodeEntry], config: AgentConfig) -> str:
 
 
 def later_round_line(
-    round_: int, here: list[str], missing: dict[int, str], config: AgentConfig, until: str
+    round_: int,
+    here: list[str],
+    missing: dict[int, str],
+    config: AgentConfig,
+    deadline: Deadline,
 ) -> str:
     """``waiting for nodes (round 2): 1 of 2 here (...); not back since the last round:
     node 1: h1 (agent pid 7); ...``: a round after the first, from torch's state."""
@@ -111,14 +132,7 @@ def later_round_line(
     text += f" ({', '.join(sorted(here))})" if here else ""
     if missing:
         text += f"; not back since the last round: {', '.join(liveness.node_names(missing))}"
-    text += f"; at {config.rdzv_endpoint}, gives up at {until}"
-    return text + f" (join timeout {join_timeout_text(config)})"
-
-
-def join_timeout_text(config: AgentConfig) -> str:
-    from torchx_elastic.agent.rendezvous.handler import join_timeout_s, rendezvous_parameters
-
-    return f"{join_timeout_s(rendezvous_parameters(config)):g}s"
+    return text + f"; at {config.rdzv_endpoint}, {deadline.text()}"
 
 
 class ExplainedRendezvous(WrappedRendezvous):
@@ -176,7 +190,7 @@ class ExplainedRendezvous(WrappedRendezvous):
 
     def _later_round(self) -> RendezvousInfo:
         last = self._last_members
-        until = gives_up_at(self._join_timeout_s)
+        deadline = Deadline.from_now(self._join_timeout_s)
         reports = GrowingInterval(first_s=LATER_ROUND_FIRST_S)
 
         def tick(waiting: bool) -> None:
@@ -186,7 +200,7 @@ class ExplainedRendezvous(WrappedRendezvous):
                     missing = liveness.absent_members(last, self.handler)
                 except RuntimeError:  # the state changed as it was read: the next report
                     return
-                say(later_round_line(self._rounds, here, missing, self._config, until))
+                say(later_round_line(self._rounds, here, missing, self._config, deadline))
 
         outcome = self._join(tick)
         if "error" in outcome:
@@ -198,13 +212,13 @@ class ExplainedRendezvous(WrappedRendezvous):
         self._rounds += 1
         if self._rounds > 1:
             return self._later_round()
-        until = gives_up_at(self._join_timeout_s)
+        deadline = Deadline.from_now(self._join_timeout_s)
         reports = GrowingInterval()
 
         def tick(waiting: bool) -> None:
             self._check()
             if waiting and reports.due():
-                self._report(until)
+                self._report(deadline)
 
         try:
             outcome = self._join(tick)
@@ -279,8 +293,8 @@ class ExplainedRendezvous(WrappedRendezvous):
     def _peers(self) -> list[roll_call.NodeEntry]:
         return roll_call.job_peers(self._entries, self._config.run_id)
 
-    def _report(self, until: str) -> None:
-        line = waiting_line(self._peers(), self._config, self._hosting, until)
+    def _report(self, deadline: Deadline) -> None:
+        line = waiting_line(self._peers(), self._config, self._hosting, deadline)
         say(line)
         self._write_status(line)
         if self._on_waiting is not None:
@@ -291,7 +305,7 @@ class ExplainedRendezvous(WrappedRendezvous):
         here = ", ".join(peer.name for peer in peers) or "none"
         return Problem(
             f"only {len(peers)} of {self._config.min_nodes} nodes joined within"
-            f" {join_timeout_text(self._config)} (here: {here})",
+            f" {self._join_timeout_s:g}s (here: {here})",
             f"start the missing node(s) with --rdzv-endpoint {self._config.rdzv_endpoint}"
             f" --rdzv-id {self._config.run_id}, or {JOIN_TIMEOUT_HINT}",
         )
@@ -318,16 +332,6 @@ class ExplainedRendezvous(WrappedRendezvous):
     def shutdown(self) -> bool:
         self._leave()  # this node is gone for the others' messages
         return self.handler.shutdown()
-
-
-def say_interface_problems(config: AgentConfig) -> None:
-    """GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME that name a missing interface, or another
-    than the one the rendezvous traffic leaves through (the doctor's checks), said once."""
-    from torchx_elastic.agent.doctor import interface_checks
-
-    for check in interface_checks(config):
-        if not check.ok:
-            say(f"warning: {check.text}")
 
 
 def explained(

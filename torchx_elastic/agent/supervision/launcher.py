@@ -27,13 +27,13 @@ from torchx_elastic.agent.rendezvous.handler import (
     RendezvousFailure,
     create_handler,
     describe_error,
-    finished_grace_s,
     hosts_store,
     late_for_the_job,
     lost_nodes,
 )
 from torchx_elastic.agent.rendezvous.job_secret import job_secret
 from torchx_elastic.agent.rendezvous.observed import ObservedRendezvous, RoundListener
+from torchx_elastic.agent.rendezvous.parameters import finished_grace_s
 from torchx_elastic.agent.rendezvous.signed_store import StoreSigner, signed_rounds
 from torchx_elastic.agent.supervision.elastic_events import check_handler, record_agent_end
 from torchx_elastic.agent.supervision.loop import Supervision, Supervisor

@@ -37,7 +37,7 @@ from torchx_elastic.agent.config.endpoint import Endpoint
 from torchx_elastic.agent.config.launch import AgentConfig
 from torchx_elastic.agent.rendezvous import listen, liveness
 from torchx_elastic.agent.rendezvous.diagnosis import answers
-from torchx_elastic.agent.rendezvous.handler import hosts_rendezvous
+from torchx_elastic.agent.rendezvous.parameters import hosts_rendezvous
 from torchx_elastic.contract.error_exit import say_error
 
 log = logging.getLogger(__name__)
