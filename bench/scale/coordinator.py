@@ -1,0 +1,399 @@
+"""One run: the store, the harness processes, the phases, and the raw facts of each.
+
+Phases: every node builds its handler (``setup``); all join the first round at one moment
+(``form``: until every node is in a round of all the nodes); ``settle`` seconds later a
+steady-state ``window``; then one node vanishes (``loss``: until every survivor is in a
+round without it). Everything measured is in the record :func:`run` returns
+(summed up by :mod:`bench.scale.summary`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import queue
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from bench.scale.impls import Job
+
+REPO = Path(__file__).resolve().parents[2]
+HOST = "127.0.0.1"
+# a launcher's variables from an enclosing job must not reach the simulated agents
+_INHERITED_PREFIXES = ("PET_", "TORCHELASTIC_", "TORCHX_")
+
+
+class HarnessError(Exception):
+    """The harness could not run (not a measured failure of a rendezvous)."""
+
+
+@dataclass
+class Options:
+    impl: str
+    nodes: int
+    window_s: float = 30.0
+    settle_s: float | None = None  # None: two keep-alive intervals and a second
+    procs: int = 0  # 0: one per CPU, at most one per 16 nodes
+    monitor_interval_s: float = 0.1  # torchrun's and our agent's default
+    conf: dict[str, str] = field(default_factory=dict)
+    min_nodes: int | None = None  # None: nodes - 1, so the round re-forms without one
+    progress: bool = True
+    loss: bool = True
+    setup_timeout_s: float = 600.0
+    form_timeout_s: float = 300.0
+    reform_timeout_s: float = 180.0
+    log_dir: Path | None = None
+
+
+def process_count(options: Options) -> int:
+    if options.procs > 0:
+        return min(options.procs, options.nodes)
+    return max(1, min(os.cpu_count() or 1, math.ceil(options.nodes / 16)))
+
+
+def clean_env(impl: str) -> dict[str, str]:
+    from torchx_elastic.contract import SECRET_ENV, SHARE_STORE_OPT_OUT_ENV, new_secret
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(_INHERITED_PREFIXES)}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    env.setdefault("OMP_NUM_THREADS", "1")
+    env.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")  # a vanished node's peers would log C++ frames
+    env.pop(SHARE_STORE_OPT_OUT_ENV, None)
+    if impl == "ours":
+        # as schedulers start the agent: a job secret (the state is signed), and torch's
+        # shared store of the workers off (compat.next_round sets it around each round;
+        # set for the whole process, the threads' rounds do not race on it)
+        env[SECRET_ENV] = new_secret()
+        env[SHARE_STORE_OPT_OUT_ENV] = "1"
+    return env
+
+
+def proc_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process (Linux ``/proc``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class NodeProcs:
+    """The harness processes and the JSON lines they send, as one queue."""
+
+    def __init__(self, job: Job, options: Options, env: dict[str, str], log_dir: Path) -> None:
+        self.events: queue.Queue[dict[str, Any]] = queue.Queue()
+        self.procs: list[subprocess.Popen[str]] = []
+        self.logs: list[Path] = []
+        count = process_count(options)
+        job_json = json.dumps(asdict(job))
+        for i in range(count):
+            first = options.nodes * i // count
+            last = options.nodes * (i + 1) // count
+            log = log_dir / f"{options.impl}-{options.nodes}-proc{i}.log"
+            self.logs.append(log)
+            command = [sys.executable, "-m", "bench.scale.nodes", job_json, options.impl]
+            proc = subprocess.Popen(
+                [*command, str(first), str(last - first)],
+                cwd=REPO,
+                env=env,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=log.open("w"),
+                text=True,
+                bufsize=1,
+            )
+            self.procs.append(proc)
+            threading.Thread(target=self._read, args=(i, proc.stdout), daemon=True).start()
+
+    def _read(self, index: int, stream: IO[str] | None) -> None:
+        assert stream is not None
+        for line in stream:
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue
+            event["proc"] = index
+            self.events.put(event)
+        self.events.put({"ev": "exit", "proc": index})
+
+    def send(self, line: str) -> None:
+        for proc in self.procs:
+            if proc.poll() is None and proc.stdin is not None:
+                try:
+                    proc.stdin.write(line + "\n")
+                    proc.stdin.flush()
+                except (BrokenPipeError, OSError):
+                    pass
+
+    def pids(self) -> list[int]:
+        return [proc.pid for proc in self.procs]
+
+    def tail(self, lines: int = 5) -> list[str]:
+        """The last lines each process wrote to its log (for a failed run's notes)."""
+        out = []
+        for log in self.logs:
+            text = log.read_text(errors="replace").strip().splitlines() if log.exists() else []
+            out += [f"{log.name}: {line}" for line in text[-lines:]]
+        return out
+
+    def close(self) -> None:
+        for proc in self.procs:
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+class StoreServer:
+    def __init__(self, env: dict[str, str]) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "bench.scale.store_server"],
+            cwd=REPO,
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        if not line:
+            raise HarnessError("the store server did not start (see its stderr above)")
+        self.facts: dict[str, Any] = json.loads(line)
+        self.port = int(self.facts["port"])
+
+    def cpu_s(self) -> float:
+        return proc_cpu_s(self.proc.pid)
+
+    def close(self) -> None:
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+class RunState:
+    """What the harness processes said so far."""
+
+    def __init__(self, procs: NodeProcs, nodes: int) -> None:
+        self.procs = procs
+        self.nodes = nodes
+        self.ready: dict[int, dict[str, Any]] = {}
+        self.joins: dict[int, list[dict[str, Any]]] = {}
+        self.windows: dict[int, dict[str, Any]] = {}
+        self.finals: dict[int, dict[str, Any]] = {}
+        self.dropped: list[dict[str, Any]] = []
+        self.lost: list[dict[str, Any]] = []
+        self.errors: list[dict[str, Any]] = []
+        self.exited: set[int] = set()
+
+    def _take(self, event: dict[str, Any]) -> None:
+        kind = event["ev"]
+        if kind == "joined":
+            self.joins.setdefault(event["node"], []).append(event)
+        elif kind == "ready":
+            self.ready[event["proc"]] = event
+        elif kind == "window":
+            self.windows[event["proc"]] = event
+        elif kind == "final":
+            self.finals[event["proc"]] = event
+        elif kind == "dropped":
+            self.dropped.append(event)
+        elif kind == "lost":
+            self.lost.append(event)
+        elif kind == "error":
+            self.errors.append(event)
+        elif kind == "exit":
+            self.exited.add(event["proc"])
+
+    def wait_for(self, done: Any, timeout_s: float) -> bool:
+        """Take what the processes say until ``done()`` (False: not by ``timeout_s``, or
+        every process is gone)."""
+        deadline = time.monotonic() + timeout_s
+        while not done():
+            left = deadline - time.monotonic()
+            if left <= 0 or len(self.exited) == len(self.procs.procs):
+                return False
+            try:
+                self._take(self.procs.events.get(timeout=min(left, 0.2)))
+            except queue.Empty:
+                continue
+        return True
+
+    def sleep(self, seconds: float) -> None:
+        self.wait_for(lambda: False, seconds)
+
+    def failed_nodes(self) -> set[int]:
+        return {int(e["node"]) for e in self.errors}
+
+    def in_round(self, nodes: set[int], world: int, since: float) -> dict[int, dict[str, Any]]:
+        """Of ``nodes``, those that returned from a round of ``world`` nodes that they
+        started to join at ``since`` or later: their first such join."""
+        found = {}
+        for node in nodes:
+            for join in self.joins.get(node, []):
+                if join["world"] == world and join["started"] >= since:
+                    found[node] = join
+                    break
+        return found
+
+
+def _setup(state: RunState, options: Options, record: dict[str, Any]) -> None:
+    count = len(state.procs.procs)
+    if not state.wait_for(lambda: len(state.ready) == count, options.setup_timeout_s):
+        tail = "; ".join(state.procs.tail())
+        raise HarnessError(f"{len(state.ready)} of {count} harness processes ready: {tail}")
+    record["setup_s"] = max(r["setup_s"] for r in state.ready.values())
+    record["settings"] = state.ready[0]["settings"]
+
+
+def _form(state: RunState, options: Options, record: dict[str, Any]) -> float:
+    everyone = set(range(options.nodes))
+    go_at = time.time() + 1.0
+    state.procs.send(f"go {go_at}")
+    formed = state.wait_for(
+        lambda: (
+            len(state.in_round(everyone, options.nodes, go_at)) == options.nodes
+            or everyone <= state.failed_nodes()
+        ),
+        options.form_timeout_s,
+    )
+    joins = state.in_round(everyone, options.nodes, go_at)
+    firsts = [js[0] for js in state.joins.values() if js]
+    record["form"] = {
+        "go_at": go_at,
+        "formed": formed and len(joins) == options.nodes,
+        "all_in_s": max(j["t"] for j in joins.values()) - go_at if formed else None,
+        "first_join_s": sorted(round(j["t"] - go_at, 3) for j in firsts),
+        "first_join_worlds": sorted({j["world"] for j in firsts}),
+        "start_lag_s": max((j["started"] - go_at for j in firsts), default=None),
+    }
+    return go_at
+
+
+def _window(state: RunState, options: Options, server: StoreServer, record: dict[str, Any]) -> None:
+    settle_s = options.settle_s
+    if settle_s is None:
+        settle_s = 2 * record["settings"]["keep_alive_interval_s"] + 1.0
+    state.sleep(settle_s)
+    live = [i for i, proc in enumerate(state.procs.procs) if proc.poll() is None]
+    server_cpu, procs_cpu = server.cpu_s(), [proc_cpu_s(pid) for pid in state.procs.pids()]
+    started = time.time()
+    state.procs.send("window_start")
+    state.sleep(options.window_s)
+    state.procs.send("window_end")
+    ended = time.time()
+    server_cpu = server.cpu_s() - server_cpu
+    procs_cpu = [
+        proc_cpu_s(pid) - cpu for pid, cpu in zip(state.procs.pids(), procs_cpu, strict=True)
+    ]
+    state.wait_for(lambda: all(i in state.windows for i in live), 120)
+    record["window"] = {
+        "started": started,
+        "seconds": ended - started,
+        "store_cpu_s": server_cpu,
+        "procs_cpu_s": procs_cpu,
+        "reports": [state.windows[i] for i in sorted(state.windows)],
+        "joins": [j for js in state.joins.values() for j in js if started <= j["started"] <= ended],
+        "dropped": [e for e in state.dropped if started <= e["t"] <= ended],
+        "lost": [e for e in state.lost if started <= e["t"] <= ended],
+    }
+
+
+def _victim(state: RunState) -> int:
+    """The node of the highest rank in the latest round (not node 0, which sums up the
+    job's progress in ours)."""
+    latest = {node: js[-1] for node, js in state.joins.items() if js}
+    return max(latest, key=lambda node: latest[node]["rank"])
+
+
+def _loss(state: RunState, options: Options, record: dict[str, Any]) -> None:
+    from bench.scale.nodes import node_address
+
+    victim = _victim(state)
+    survivors = set(range(options.nodes)) - {victim} - state.failed_nodes()
+    lost_at = time.time()
+    state.procs.send(f"lose {victim} {1 if options.impl == 'torch' else 0}")
+    world = options.nodes - 1
+    reformed = state.wait_for(
+        lambda: len(state.in_round(survivors, world, lost_at)) == len(survivors),
+        options.reform_timeout_s,
+    )
+    joins = state.in_round(survivors, world, lost_at)
+    address = node_address(victim)
+    named = [
+        e["t"] - lost_at
+        for e in state.lost
+        if e["t"] >= lost_at and any(n.startswith(address + " ") for n in e["names"])
+    ]
+    record["loss"] = {
+        "lost_at": lost_at,
+        "victim": victim,
+        "victim_address": address,
+        "told_at_once": options.impl == "torch",
+        "reformed": reformed,
+        "reformed_s": max(j["t"] for j in joins.values()) - lost_at if reformed else None,
+        "survivors_in_new_round": len(joins),
+        "survivors": len(survivors),
+        "detected_first_s": min(named, default=None),
+        "detected_last_s": max(named, default=None),
+        "detections": len(named),
+    }
+
+
+def run(options: Options) -> dict[str, Any]:
+    """One measured run of ``options.impl`` with ``options.nodes`` nodes: the raw record."""
+    import tempfile
+
+    log_dir = options.log_dir or Path(tempfile.mkdtemp(prefix="bench_scale_"))
+    log_dir.mkdir(parents=True, exist_ok=True)
+    env = clean_env(options.impl)
+    min_nodes = options.min_nodes or max(1, options.nodes - 1)
+    server = StoreServer(env)
+    job = Job(
+        HOST,
+        server.port,
+        f"scale-{options.impl}-{options.nodes}",
+        options.nodes,
+        min_nodes,
+        dict(options.conf),
+        options.monitor_interval_s,
+        options.progress,
+    )
+    record: dict[str, Any] = {
+        "impl": options.impl,
+        "nodes": options.nodes,
+        "min_nodes": min_nodes,
+        "procs": process_count(options),
+        "monitor_interval_s": options.monitor_interval_s,
+        "conf": dict(options.conf),
+        "progress": options.progress and options.impl == "ours",
+        "store_server": server.facts,
+        "log_dir": str(log_dir),
+    }
+    procs = NodeProcs(job, options, env, log_dir)
+    state = RunState(procs, options.nodes)
+    try:
+        _setup(state, options, record)
+        _form(state, options, record)
+        if record["form"]["formed"]:
+            _window(state, options, server, record)
+            if options.loss:
+                _loss(state, options, record)
+    finally:
+        procs.send("stop")
+        state.wait_for(lambda: len(state.finals) + len(state.exited) >= len(procs.procs), 30)
+        procs.close()
+        server.close()
+        record["dropped"] = state.dropped
+        record["lost"] = state.lost
+        record["errors"] = state.errors
+        if state.errors or not record.get("form", {}).get("formed"):
+            record["log_tail"] = procs.tail()
+    return record

@@ -1,0 +1,238 @@
+"""A torch ``Store`` that counts every call of one simulated node: kind, bytes, time, CAS.
+
+:class:`CountingStore` is a ``torch.distributed.Store`` written in Python (torch's
+``PythonStore`` trampoline), so torch's own ``PrefixStore`` of a round can wrap it and the
+calls made through that prefix are counted too. Each call goes to the node's own
+``TCPStore`` client. Counted per call kind (``get``, ``set``, ``compare_set``, ``add``,
+``check``, ``multi_get``, ...): calls, payload bytes out (keys and values sent) and in
+(values returned: the wire protocol's few framing bytes are not counted), seconds spent
+waiting for the answer. Per key purpose too: ``state`` (the rendezvous state blob, torch's
+``torch.rendezvous.<run id>``), ``progress``, ``roll_call``, ``other``.
+
+A ``compare_set`` of the state key is a CAS of the rendezvous state: it succeeded when the
+store answers with the value this node wanted to write, else another node wrote first (a
+conflict: torch re-reads the answer and tries again). The time of each success is kept:
+in steady state each success is one keep-alive heartbeat, so the gaps between them are the
+node's real heartbeat period, and the conflicts before each success its retries.
+
+:meth:`CountingStore.freeze` makes the node vanish: every call from then on waits and
+never reaches the store (a host whose network died), until :meth:`release`.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+import torch.distributed as dist
+
+from torchx_elastic.contract import (
+    PROGRESS_KEY_PREFIX,
+    PROGRESS_PUBLISHERS_KEY,
+    ROLL_CALL_KEY_PREFIX,
+)
+
+PURPOSES = ("state", "progress", "roll_call", "other")
+
+
+def _size(value: Any) -> int:
+    if isinstance(value, str):
+        return len(value.encode())
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return len(value)
+    if isinstance(value, (list, tuple)):
+        return sum(_size(v) for v in value)
+    return 8  # a number
+
+
+def _as_bytes(value: Any) -> bytes:
+    return value.encode() if isinstance(value, str) else bytes(value)
+
+
+@dataclass
+class KindStats:
+    calls: int = 0
+    bytes_out: int = 0
+    bytes_in: int = 0
+    seconds: float = 0.0
+    latencies_s: list[float] = field(default_factory=list)
+
+    def add(self, out: int, into: int, seconds: float) -> None:
+        self.calls += 1
+        self.bytes_out += out
+        self.bytes_in += into
+        self.seconds += seconds
+        self.latencies_s.append(seconds)
+
+
+@dataclass
+class NodeCounters:
+    """What one node did since the last :meth:`reset` (the start of a window)."""
+
+    kinds: dict[str, KindStats] = field(default_factory=dict)
+    purposes: dict[str, int] = field(default_factory=lambda: dict.fromkeys(PURPOSES, 0))
+    cas_attempts: int = 0
+    cas_conflicts: int = 0
+    state_bytes: int = 0  # the last state value this node wrote or read
+    beat_gaps_s: list[float] = field(default_factory=list)  # between successful state CASes
+    beat_retries: list[int] = field(default_factory=list)  # conflicts before each success
+    beat_spans_s: list[float] = field(default_factory=list)  # first try to success
+
+    def kind(self, name: str) -> KindStats:
+        stats = self.kinds.get(name)
+        if stats is None:
+            stats = self.kinds[name] = KindStats()
+        return stats
+
+
+def purpose_of(key: str, state_key: str) -> str:
+    if key == state_key:
+        return "state"
+    if PROGRESS_KEY_PREFIX in key or PROGRESS_PUBLISHERS_KEY in key:
+        return "progress"
+    if ROLL_CALL_KEY_PREFIX in key:
+        return "roll_call"
+    return "other"
+
+
+class NodeStopped(RuntimeError):
+    """A call of a node the harness made vanish, after the run."""
+
+
+class CountingStore(dist.Store):  # type: ignore[misc]
+    """One node's store client, counted (see the module's docstring)."""
+
+    def __init__(self, inner: Any, state_key: str) -> None:
+        super().__init__()
+        self._inner = inner
+        self._state_key = state_key
+        self._lock = threading.Lock()
+        self.counters = NodeCounters()
+        self._last_success_s: float | None = None
+        self._streak = 0  # conflicts since the last successful state CAS
+        self._streak_start_s = 0.0
+        self._frozen = threading.Event()
+        self._released = threading.Event()
+        super().set_timeout(inner.timeout)
+
+    # -- the harness's controls ---------------------------------------------------------
+
+    def reset(self) -> NodeCounters:
+        """The counters so far; counting starts again from zero (the beat clock goes on)."""
+        with self._lock:
+            done, self.counters = self.counters, NodeCounters()
+            self.counters.state_bytes = done.state_bytes
+        return done
+
+    def new_round(self) -> None:
+        """The node returned from a round: its next heartbeat starts the beat clock again
+        (the first one after a join comes later than the keep-alive interval)."""
+        with self._lock:
+            self._last_success_s = None
+
+    def freeze(self) -> None:
+        self._frozen.set()
+
+    def release(self) -> None:
+        self._released.set()
+
+    @property
+    def frozen(self) -> bool:
+        return self._frozen.is_set()
+
+    # -- counting -----------------------------------------------------------------------
+
+    def _call(self, kind: str, keys: list[str], out: int, fn: Any, *args: Any) -> Any:
+        if self._frozen.is_set():
+            self._released.wait()
+            raise NodeStopped("this simulated node was stopped")
+        start = time.perf_counter()
+        result = fn(*args)
+        seconds = time.perf_counter() - start
+        into = 0 if result is None or isinstance(result, bool) else _size(result)
+        with self._lock:
+            counters = self.counters
+            counters.kind(kind).add(out, into, seconds)
+            for key in keys:
+                counters.purposes[purpose_of(key, self._state_key)] += 1
+        return result
+
+    def _state_cas(self, expected: Any, desired: Any) -> bytes:
+        start_s = time.perf_counter()
+        key = self._state_key
+        out = _size(key) + _size(expected) + _size(desired)
+        result = self._call(
+            "compare_set", [key], out, self._inner.compare_set, key, expected, desired
+        )
+        now_s = time.perf_counter()
+        with self._lock:
+            counters = self.counters
+            counters.cas_attempts += 1
+            counters.state_bytes = len(result)
+            if bytes(result) != _as_bytes(desired):
+                counters.cas_conflicts += 1
+                if self._streak == 0:
+                    self._streak_start_s = start_s
+                self._streak += 1
+                return result  # type: ignore[no-any-return]
+            if self._last_success_s is not None:
+                counters.beat_gaps_s.append(now_s - self._last_success_s)
+            counters.beat_retries.append(self._streak)
+            counters.beat_spans_s.append(
+                now_s - (self._streak_start_s if self._streak else start_s)
+            )
+            self._last_success_s, self._streak = now_s, 0
+        return result  # type: ignore[no-any-return]
+
+    # -- torch's Store ------------------------------------------------------------------
+
+    def set(self, key: str, value: Any) -> None:
+        self._call("set", [key], _size(key) + _size(value), self._inner.set, key, value)
+
+    def get(self, key: str) -> bytes:
+        result = self._call("get", [key], _size(key), self._inner.get, key)
+        if key == self._state_key:
+            with self._lock:
+                self.counters.state_bytes = len(result)
+        return result  # type: ignore[no-any-return]
+
+    def compare_set(self, key: str, expected: Any, desired: Any) -> bytes:
+        if key == self._state_key and _size(expected) > 0:  # not the backend's first write
+            return self._state_cas(expected, desired)
+        out = _size(key) + _size(expected) + _size(desired)
+        return self._call(  # type: ignore[no-any-return]
+            "compare_set", [key], out, self._inner.compare_set, key, expected, desired
+        )
+
+    def add(self, key: str, amount: int) -> int:
+        return self._call("add", [key], _size(key) + 8, self._inner.add, key, amount)  # type: ignore[no-any-return]
+
+    def check(self, keys: list[str]) -> bool:
+        return self._call("check", keys, _size(keys), self._inner.check, keys)  # type: ignore[no-any-return]
+
+    def multi_get(self, keys: list[str]) -> list[bytes]:
+        return self._call("multi_get", keys, _size(keys), self._inner.multi_get, keys)  # type: ignore[no-any-return]
+
+    def multi_set(self, keys: list[str], values: list[Any]) -> None:
+        out = _size(keys) + _size(values)
+        self._call("multi_set", keys, out, self._inner.multi_set, keys, values)
+
+    def wait(self, keys: list[str], timeout: timedelta | None = None) -> None:
+        args = (keys,) if timeout is None else (keys, timeout)
+        self._call("wait", keys, _size(keys), self._inner.wait, *args)
+
+    def delete_key(self, key: str) -> bool:
+        return self._call("delete_key", [key], _size(key), self._inner.delete_key, key)  # type: ignore[no-any-return]
+
+    def num_keys(self) -> int:
+        return self._call("num_keys", [], 0, self._inner.num_keys)  # type: ignore[no-any-return]
+
+    def append(self, key: str, value: Any) -> None:
+        self._call("append", [key], _size(key) + _size(value), self._inner.append, key, value)
+
+    def set_timeout(self, timeout: timedelta) -> None:
+        super().set_timeout(timeout)
+        self._inner.set_timeout(timeout)

@@ -1,0 +1,290 @@
+"""One harness process: many simulated nodes, a thread each, torch imported once.
+
+``python -m bench.scale.nodes JOB_JSON IMPL FIRST COUNT``: builds nodes FIRST ..
+FIRST+COUNT-1 of the job (each with its own store client and handler, one after the
+other), says ``ready`` and waits for the coordinator's commands on stdin, one a line:
+
+- ``go <unix time>``: every node joins the first round at that moment;
+- ``window_start`` / ``window_end``: counters from zero / what the nodes did since, with
+  this process's CPU time and the lag of its threads;
+- ``lose <node> <tell>``: that node vanishes (its store calls never return: no keep-alive,
+  no leave); ``tell`` 1: every other node starts a new round at once (torchrun's agent
+  learns of a lost node only from its workers' failure: the best case for it);
+- ``stop``: the last report, then exit.
+
+It answers with JSON lines on its stdout (torch's and the agent's own output goes to
+stderr): ``ready``, ``joined`` (a node returned from a round), ``dropped`` (a healthy node
+saw itself left out of the rendezvous), ``lost`` (our agent declared peers dead),
+``error``, ``window`` and ``final``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+import time
+from typing import Any, TextIO
+
+from bench.scale.counting import CountingStore, NodeCounters, NodeStopped
+from bench.scale.impls import Job, SimNode, settings_of, state_round
+
+LAG_PROBE_S = 0.02  # the lag probe's sleep
+STACK_BYTES = 512 * 1024  # thousands of threads: smaller stacks than the default 8 MiB
+
+
+def node_address(index: int) -> str:
+    """A loopback address of its own for every node (``127.0.0.2`` on): the agents name
+    peers by address and pid, and all nodes of one process share the pid. Only
+    ``127.0.0.1`` listens (the store), so a probe of a peer's address is refused at once,
+    as by a peer host without a store."""
+    index += 1  # 127.0.0.1 is the store's
+    return f"127.{index // 65025}.{index // 255 % 255}.{index % 255 + 1}"
+
+
+class Emitter:
+    """JSON lines to the coordinator, whole, from any thread."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+        self._lock = threading.Lock()
+
+    def __call__(self, event: str, **fields: Any) -> None:
+        line = json.dumps({"ev": event, **fields}, separators=(",", ":"))
+        with self._lock:
+            self._stream.write(line + "\n")
+            self._stream.flush()
+
+
+class LagProbe:
+    """How late a thread of this process wakes up from a short sleep (GIL and CPU)."""
+
+    def __init__(self) -> None:
+        self.samples: list[float] = []
+        self._thread = threading.Thread(target=self._run, name="lag-probe", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def take(self) -> list[float]:
+        done, self.samples = self.samples, []
+        return done
+
+    def _run(self) -> None:
+        while True:
+            start = time.perf_counter()
+            time.sleep(LAG_PROBE_S)
+            self.samples.append(time.perf_counter() - start - LAG_PROBE_S)
+
+
+class NodeRunner:
+    """A node's agent loop: the first round at ``go``, then a check every monitor interval
+    and a new round when the check asks for one."""
+
+    def __init__(self, index: int, node: SimNode, job: Job, emit: Emitter) -> None:
+        self.index = index
+        self.node = node
+        self._job = job
+        self._emit = emit
+        self.go = threading.Event()
+        self.told = threading.Event()  # torch: its workers failed, the agent re-forms
+        self._said_dropped = False
+        self.thread = threading.Thread(target=self._run, name=f"node-{index}", daemon=True)
+
+    def _run(self) -> None:
+        try:
+            self.go.wait()
+            self._join("first")
+            self._loop()
+        except NodeStopped:
+            return
+        except Exception as err:  # noqa: BLE001 (said to the coordinator: a failed node)
+            if not self.node.store.frozen:
+                self._emit("error", node=self.index, error=f"{type(err).__name__}: {err}")
+
+    def _loop(self) -> None:
+        from torchx_elastic.agent import compat
+
+        while True:
+            time.sleep(self._job.monitor_interval_s)
+            if self.node.store.frozen:
+                return
+            if self.told.is_set():
+                self.told.clear()
+                self._join("told")
+                continue
+            reason, names = self.node.tick()
+            if reason is None:
+                if not self._said_dropped and compat.dropped_from_round(self.node.handler, False):
+                    self._said_dropped = True  # torch's agent does not look: it trains on
+                    self._emit("dropped", node=self.index, t=time.time())
+                continue
+            if reason == "lost":
+                self._emit("lost", node=self.index, names=names, t=time.time())
+            elif reason == "dropped":
+                self._emit("dropped", node=self.index, t=time.time())
+            self._join(reason)
+
+    def _join(self, reason: str) -> None:
+        started = time.time()
+        rank, world = self.node.join()
+        self.node.store.new_round()
+        self._said_dropped = False
+        self._emit(
+            "joined",
+            node=self.index,
+            round=state_round(self.node.handler),
+            rank=rank,
+            world=world,
+            started=started,
+            t=time.time(),
+            reason=reason,
+        )
+
+
+def build_nodes(job: Job, impl: str, first: int, count: int) -> list[SimNode]:
+    from torch.distributed import TCPStore
+
+    from bench.scale.impls import OursNode, TorchNode, ours_config
+
+    config = ours_config(job) if impl == "ours" else None
+    nodes: list[SimNode] = []
+    for index in range(first, first + count):
+        client = TCPStore(
+            job.host, job.port, is_master=False, multi_tenant=True, timeout=_timeout()
+        )
+        store = CountingStore(client, job.state_key)
+        addr = node_address(index)
+        if impl == "ours":
+            nodes.append(OursNode(job, store, addr, config))
+        else:
+            nodes.append(TorchNode(job, store, addr))
+    return nodes
+
+
+def _timeout() -> Any:
+    from datetime import timedelta
+
+    return timedelta(seconds=60)  # the agent's and torch's read_timeout
+
+
+def window_report(
+    nodes: list[SimNode], lag: list[float], cpu_s: float, wall_s: float
+) -> dict[str, Any]:
+    """What the nodes of this process did in the window, merged, and per node in short."""
+    kinds: dict[str, dict[str, Any]] = {}
+    purposes: dict[str, int] = {}
+    merged = NodeCounters()
+    per_node: list[list[int]] = []
+    live = 0
+    for node in nodes:
+        counters = node.store.reset()
+        if node.store.frozen:
+            continue
+        live += 1
+        calls = sum(k.calls for k in counters.kinds.values())
+        moved = sum(k.bytes_out + k.bytes_in for k in counters.kinds.values())
+        per_node.append([calls, moved])
+        for name, stats in counters.kinds.items():
+            into = kinds.setdefault(
+                name, {"calls": 0, "bytes_out": 0, "bytes_in": 0, "seconds": 0.0, "latencies_s": []}
+            )
+            into["calls"] += stats.calls
+            into["bytes_out"] += stats.bytes_out
+            into["bytes_in"] += stats.bytes_in
+            into["seconds"] += stats.seconds
+            into["latencies_s"].extend(round(s, 6) for s in stats.latencies_s)
+        for purpose, calls in counters.purposes.items():
+            purposes[purpose] = purposes.get(purpose, 0) + calls
+        merged.cas_attempts += counters.cas_attempts
+        merged.cas_conflicts += counters.cas_conflicts
+        merged.state_bytes = max(merged.state_bytes, counters.state_bytes)
+        merged.beat_gaps_s += counters.beat_gaps_s
+        merged.beat_retries += counters.beat_retries
+        merged.beat_spans_s += counters.beat_spans_s
+    return {
+        "live_nodes": live,
+        "kinds": kinds,
+        "purposes": purposes,
+        "cas_attempts": merged.cas_attempts,
+        "cas_conflicts": merged.cas_conflicts,
+        "state_bytes": merged.state_bytes,
+        "beat_gaps_s": [round(s, 4) for s in merged.beat_gaps_s],
+        "beat_retries": merged.beat_retries,
+        "beat_spans_s": [round(s, 5) for s in merged.beat_spans_s],
+        "per_node": per_node,
+        "lag_s": [round(s, 5) for s in lag],
+        "cpu_s": cpu_s,
+        "wall_s": wall_s,
+        "threads": threading.active_count(),
+    }
+
+
+def _cpu_s() -> float:
+    times = os.times()
+    return times.user + times.system
+
+
+def serve(nodes: list[SimNode], runners: dict[int, NodeRunner], emit: Emitter) -> None:
+    """The coordinator's commands, until ``stop``."""
+    probe = LagProbe()
+    probe.start()
+    window_cpu_s = window_wall_s = 0.0
+    for line in sys.stdin:
+        words = line.split()
+        if not words:
+            continue
+        command = words[0]
+        if command == "go":
+            time.sleep(max(0.0, float(words[1]) - time.time()))
+            for runner in runners.values():
+                runner.go.set()
+        elif command == "window_start":
+            for node in nodes:
+                node.store.reset()
+            probe.take()
+            window_cpu_s, window_wall_s = _cpu_s(), time.monotonic()
+        elif command == "window_end":
+            cpu_s, wall_s = _cpu_s() - window_cpu_s, time.monotonic() - window_wall_s
+            emit("window", **window_report(nodes, probe.take(), cpu_s, wall_s))
+        elif command == "lose":
+            victim, tell = int(words[1]), words[2] == "1"
+            if victim in runners:
+                runners[victim].node.store.freeze()
+            if tell:
+                for index, runner in runners.items():
+                    if index != victim:
+                        runner.told.set()
+        elif command == "stop":
+            break
+    emit("final", cpu_s=_cpu_s(), threads=threading.active_count())
+
+
+def main(argv: list[str]) -> None:
+    job = Job(**json.loads(argv[0]))
+    impl, first, count = argv[1], int(argv[2]), int(argv[3])
+    protocol = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)  # whatever torch or the agent prints goes to stderr, not the protocol
+    emit = Emitter(protocol)
+    threading.stack_size(STACK_BYTES)
+    started = time.monotonic()
+    nodes = build_nodes(job, impl, first, count)
+    runners = {first + i: NodeRunner(first + i, node, job, emit) for i, node in enumerate(nodes)}
+    for runner in runners.values():
+        runner.thread.start()
+    emit(
+        "ready",
+        setup_s=time.monotonic() - started,
+        settings=settings_of(nodes[0].handler),
+        addresses=[node_address(i) for i in runners],
+    )
+    serve(nodes, runners, emit)
+    for node in nodes:
+        node.store.release()
+    sys.stdout.flush()
+    os._exit(0)  # the nodes' threads (torch's keep-alive timers among them) end with it
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

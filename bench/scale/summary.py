@@ -1,0 +1,231 @@
+"""A run's raw facts summed up into one record, and the Markdown table of the records.
+
+Rates are per second of the steady-state window. A heartbeat is one successful CAS of the
+rendezvous state (in steady state nothing else writes it); a late one came more than
+:data:`LATE_FACTOR` keep-alive intervals after the node's previous one. The harness
+itself is the bottleneck (``harness-bound``) where its threads wake up late: the 99th
+percentile of the lag probe over :data:`HARNESS_LAG_SHARE` of the keep-alive interval,
+or where its processes and the store together use nearly every CPU of the machine.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import statistics
+from collections.abc import Sequence
+from typing import Any
+
+LATE_FACTOR = 1.5
+HARNESS_LAG_SHARE = 0.10
+CPU_SATURATED_SHARE = 0.90
+
+
+def percentile(values: Sequence[float], q: float) -> float | None:
+    """The ``q``-th percentile (0..100, nearest rank); None without values."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, math.ceil(q / 100 * len(ordered)) - 1))]
+
+
+def _ms(value: float | None) -> float | None:
+    return None if value is None else round(value * 1000, 3)
+
+
+def _merge_kinds(reports: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    kinds: dict[str, dict[str, Any]] = {}
+    for report in reports:
+        for name, stats in report["kinds"].items():
+            into = kinds.setdefault(
+                name, {"calls": 0, "bytes_out": 0, "bytes_in": 0, "seconds": 0.0, "lat": []}
+            )
+            for key in ("calls", "bytes_out", "bytes_in", "seconds"):
+                into[key] += stats[key]
+            into["lat"].extend(stats["latencies_s"])
+    return kinds
+
+
+def store_traffic(reports: list[dict[str, Any]], seconds: float, live: int) -> dict[str, Any]:
+    """Store calls and bytes per second, in all and per node, by call kind and purpose."""
+    kinds = _merge_kinds(reports)
+    calls = sum(k["calls"] for k in kinds.values())
+    moved = sum(k["bytes_out"] + k["bytes_in"] for k in kinds.values())
+    purposes: dict[str, int] = {}
+    for report in reports:
+        for name, count in report["purposes"].items():
+            purposes[name] = purposes.get(name, 0) + count
+    per_node = [ops for report in reports for ops, _ in report["per_node"]]
+    return {
+        "ops_per_s": calls / seconds,
+        "ops_per_s_per_node": calls / seconds / max(live, 1),
+        "bytes_per_s": moved / seconds,
+        "bytes_per_s_per_node": moved / seconds / max(live, 1),
+        "node_ops_per_s": {
+            "min": min(per_node, default=0) / seconds,
+            "median": statistics.median(per_node) / seconds if per_node else 0.0,
+            "max": max(per_node, default=0) / seconds,
+        },
+        "by_kind": {
+            name: {
+                "per_s": k["calls"] / seconds,
+                "bytes_out_per_s": k["bytes_out"] / seconds,
+                "bytes_in_per_s": k["bytes_in"] / seconds,
+                "latency_ms_mean": _ms(k["seconds"] / k["calls"]) if k["calls"] else None,
+                "latency_ms_p50": _ms(percentile(k["lat"], 50)),
+                "latency_ms_p99": _ms(percentile(k["lat"], 99)),
+                "latency_ms_max": _ms(max(k["lat"], default=None)),
+            }
+            for name, k in sorted(kinds.items())
+        },
+        "by_purpose_per_s": {name: count / seconds for name, count in sorted(purposes.items())},
+    }
+
+
+def heartbeats(reports: list[dict[str, Any]], seconds: float, interval_s: float) -> dict[str, Any]:
+    """The CAS of the state: rate, conflicts, and the heartbeats it made."""
+    attempts = sum(r["cas_attempts"] for r in reports)
+    conflicts = sum(r["cas_conflicts"] for r in reports)
+    gaps = [g for r in reports for g in r["beat_gaps_s"]]
+    retries = [n for r in reports for n in r["beat_retries"]]
+    spans = [s for r in reports for s in r["beat_spans_s"]]
+    late = sum(1 for g in gaps if g > LATE_FACTOR * interval_s)
+    return {
+        "cas_per_s": attempts / seconds,
+        "conflicts_per_s": conflicts / seconds,
+        "conflict_rate": conflicts / attempts if attempts else None,
+        "state_bytes": max((r["state_bytes"] for r in reports), default=0),
+        "beats": len(spans),
+        "gap_s_p50": percentile(gaps, 50),
+        "gap_s_p99": percentile(gaps, 99),
+        "gap_s_max": max(gaps, default=None),
+        "late_share": late / len(gaps) if gaps else None,
+        "retries_p50": percentile(retries, 50),
+        "retries_p99": percentile(retries, 99),
+        "retries_max": max(retries, default=None),
+        "span_ms_p50": _ms(percentile(spans, 50)),
+        "span_ms_p99": _ms(percentile(spans, 99)),
+        "span_ms_max": _ms(max(spans, default=None)),
+    }
+
+
+def harness(window: dict[str, Any], interval_s: float, cpus: int) -> dict[str, Any]:
+    """The harness's own load: its CPU, the store's, and how late its threads woke."""
+    seconds = window["seconds"]
+    lags = [s for r in window["reports"] for s in r["lag_s"]]
+    lag_p99 = percentile(lags, 99)
+    harness_cores = sum(window["procs_cpu_s"]) / seconds
+    store_cores = window["store_cpu_s"] / seconds
+    reasons = []
+    if lag_p99 is not None and lag_p99 > HARNESS_LAG_SHARE * interval_s:
+        reasons.append(
+            f"lag p99 {lag_p99 * 1000:.0f} ms > {HARNESS_LAG_SHARE:.0%} of the keep-alive interval"
+        )
+    if harness_cores + store_cores >= CPU_SATURATED_SHARE * cpus:
+        reasons.append(f"harness + store use {harness_cores + store_cores:.2f} of {cpus} CPUs")
+    return {
+        "harness_cores": harness_cores,
+        "harness_cores_max_proc": max(window["procs_cpu_s"], default=0.0) / seconds,
+        "store_cores": store_cores,
+        "lag_ms_p50": _ms(percentile(lags, 50)),
+        "lag_ms_p99": _ms(lag_p99),
+        "lag_ms_max": _ms(max(lags, default=None)),
+        "threads": sum(r["threads"] for r in window["reports"]),
+        "bound": bool(reasons),
+        "bound_reasons": reasons,
+    }
+
+
+def summarize(raw: dict[str, Any], cpus: int | None = None) -> dict[str, Any]:
+    """The record of one run: its settings, formation, steady state, loss and the harness."""
+    cpus = cpus or os.cpu_count() or 1
+    record = {k: v for k, v in raw.items() if k not in ("window", "dropped", "lost")}
+    interval_s = raw.get("settings", {}).get("keep_alive_interval_s", 1.0)
+    window = raw.get("window")
+    if window is not None:
+        seconds = window["seconds"]
+        live = sum(r["live_nodes"] for r in window["reports"])
+        record["steady"] = {
+            "seconds": seconds,
+            "live_nodes": live,
+            "store": store_traffic(window["reports"], seconds, live),
+            "cas": heartbeats(window["reports"], seconds, interval_s),
+            "rounds_joined": len(window["joins"]),
+            "dropped": sorted({e["node"] for e in window["dropped"]}),
+        }
+        record["harness"] = harness(window, interval_s, cpus)
+    victim = raw.get("loss", {}).get("victim")
+    record["false_drops"] = sorted({e["node"] for e in raw.get("dropped", [])} - {victim})
+    victim_address = raw.get("loss", {}).get("victim_address")
+    declared = {
+        name.split(" ")[0]
+        for event in raw.get("lost", [])
+        for name in event["names"]
+        if not (victim_address and name.startswith(victim_address + " "))
+    }
+    record["declared_dead_healthy"] = sorted(declared)
+    go_at = raw.get("form", {}).get("go_at", 0.0)
+    record["events"] = [
+        {"ev": e["ev"], "node": e["node"], "s_after_go": round(e["t"] - go_at, 3)}
+        | ({"names": e["names"]} if "names" in e else {})
+        for e in sorted(raw.get("dropped", []) + raw.get("lost", []), key=lambda e: e["t"])
+    ]
+    return record
+
+
+def _num(value: float | None, digits: int = 1, unit: str = "") -> str:
+    return "-" if value is None else f"{value:,.{digits}f}{unit}"
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0%}"
+
+
+COLUMNS = (
+    "| impl | nodes | first round s | store ops/s | ops/s/node | store KiB/s | KiB/s/node"
+    " | state KiB | CAS/s | CAS conflicts | beat gap p99 s | late beats | false drops"
+    " | re-form s | store CPU | harness CPU | lag p99 ms | harness-bound |"
+)
+
+
+def table_row(record: dict[str, Any]) -> str:
+    steady = record.get("steady") or {}
+    store, cas = steady.get("store") or {}, steady.get("cas") or {}
+    harness_ = record.get("harness") or {}
+    loss = record.get("loss") or {}
+    cells = [
+        record["impl"],
+        str(record["nodes"]),
+        _num(record.get("form", {}).get("all_in_s")),
+        _num(store.get("ops_per_s"), 0),
+        _num(store.get("ops_per_s_per_node"), 2),
+        _num(store["bytes_per_s"] / 1024 if store else None, 0),
+        _num(store["bytes_per_s_per_node"] / 1024 if store else None, 1),
+        _num(cas["state_bytes"] / 1024 if cas else None, 1),
+        _num(cas.get("cas_per_s"), 1),
+        _pct(cas.get("conflict_rate")),
+        _num(cas.get("gap_s_p99"), 2),
+        _pct(cas.get("late_share")),
+        str(len(record.get("false_drops", []))),
+        _num(loss.get("reformed_s")) if loss.get("reformed", True) else "not in time",
+        _num(harness_.get("store_cores"), 2),
+        _num(harness_.get("harness_cores"), 2),
+        _num(harness_.get("lag_ms_p99"), 0),
+        ("yes" if harness_.get("bound") else "no") if harness_ else "-",
+    ]
+    return "| " + " | ".join(cells) + " |"
+
+
+def render_table(records: Sequence[dict[str, Any]]) -> str:
+    separator = "|" + "---|" * 2 + "---:|" * 16
+    lines = [COLUMNS, separator, *(table_row(r) for r in records)]
+    notes = []
+    for record in records:
+        name = f"{record['impl']} x {record['nodes']}"
+        for reason in (record.get("harness") or {}).get("bound_reasons", []):
+            notes.append(f"- {name}: harness-bound: {reason}")
+        if not (record.get("form") or {}).get("formed", False):
+            notes.append(f"- {name}: the first round did not form in time")
+        for error in record.get("errors", [])[:3]:
+            notes.append(f"- {name}: node {error['node']}: {error['error']}")
+    return "\n".join(lines + ([""] + notes if notes else []))

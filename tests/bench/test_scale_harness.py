@@ -1,0 +1,144 @@
+"""The rendezvous-at-scale harness (bench/scale/): its counted store, and a whole run of
+4 nodes for torch's handler and ours (a stopped node is found lost and the round re-forms)."""
+
+from __future__ import annotations
+
+import datetime
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from torch.distributed import TCPStore
+
+from bench.scale.__main__ import main
+from bench.scale.counting import CountingStore, NodeStopped
+from bench.scale.nodes import node_address
+from bench.scale.summary import percentile, render_table
+from torchx_elastic.contract import PROGRESS_KEY_PREFIX
+
+STATE_KEY = "torch.rendezvous.test"
+# small enough for a few seconds, safe from torch's own drop right after a round forms
+# (two missed beats drop a node whose last join heartbeat is a beat old)
+FAST_CONF = "keep_alive_interval=1,keep_alive_max_attempt=3,last_call_timeout=1"
+
+
+@pytest.fixture
+def server() -> Iterator[Any]:
+    store = TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False, multi_tenant=True)
+    yield store
+
+
+def _client(server: Any) -> CountingStore:
+    timeout = datetime.timedelta(seconds=10)
+    client = TCPStore("127.0.0.1", server.port, is_master=False, multi_tenant=True, timeout=timeout)
+    return CountingStore(client, STATE_KEY)
+
+
+def test_calls_are_counted_by_kind_with_their_bytes(server: Any) -> None:
+    store = _client(server)
+    store.set("a", "xyz")
+    assert store.get("a") == b"xyz"
+    assert store.add("n", 2) == 2
+    assert store.check(["a"])
+    counters = store.reset()
+    assert {k: v.calls for k, v in counters.kinds.items()} == {
+        "set": 1,
+        "get": 1,
+        "add": 1,
+        "check": 1,
+    }
+    assert counters.kinds["set"].bytes_out == len("a") + len("xyz")
+    assert counters.kinds["get"].bytes_in == len("xyz")
+    assert store.reset().kinds == {}  # counting starts again
+
+
+def test_a_lost_state_cas_is_a_conflict_and_the_next_success_a_beat(server: Any) -> None:
+    first, second = _client(server), _client(server)
+    first.compare_set(STATE_KEY, "", "v0")  # the backend's first write: not a heartbeat
+    assert first.compare_set(STATE_KEY, "v0", "v1") == b"v1"
+    assert second.compare_set(STATE_KEY, "v0", "v2") == b"v1"  # another node wrote first
+    assert second.compare_set(STATE_KEY, "v1", "v2") == b"v2"
+    counters = second.reset()
+    assert (counters.cas_attempts, counters.cas_conflicts) == (2, 1)
+    assert counters.beat_retries == [1]
+    assert counters.state_bytes == len("v2")
+    assert counters.purposes["state"] == 2
+
+
+def test_a_prefixed_round_store_is_counted_through_torch(server: Any) -> None:
+    from torch.distributed import PrefixStore
+
+    store = _client(server)
+    PrefixStore("torch.rendezvous.test.1", store).set(f"{PROGRESS_KEY_PREFIX}0", "{}")
+    assert store.reset().purposes["progress"] == 1
+
+
+def test_a_frozen_node_reaches_nothing_and_ends_when_released(server: Any) -> None:
+    import threading
+
+    store = _client(server)
+    store.freeze()
+    errors: list[BaseException] = []
+
+    def call() -> None:
+        try:
+            store.get("a")
+        except NodeStopped as err:
+            errors.append(err)
+
+    caller = threading.Thread(target=call)
+    caller.start()
+    store.release()
+    caller.join()
+    assert len(errors) == 1
+    assert store.reset().kinds == {}
+
+
+def test_every_node_has_an_address_of_its_own() -> None:
+    addresses = [node_address(i) for i in range(70_000)]
+    assert len(set(addresses)) == len(addresses)
+    assert "127.0.0.1" not in addresses  # the store's
+
+
+def test_percentile_is_a_nearest_rank() -> None:
+    assert percentile([], 99) is None
+    assert percentile([3.0, 1.0, 2.0], 50) == 2.0
+    assert percentile([float(i) for i in range(1, 101)], 99) == 99.0
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_four_nodes_of_each_rendezvous_are_measured(tmp_path: Path) -> None:
+    output = tmp_path / "scale.json"
+    argv = ["--nodes", "4", "--impl", "torch,ours", "--window", "2", "--settle", "1"]
+    argv += ["--torch-conf", FAST_CONF, "--ours-conf", FAST_CONF, "--form-timeout", "60"]
+    argv += ["--reform-timeout", "60", "--output", str(output), "--log-dir", str(tmp_path)]
+    assert main(argv) == 0
+    document = json.loads(output.read_text())
+    records = {r["impl"]: r for r in document["records"]}
+    assert set(records) == {"torch", "ours"}
+    for impl, record in records.items():
+        assert record["settings"]["keep_alive_interval_s"] == 1.0, impl
+        assert record["form"]["formed"] and record["form"]["all_in_s"] > 0, impl
+        steady = record["steady"]
+        assert steady["live_nodes"] == 4
+        assert steady["store"]["ops_per_s"] > 0
+        assert steady["store"]["by_kind"]["compare_set"]["per_s"] > 0
+        assert steady["store"]["by_purpose_per_s"]["state"] > 0
+        assert steady["cas"]["beats"] > 0 and steady["cas"]["state_bytes"] > 0
+        assert record["false_drops"] == [] and record["declared_dead_healthy"] == [], impl
+        assert record["errors"] == []
+        assert record["harness"]["harness_cores"] > 0
+        loss = record["loss"]
+        assert loss["reformed"] and loss["survivors_in_new_round"] == 3, impl
+        assert loss["reformed_s"] > 0
+        assert record["store_server"]["libuv"]
+    # ours finds the stopped node lost by itself; torch's agent is told (its workers failed)
+    assert records["ours"]["loss"]["detected_first_s"] is not None
+    assert records["ours"]["steady"]["store"]["by_purpose_per_s"]["progress"] > 0
+    assert records["torch"]["loss"]["told_at_once"]
+    table = document["table_markdown"]
+    assert table == render_table(document["records"])
+    assert "| torch | 4 |" in table and "| ours | 4 |" in table
