@@ -1,7 +1,7 @@
 """Fixtures of the docker scheduler's tests: a fake engine, and the real one when there is one.
 
 Tests marked ``docker`` need a real engine and the image ``torchx-elastic:latest``. Without
-them they skip locally, with the command that gets them; in CI (``CI=true``) they fail.
+them they skip locally, with the command that gets them; in CI (tests/ci.py) they fail.
 """
 
 from __future__ import annotations
@@ -15,22 +15,14 @@ from typing import Any, Iterator
 import pytest
 from docker_fake_engine import FakeClient, FakeEngine, FakeImage
 
+from tests.ci import unavailable
+from tests.waiting import wait_until
 from torchx_elastic.schedulers.docker import DockerScheduler, create_scheduler
 
 REPO = Path(__file__).resolve().parents[2]
 IMAGE = "torchx-elastic:latest"
 GET_ENGINE = "as root: ci/docker-engine.sh (installs Debian's docker.io, starts dockerd)"
 GET_IMAGE = "docker/build-image.sh (builds torchx-elastic:latest with no registry)"
-
-
-def in_ci() -> bool:
-    return os.environ.get("CI", "").lower() in ("1", "true", "yes")
-
-
-def skip_or_fail(reason: str) -> None:
-    if in_ci():
-        pytest.fail(f"CI=true and {reason}", pytrace=False)
-    pytest.skip(reason)
 
 
 @pytest.fixture
@@ -54,7 +46,7 @@ def docker_client() -> Iterator[Any]:
         client = docker.from_env()
         client.ping()
     except docker.errors.DockerException as e:
-        skip_or_fail(f"no Docker engine reachable ({e}); to get one, {GET_ENGINE}")
+        unavailable(f"no Docker engine reachable ({e}); to get one, {GET_ENGINE}")
     yield client
     client.close()
 
@@ -77,11 +69,11 @@ def docker_image(docker_client: Any) -> str:
             text=True,
         )
         if build.returncode != 0:
-            skip_or_fail(f"{GET_IMAGE} failed:\n{build.stderr[-3000:]}")
+            unavailable(f"{GET_IMAGE} failed:\n{build.stderr[-3000:]}")
     try:
         docker_client.images.get(IMAGE)
     except docker.errors.ImageNotFound:
-        skip_or_fail(f"image {IMAGE} is missing; build it with {GET_IMAGE}")
+        unavailable(f"image {IMAGE} is missing; build it with {GET_IMAGE}")
     return IMAGE
 
 
@@ -121,14 +113,13 @@ def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """``localhost:5000``: Debian's docker-registry, started here unless one answers already
     (then used as it is); what this fixture started, it stops."""
     import shutil
-    import time
 
     if registry_answers():
         yield REGISTRY
         return
     executable = shutil.which("docker-registry")
     if executable is None:
-        skip_or_fail(f"no docker-registry command; to get one, {GET_REGISTRY}")
+        unavailable(f"no docker-registry command; to get one, {GET_REGISTRY}")
     root = tmp_path_factory.mktemp("registry")
     config = root / "config.yml"
     config.write_text(REGISTRY_CONFIG.format(root=root / "data"))
@@ -140,14 +131,17 @@ def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
-    deadline = time.monotonic() + 30
-    while not registry_answers():
-        if process.poll() is not None or time.monotonic() > deadline:
-            if registry_answers():  # another one won the port meanwhile: use it
-                break
-            process.kill()
-            pytest.fail(f"docker-registry did not start:\n{log_path.read_text()[-3000:]}")
-        time.sleep(0.2)
+    try:  # it answers, or it ended (another one may have won the port meanwhile: used)
+        wait_until(
+            lambda: registry_answers() or process.poll() is not None,
+            what="docker-registry's answer",
+            every_s=0.2,
+        )
+    except AssertionError:
+        pass
+    if not registry_answers():
+        process.kill()
+        pytest.fail(f"docker-registry did not start:\n{log_path.read_text()[-3000:]}")
     try:
         yield REGISTRY
     finally:

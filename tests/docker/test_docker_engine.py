@@ -20,6 +20,7 @@ from typing import Any, Iterator, List
 import pytest
 import torchx.specs as specs
 
+from tests.waiting import wait_until
 from torchx_elastic.contract import RANK0_ENV
 from torchx_elastic.schedulers.docker import DockerScheduler, create_scheduler
 from torchx_elastic.schedulers.docker.errors import (
@@ -62,26 +63,37 @@ def status_text(handle: str) -> str:
 
 
 def wait_for(handle: str, states: tuple[str, ...], timeout_s: float = 180) -> str:
-    deadline = time.monotonic() + timeout_s
-    text = ""
-    while time.monotonic() < deadline:
+    """``torchx status``'s text once the job is in one of ``states``."""
+
+    def reached() -> str | None:
         text = status_text(handle)
-        if re.search(rf"State: ({'|'.join(states)})\b", text):
-            return text
-        time.sleep(1)
-    logs = torchx("log", handle, check=False).stdout
-    raise AssertionError(f"{handle} did not reach {states} in {timeout_s}s:\n{text}\n{logs}")
+        return text if re.search(rf"State: ({'|'.join(states)})\b", text) else None
+
+    return wait_until(
+        reached,
+        what=f"{handle} in {states}",
+        timeout_s=timeout_s,
+        every_s=1,
+        detail=lambda: status_text(handle) + torchx("log", handle, check=False).stdout,
+    )
 
 
-def wait_for_log(handle: str, pattern: str, count: int, timeout_s: float = 120) -> List[str]:
-    deadline = time.monotonic() + timeout_s
-    lines: List[str] = []
-    while time.monotonic() < deadline:
-        lines = [line for line in torchx("log", f"{handle}/main").stdout.splitlines()]
-        if len([line for line in lines if re.search(pattern, line)]) >= count:
-            return lines
-        time.sleep(1)
-    raise AssertionError(f"fewer than {count} lines match {pattern!r}:\n" + "\n".join(lines))
+def wait_for_log(handle: str, pattern: str, count: int) -> List[str]:
+    """The lines of the job's log once ``count`` of them match ``pattern``."""
+
+    def lines() -> List[str]:
+        return torchx("log", f"{handle}/main").stdout.splitlines()
+
+    def enough() -> List[str] | None:
+        found = lines()
+        return found if len([ln for ln in found if re.search(pattern, ln)]) >= count else None
+
+    return wait_until(
+        enough,
+        what=f"{count} lines of the job's log matching {pattern!r}",
+        every_s=1,
+        detail=lambda: "\n".join(lines()),
+    )
 
 
 def leftovers(client: Any, app_id: str) -> List[str]:
@@ -197,10 +209,7 @@ def test_cancel_keeps_status_and_logs_delete_leaves_nothing(
     app_id = handle.rsplit("/", 1)[1]
     wait_for_log(handle, r"of world size 2", 2)
     assert len(leftovers(docker_client, app_id)) == 3
-    started = time.monotonic()
-    torchx("cancel", handle)
-    cancel_s = time.monotonic() - started
-    assert cancel_s < 15, f"cancel took {cancel_s:.1f}s"
+    torchx("cancel", handle)  # (how long it takes is a speed: bench/)
     # as torchx's local_docker: stopped, not removed; status and logs stay
     status = torchx("status", handle).stdout
     assert "State: CANCELLED" in status, status
@@ -224,17 +233,18 @@ def test_killed_replica_fails_the_job_with_the_root_cause(
     app_id = handle.rsplit("/", 1)[1]
     wait_for_log(handle, r"of world size 2", 2)
     docker_client.containers.get(f"{app_id}-main-1").kill()
-    text = wait_for(handle, ("FAILED",), timeout_s=60)
+    text = wait_for(handle, ("FAILED",))
     assert (
         f"Msg: main[1] (container {app_id}-main-1) failed first: exit code 137 (killed by SIGKILL"
         in text
     ), text
     assert f"its log: torchx log docker://torchx/{app_id}/main/1" in text
     assert "main[1]:FAILED (exitcode: 137)" in text
-    deadline = time.monotonic() + 30
-    while docker_client.containers.get(f"{app_id}-main-0").status != "exited":
-        assert time.monotonic() < deadline, "replica 0 was not stopped"
-        time.sleep(0.5)
+    wait_until(
+        lambda: docker_client.containers.get(f"{app_id}-main-0").status == "exited",
+        what="replica 0 stopped",
+        every_s=0.5,
+    )
 
 
 def test_worker_failure_restarts_in_place_with_max_retries(handles: List[str]) -> None:
@@ -281,14 +291,13 @@ def test_status_names_the_jobs_first_failure(handles: List[str]) -> None:
         text,
     )
     assert first, text
+
     # both nodes name it last (the second may still be ending when the job is FAILED)
-    deadline, log = time.monotonic() + 60, ""
-    while time.monotonic() < deadline:
+    def named_by_both() -> str | None:
         log = torchx("log", f"{handle}/raise_on_last_rank").stdout
-        if log.count(f"torchx-elastic: job failed: {first[1]}") == 2:
-            break
-        time.sleep(1)
-    assert log.count(f"torchx-elastic: job failed: {first[1]}") == 2, log
+        return log if log.count(f"torchx-elastic: job failed: {first[1]}") == 2 else None
+
+    log = wait_until(named_by_both, what="the job's first failure named by both nodes", every_s=1)
     assert log.count("Root cause") == 1, log
 
 

@@ -4,7 +4,7 @@ The module starts the cluster once (``down`` then ``up``), loads the project ima
 node under a ``:latest`` tag (so that the default pull policy must take the node's own
 image), drives the real ``torchx`` CLI against it, and ``down``s it at the end. Without a
 cluster (not root, no ``cluster.sh``, ``up`` fails, no image) these tests skip with the
-reason locally, and fail in CI (``CI=true``).
+reason locally, and fail in CI (tests/ci.py).
 
 ``TORCHX_ELASTIC_K8S_IMAGE`` picks the Docker image to load (default
 ``torchx-elastic:latest``, built by ``make image``). ``TORCHX_ELASTIC_K8S_MOUNT_SOURCES=1``
@@ -29,6 +29,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, TypeVar
 import pytest
 from torchx.specs import AppState, ReplicaState
 
+from tests.ci import unavailable
 from tests.kubernetes.validation import REPO
 from torchx_elastic.components.dist import ddp
 from torchx_elastic.schedulers.kubernetes.client import load_api_client
@@ -57,16 +58,6 @@ _TIMED_OUT: List[str] = []
 MAX_TIMEOUTS = 3
 
 T = TypeVar("T")
-
-
-def _in_ci() -> bool:
-    return os.environ.get("CI", "").lower() in ("1", "true", "yes")
-
-
-def _skip_or_fail(reason: str) -> None:
-    if _in_ci():
-        pytest.fail(f"CI=true and {reason}", pytrace=False)
-    pytest.skip(reason)
 
 
 @dataclass
@@ -135,7 +126,7 @@ class Cluster:
             lambda: (
                 True if "default" in self.kubectl("get", "sa", "-n", name, "-o", "name") else None
             ),
-            timeout_s=30,
+            timeout_s=120,
         )
         if labels:
             self.kubectl("label", "namespace", name, *labels.split(","))
@@ -220,12 +211,12 @@ def _cluster_sh(
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     if not CLUSTER_SH.is_file():
-        _skip_or_fail(f"no {CLUSTER_SH}: the real-node tests need ../shared/k8s beside the repo")
+        unavailable(f"no {CLUSTER_SH}: the real-node tests need ../shared/k8s beside the repo")
     if os.geteuid() != 0:
-        _skip_or_fail("the real Kubernetes node (../shared/k8s/cluster.sh) needs root")
+        unavailable("the real Kubernetes node (../shared/k8s/cluster.sh) needs root")
     image = subprocess.run(["docker", "image", "inspect", SOURCE_IMAGE], capture_output=True)
     if image.returncode != 0:
-        _skip_or_fail(f"no Docker image {SOURCE_IMAGE}: build it with `make image`")
+        unavailable(f"no Docker image {SOURCE_IMAGE}: build it with `make image`")
     with open(CLUSTER_LOCK, "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # one cluster per machine
         try:
@@ -238,7 +229,7 @@ def _start(workdir: Path) -> Cluster:
     _cluster_sh("down")
     up = _cluster_sh("up")
     if up.returncode != 0:
-        _skip_or_fail(
+        unavailable(
             f"cluster.sh up failed (`{CLUSTER_SH} install` installs what it needs):\n"
             f"{up.stderr[-3000:]}"
         )
@@ -250,7 +241,7 @@ def _start(workdir: Path) -> Cluster:
     # the docs' commands name the image as docker/build-image.sh tags it (same layers)
     loaded = _cluster_sh("load-image", NODE_IMAGE, SOURCE_IMAGE, env=env)
     if loaded.returncode != 0:
-        _skip_or_fail(f"cluster.sh load-image {NODE_IMAGE} failed:\n{loaded.stderr[-3000:]}")
+        unavailable(f"cluster.sh load-image {NODE_IMAGE} failed:\n{loaded.stderr[-3000:]}")
     return Cluster(env=env, workdir=workdir)
 
 
@@ -404,7 +395,7 @@ def test_2x2_job_on_a_loaded_latest_image(cluster: Cluster, scheduler: Kubernete
     index = "batch.kubernetes.io/job-completion-index"
     (second,) = [p for p in pods if p["metadata"]["annotations"][index] == "1"]
     cluster.delete_pod(second["metadata"]["name"])
-    _wait("the pod to go", lambda: True if len(cluster.pods(job)) == 1 else None, timeout_s=60)
+    _wait("the pod to go", lambda: True if len(cluster.pods(job)) == 1 else None, timeout_s=120)
     log = cluster.torchx("log", f"{handle}/main/1")
     _no_traceback(log)
     assert log.returncode == 0
@@ -575,7 +566,7 @@ def test_cancel_while_running(cluster: Cluster, scheduler: KubernetesScheduler) 
         lambda: (
             True if job not in cluster.network_policies() and job not in cluster.secrets() else None
         ),
-        timeout_s=60,
+        timeout_s=120,
     )
     status = cluster.torchx("status", handle)
     assert "does not exist or has been removed" in status.stdout + status.stderr
@@ -673,11 +664,10 @@ def test_an_elastic_job_ends_when_its_training_ends(
     job = _app_id(handle).partition(":")[2]
     _wait("the training to end", lambda: _log_has(cluster, _pod_of(cluster, job, 0), "rank 0 done"))
     trained = time.monotonic()
-    state = _wait_done(scheduler, handle)
+    state = _wait_done(scheduler, handle)  # (how soon after the training is a speed: bench/)
     ended_s = time.monotonic() - trained
     status = cluster.torchx("status", handle)
     assert state == AppState.SUCCEEDED, (status.stdout, _pod_outcomes(cluster, job))
-    assert ended_s <= 30, f"the Job succeeded {ended_s:.0f} s after the training ended"
     assert "State: SUCCEEDED" in status.stdout, status.stdout
     logs = {
         p["metadata"]["name"]: cluster.pod_log(p["metadata"]["name"]) for p in cluster.pods(job)
@@ -928,14 +918,13 @@ def test_a_job_refused_by_a_resource_quota_says_so_and_ends_wait(cluster: Cluste
         "the quota controller to count the namespace",
         lambda: True if "limits.cpu" in cluster.kubectl("get", "quota", "small", "-n", "quota",
                                                          "-o", "jsonpath={.status.hard}") else None,
-        timeout_s=30,
+        timeout_s=120,
     )  # fmt: skip
     status = _refused_status(cluster, _run_2x1(cluster, "namespace=quota"))
     assert "the cluster refused to create the job's pods: pods " in status, status
     assert "is forbidden: exceeded quota: small" in status, status
-    start = time.monotonic()
+    # the wait ends with the refusal (not after the CLI's timeout, which would raise)
     waited = _run_2x1(cluster, "namespace=quota", "--wait")
-    assert time.monotonic() - start < 60
     assert waited.returncode != 0, waited.stdout
     assert "exceeded quota: small" in waited.stdout + waited.stderr, waited.stdout
     assert "Traceback" not in waited.stderr, waited.stderr
@@ -951,7 +940,7 @@ def test_a_suspended_job_waits_for_kueue_and_runs_once_admitted(
     info.request.manifests[0]["spec"]["suspend"] = True
     handle = f"kubernetes://torchx/{scheduler.schedule(info)}"
     job = _app_id(handle).partition(":")[2]
-    status = _status_once(cluster, handle, "State: PENDING", timeout_s=30)
+    status = _status_once(cluster, handle, "State: PENDING", timeout_s=120)
     assert "suspended, waiting for admission by Kueue queue team-q" in status, status
     assert cluster.pods(job) == []
     cluster.kubectl("patch", "job", job, "--type=merge", "-p", '{"spec":{"suspend":false}}')
