@@ -46,6 +46,7 @@ from torchx_elastic.contract.job_progress import LINE_PREFIX, JobSummary, read_f
 from torchx_elastic.contract.live_rows import LiveRow, read_rows
 from torchx_elastic.contract.log_layout import LocalAppLogs
 from torchx_elastic.rich_job_bar import rich_bar
+from torchx_elastic.schedulers import role_status
 from torchx_elastic.schedulers.role_status import AppRoleStatus
 
 if TYPE_CHECKING:
@@ -156,7 +157,7 @@ class _Bar:
         summaries = self.summaries()
         if len(summaries) == 1:
             return [rich_bar(summaries[0][1], "job")]
-        status = self._status() if self._status is not None else AppRoleStatus(())
+        status = self._status() if self._status is not None else role_status.read(None)
         job = status.job_summary(dict(summaries))
         rows = [] if job is None else [rich_bar(job, "job")]
         return rows + [rich_bar(s, status.bar_label(role)) for role, s in summaries]
