@@ -5,8 +5,9 @@ scheduler. Each job checks every Slurm output file: no escape code, no agent tra
 
 The first test starts the cluster (``cluster.sh up`` installs its packages on a fresh
 machine, about 20 s once); the last one stops it. Without root or ``cluster.sh`` the tests
-skip with the reason locally and fail in CI (``CI=true``). The jobs run one at a time: both
-Slurm nodes share this machine's ports.
+skip with the reason locally and fail in CI (tests/ci.py). The jobs run one at a time: both
+Slurm nodes share this machine's ports. sacct may say PENDING or RUNNING for a moment after
+a job's end: a job's state is read once sacct has its end (``Job.final_status``).
 """
 
 from __future__ import annotations
@@ -17,15 +18,16 @@ import os
 import re
 import socket
 import subprocess
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+from tests.ci import unavailable
 from tests.conftest import REPO, run_torchx
 from tests.e2e.agents import free_port
+from tests.waiting import wait_until
 from torchx_elastic.contract import SUMMARY_PREFIX
 
 pytestmark = [pytest.mark.slow, pytest.mark.slurm, pytest.mark.timeout(600)]
@@ -39,6 +41,7 @@ HOSTS = (socket.gethostname(), socket.gethostname() + "b")  # the nodes of clust
 # a frame of the agent's own code or of torch's launcher: the agent crashed (a worker's
 # traceback in the root-cause report names the script's frames)
 AGENT_FRAME = re.compile(r'File ".*/(torchx_elastic/agent|torch/distributed/elastic)/')
+FINAL_STATE = re.compile(r"State: (SUCCEEDED|FAILED|CANCELLED)\b")
 
 TRAIN = """
 import os, sys, time
@@ -66,16 +69,6 @@ dist.destroy_process_group()
 """
 
 
-def _in_ci() -> bool:
-    return os.environ.get("CI", "").lower() in ("1", "true", "yes")
-
-
-def _skip_or_fail(reason: str) -> None:
-    if _in_ci():
-        pytest.fail(f"CI=true and {reason}", pytrace=False)
-    pytest.skip(reason)
-
-
 def _cluster_sh(command: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         ["bash", str(CLUSTER_SH), command], capture_output=True, text=True, timeout=600
@@ -85,15 +78,15 @@ def _cluster_sh(command: str) -> subprocess.CompletedProcess[str]:
 @pytest.fixture(scope="session")
 def slurm() -> Iterator[None]:
     if not CLUSTER_SH.is_file():
-        _skip_or_fail(f"no {CLUSTER_SH}: the Slurm tests need ../shared/slurm beside the repo")
+        unavailable(f"no {CLUSTER_SH}: the Slurm tests need ../shared/slurm beside the repo")
     if os.geteuid() != 0:
-        _skip_or_fail("the Slurm cluster (../shared/slurm/cluster.sh) needs root")
+        unavailable("the Slurm cluster (../shared/slurm/cluster.sh) needs root")
     with open(CLUSTER_LOCK, "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # one cluster per machine
         try:
             up = _cluster_sh("up")
             if up.returncode != 0:
-                _skip_or_fail(f"cluster.sh up failed:\n{up.stdout[-2000:]}{up.stderr[-2000:]}")
+                unavailable(f"cluster.sh up failed:\n{up.stdout[-2000:]}{up.stderr[-2000:]}")
             yield
         finally:
             _cluster_sh("down")
@@ -125,6 +118,24 @@ class Job:
         result = run_torchx("status", self.app_handle, cwd=self.workdir)
         assert result.returncode == 0, result.stderr
         return result.stdout
+
+    def status_once(self, pattern: str | re.Pattern[str], what: str) -> str:
+        """``torchx status`` once it matches ``pattern``."""
+
+        def matches() -> str | None:
+            text = self.status()
+            return text if re.search(pattern, text) else None
+
+        return wait_until(matches, what=what, every_s=1, detail=self.status)
+
+    def final_status(self) -> str:
+        """``torchx status`` once sacct has the job's end (it may say PENDING or RUNNING for
+        a moment after the job ended)."""
+        return self.status_once(FINAL_STATE, f"the end of job {self.app_id} in sacct")
+
+    def processes_left(self) -> str:
+        """The processes of the job's script still running on this machine (both nodes)."""
+        return subprocess.run(["pgrep", "-af", SCRIPT], capture_output=True, text=True).stdout
 
     def runs(self) -> list[str]:
         return (self.workdir / "runs.txt").read_text().splitlines()
@@ -179,7 +190,7 @@ def test_job_succeeds_with_every_rank_on_its_node(workdir: Path, j: str, world: 
         for local_rank in range(nproc):
             rank = node * nproc + local_rank
             assert f"[n{node} r{rank}] rank {rank} of {world} on " in out, job.everything()
-    assert "State: SUCCEEDED" in job.status()
+    assert "State: SUCCEEDED" in job.final_status()
     job.assert_clean_output()
     # no terminal in a batch job: the plain console's job progress lines, on the rank-0 node
     assert "[job progress]" in job.output(0, "out") + job.output(0, "err"), job.everything()
@@ -190,7 +201,7 @@ def test_job_succeeds_with_every_rank_on_its_node(workdir: Path, j: str, world: 
 def test_a_failing_rank_fails_the_job_with_its_root_cause(workdir: Path) -> None:
     job = run_job(workdir, env="FAIL_RANK=3,FAIL_ATTEMPTS=99")
     assert job.run.returncode != 0
-    assert "State: FAILED" in job.status()
+    assert "State: FAILED" in job.final_status()
     err = job.output(1, "err")
     assert "RuntimeError: rank 3 failed on purpose" in err, job.everything()
     job.assert_clean_output()
@@ -207,8 +218,8 @@ def test_a_retry_restarts_in_place_and_succeeds(workdir: Path) -> None:
 def test_a_retry_budget_that_runs_out_runs_the_job_exactly_twice(workdir: Path) -> None:
     job = run_job(workdir, "--max_retries", "1", env="FAIL_RANK=2,FAIL_ATTEMPTS=99")
     assert job.run.returncode != 0
-    time.sleep(5)  # torchx's own sbatch script would have requeued the job by now
-    assert "State: FAILED" in job.status()
+    # torchx's own sbatch script requeues the job before it ends: ended FAILED, not requeued
+    assert "State: FAILED" in job.final_status()
     squeue = subprocess.run(["squeue", "-h", "-j", job.app_id], capture_output=True, text=True)
     assert squeue.stdout.strip() == "", f"the job is back in the queue:\n{squeue.stdout}"
     # two runs of the job (rank 0's node restarts for its peer's failure, a membership
@@ -235,31 +246,28 @@ def test_cancel_stops_every_process_and_each_agent_reports(workdir: Path) -> Non
     )
     handle = re.findall(r"^slurm://\S+", submitted.stdout, re.MULTILINE)[0]
     job = Job(handle, workdir, submitted)
-    deadline = time.monotonic() + JOB_TIMEOUT_S
-    while time.monotonic() < deadline:
-        outs = [workdir / f"slurm-{job.app_id}-{ROLE}-{n}.out" for n in (0, 1)]
-        if all(p.exists() and "rank" in p.read_text() for p in outs):
-            break
-        time.sleep(0.5)
+    outs = [workdir / f"slurm-{job.app_id}-{ROLE}-{n}.out" for n in (0, 1)]
+    wait_until(
+        lambda: all(p.exists() and "rank" in p.read_text() for p in outs),
+        what="the ranks' first lines on both nodes",
+        timeout_s=JOB_TIMEOUT_S,
+        every_s=0.5,
+    )
     # sacct may still say PENDING for a moment after the tasks printed
-    while "State: RUNNING" not in job.status() and time.monotonic() < deadline:
-        time.sleep(1)
-    assert "State: RUNNING" in job.status()
+    job.status_once("State: RUNNING", "the job RUNNING in sacct")
     # the whole job's progress, as the rank-0 agent last printed it in its output file
     output_file = f"slurm-{job.app_id}-{ROLE}-0.err"
     progress = re.compile(rf"progress \d+/100000 .*of 4/4 ranks.* {output_file}\)")
-    while not progress.search(job.status()) and time.monotonic() < deadline:
-        time.sleep(1)
-    assert progress.search(job.status()), job.status() + job.everything()
+    job.status_once(progress, "the whole job's progress in torchx status")
     cancelled = run_torchx("cancel", handle, cwd=workdir)
     assert cancelled.returncode == 0, cancelled.stderr
-    deadline = time.monotonic() + 60
-    while "State: CANCELLED" not in job.status() and time.monotonic() < deadline:
-        time.sleep(1)
-    assert "State: CANCELLED" in job.status()
-    time.sleep(2)
-    left = subprocess.run(["pgrep", "-af", SCRIPT], capture_output=True, text=True)
-    assert left.stdout == "", f"processes of the job are left:\n{left.stdout}"
+    assert "State: CANCELLED" in job.final_status()
+    # the agents stop their workers, write their summaries and exit after the cancel
+    wait_until(
+        lambda: job.processes_left() == "",
+        what="the end of every process of the job",
+        detail=job.processes_left,
+    )
     job.assert_clean_output()
     # each agent stopped its workers, wrote its summary and exited 128 + SIGTERM
     summaries = [
