@@ -344,8 +344,7 @@ def _static_node_rank(args: argparse.Namespace, conf: dict[str, Any], nodes: Nod
         node_rank = _int("--rdzv-conf rank", conf["rank"])
     if not 0 <= node_rank < nodes.max_nodes:
         raise UsageError(
-            f"--node-rank {node_rank} is not in 0..{nodes.max_nodes - 1} (--nnodes"
-            f" {args.nnodes!r})"
+            f"--node-rank {node_rank} is not in 0..{nodes.max_nodes - 1} (--nnodes {args.nnodes!r})"
         )
     return node_rank
 
