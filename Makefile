@@ -11,10 +11,16 @@ JOB ?= -j 2x2
 # These two pull CUDA builds (about 5 GB each on disk; pip's cache keeps the downloads
 # unless PIP_NO_CACHE_DIR is set, as CI does).
 TORCH_VERSIONS ?= 2.4.0 2.15.0
-# (the torchrun compatibility file: its sample of forms there, every form in `make test`)
-AGENT_E2E_TESTS ?= tests/agent tests/fidelity tests/e2e/test_faults.py tests/e2e/test_start_methods.py \
-	tests/e2e/test_agent_usage_errors.py tests/e2e/test_torch_launcher_tests.py
-COMPAT_SAMPLE ?= tests/e2e/test_torchrun_compat.py -m torchrun_sample
+# The suites are pytest markers (pyproject.toml; tests/conftest.py marks whole folders and every
+# test that uses a real backend's fixture): `torch_lines` runs again on each torch version, with
+# `torchrun_sample` (a sample of the torchrun forms; every form runs in `make test`);
+# `torchx_dev` runs again on torchx's development line.
+OTHER_TORCH_SUITE := torch_lines or torchrun_sample
+# the real backends: `make test` runs them in a lane of their own, one at a time (each starts
+# its cluster or hosts), beside the lane of everything else
+BACKENDS := docker or kubernetes or slurm or netns
+PYTEST := pytest -q -rs -p no:cacheprovider --durations=15
+LANE := ci/lane.sh
 export PIP_CACHE_DIR ?= $(HOME)/.cache/pip
 
 DEV_VENV ?= .venv-torchx-nightly
@@ -24,6 +30,7 @@ KFP_VENV ?= .venv-kfp
 
 .PHONY: setup setup-torchx-dev test-torchx-dev example image test test-fast test-torch-versions lint bench
 .PHONY: setup-torch-versions setup-other-lines test-other-lines clean setup-kfp test-kfp
+.PHONY: test-local test-backends test-torchx-dev-lane
 
 setup: $(VENV)/.installed
 
@@ -42,12 +49,10 @@ $(DEV_VENV)/.installed: pyproject.toml hatch_build.py constraints.txt ci/torchx-
 	touch $@
 
 # The compatibility tests (CLI, components, run options, whole lines of a local run, its
-# terminal and its stop by a signal) with
-# torchx's development line; `make test` runs them (and everything else) with torchx 0.7.
-COMPAT_TESTS := tests/compat tests/unit/test_cli_integration.py tests/e2e/test_local_cwd_lines.py \
-	tests/e2e/test_local_cwd_terminal.py tests/e2e/test_local_cwd_stop.py
+# terminal and its stop by a signal: marker torchx_dev) with torchx's development line;
+# `make test` runs them (and everything else) with torchx 0.7.
 test-torchx-dev: setup-torchx-dev
-	$(DEV_VENV)/bin/pytest -q -p no:cacheprovider $(COMPAT_TESTS)
+	$(DEV_VENV)/bin/$(PYTEST) -m torchx_dev
 
 # KFP's SDK and torchx 0.7 (what the components import), then this package without its
 # requirements (torch, our kubernetes client): what `pip install torchx-elastic[kfp]` gives a
@@ -79,24 +84,37 @@ lint: setup
 	$(BIN)/ruff check torchx_elastic torchx_plugins hatch_build.py tests bench examples
 	$(BIN)/mypy
 
-# Everything, slow end-to-end runs included (Docker tests need an engine: ci/docker-engine.sh).
+# Everything, slow end-to-end runs included (Docker tests need an engine: ci/docker-engine.sh),
+# in two lanes side by side, each line of output named by its lane: the real backends (one at
+# a time) and everything else.
 test: lint
-	$(BIN)/pytest -q -rs --durations=15
+	$(MAKE) --no-print-directory -j2 test-local test-backends
+
+test-local: setup
+	$(LANE) local $(BIN)/$(PYTEST) -m "not ($(BACKENDS))"
+
+test-backends: setup
+	$(LANE) backends $(BIN)/$(PYTEST) -m "$(BACKENDS)"
 
 setup-torch-versions: $(foreach v,$(TORCH_VERSIONS),.venv-torch$(v)/.installed)
 
 # the venvs of the other torch versions and of torchx's development line
 setup-other-lines: setup-torch-versions setup-torchx-dev setup-kfp
 
-# the tests again on the other torch versions and on torchx's development line; KFP's compile
-test-other-lines: test-torch-versions test-torchx-dev test-kfp
+# the tests again on the other torch versions and on torchx's development line, then KFP's
+# compile tests: three lanes side by side
+test-other-lines: setup-other-lines
+	$(MAKE) --no-print-directory -j3 -k $(foreach v,$(TORCH_VERSIONS),test-torch$(v)) \
+		test-torchx-dev-lane
+
+test-torchx-dev-lane: setup-torchx-dev setup-kfp
+	$(LANE) torchx-dev $(MAKE) --no-print-directory test-torchx-dev test-kfp
 
 test-torch-versions: setup-torch-versions
-	status=0; for v in $(TORCH_VERSIONS); do \
-		echo "== agent end-to-end tests on torch $$v"; \
-		.venv-torch$$v/bin/pytest -q -rs -p no:cacheprovider $(AGENT_E2E_TESTS) || status=1; \
-		.venv-torch$$v/bin/pytest -q -rs -p no:cacheprovider $(COMPAT_SAMPLE) || status=1; \
-	done; exit $$status
+	$(MAKE) --no-print-directory -j2 -k $(foreach v,$(TORCH_VERSIONS),test-torch$(v))
+
+test-torch%: .venv-torch%/.installed
+	$(LANE) torch$* .venv-torch$*/bin/$(PYTEST) -m "$(OTHER_TORCH_SUITE)"
 
 # A machine-wide pip configuration may cap torch (a global constraints file): these venvs pin
 # their own torch, so pip reads no configuration file for them (PIP_* variables still apply).

@@ -97,3 +97,31 @@ def threads_ended() -> Iterator[None]:
         thread.join(max(0.0, deadline - time.monotonic()))
     left = sorted(t.name for t in set(threading.enumerate()) - before if t.is_alive())
     assert not left, f"threads this test left running: {', '.join(left)}"
+
+
+# The suites (the Makefile's test targets select them by marker; pyproject.toml lists them).
+# A test that brings up a real backend is marked by the fixture that brings it up, wherever
+# the test lives, so `make test`'s two lanes (the local one and the real backends') never run
+# one test twice or miss one (the browser runs in the local lane).
+BACKEND_FIXTURES = {
+    "docker_client": "docker",  # tests/docker/conftest.py: the real engine
+    "cluster": "kubernetes",  # tests/kubernetes/test_real_node.py: the real node
+    "slurm": "slurm",  # tests/slurm: the real two-node cluster
+    "hosts": "netns",  # tests/e2e/test_rendezvous_security.py: the simulated hosts
+    "browser": "browser",  # tests/e2e/test_timeline_browser.py: chromium
+}
+# the folders whose every test is in a suite that other lines run again
+FOLDER_SUITES = {
+    "agent": "torch_lines",  # the agent on every torch release CI runs
+    "fidelity": "torch_lines",
+    "compat": "torchx_dev",  # torchx's CLI and components on torchx's development line
+}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        for fixture in set(BACKEND_FIXTURES) & set(getattr(item, "fixturenames", ())):
+            item.add_marker(BACKEND_FIXTURES[fixture])
+        folder = Path(str(item.path)).relative_to(REPO / "tests").parts[0]
+        if folder in FOLDER_SUITES:
+            item.add_marker(FOLDER_SUITES[folder])

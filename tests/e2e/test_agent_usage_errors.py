@@ -9,7 +9,7 @@ import pytest
 
 from tests.conftest import run_agent
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.torch_lines]
 
 
 @pytest.mark.parametrize(

@@ -15,7 +15,7 @@ from tests.e2e.agents import alive, descendants, free_port, start_agent, wait_fo
 from tests.waiting import wait_until
 from torchx_elastic.contract import SECRET_ENV, SUMMARY_PREFIX, WAITING_FOR_NODES
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.torch_lines]
 
 CRASHY_TRAINING = """
 import json, os, random, sys

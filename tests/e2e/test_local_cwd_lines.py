@@ -15,7 +15,7 @@ import pytest
 
 from tests.conftest import run_torchx
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.torchx_dev]
 
 LINES_PER_RANK = 3000
 SPLIT_WRITES = f"""

@@ -23,7 +23,7 @@ from torchx_elastic.schedulers.local_stop import (
     stopping_line,
 )
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.torchx_dev]
 
 SAVE_S = 12
 # a save that no stop waits for: the second Ctrl-C kills the workers in the middle of it

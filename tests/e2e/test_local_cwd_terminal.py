@@ -21,7 +21,7 @@ from tests.agent.test_console_e2e import _screen
 from tests.conftest import BIN, _env
 from tests.pty_output import pty_chunks
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.torchx_dev]
 
 STEPS = 50
 DRAWING = f"""

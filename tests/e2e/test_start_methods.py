@@ -10,7 +10,7 @@ import pytest
 from tests.conftest import run_agent
 from torchx_elastic.contract.agent_args import FORK_SERVER
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.torch_lines]
 
 METHODS = [FORK_SERVER, "spawn"]
 

@@ -37,7 +37,7 @@ from tests.conftest import _env
 from tests.e2e.agents import free_port
 from torchx_elastic.contract.agent_args import parse_node_range
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.torch_lines]
 
 TEST_SCRIPT = """\
 import argparse
