@@ -22,6 +22,7 @@ import pytest
 
 from tests.conftest import BIN, _env
 from tests.ft.ports import free_port_pair
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -60,25 +61,17 @@ class Console:
         for line in self._proc.stderr:
             self.lines.append(line)
 
-    def wait_for(self, pattern: re.Pattern[str], timeout_s: float) -> re.Match[str]:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            for line in list(self.lines):
-                match = pattern.search(line)
-                if match:
-                    return match
-            time.sleep(0.05)
-        raise AssertionError(f"no {pattern.pattern!r} within {timeout_s} s:\n{self.text()}")
+    def wait_for(self, pattern: re.Pattern[str]) -> re.Match[str]:
+        def found() -> re.Match[str] | None:
+            return next((m for m in map(pattern.search, list(self.lines)) if m), None)
 
-    def wait_for_steps(self, group: int, quorum: int, count: int, timeout_s: float) -> None:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if sum(s.quorum == quorum for s in self.steps(group)) >= count:
-                return
-            time.sleep(0.05)
-        raise AssertionError(
-            f"group {group}: not {count} steps in a quorum of {quorum} within {timeout_s} s:\n"
-            f"{self.text()}"
+        return wait_until(found, what=f"{pattern.pattern!r} on the console", detail=self.text)
+
+    def wait_for_steps(self, group: int, quorum: int, count: int) -> None:
+        wait_until(
+            lambda: sum(s.quorum == quorum for s in self.steps(group)) >= count,
+            what=f"group {group}: {count} steps in a quorum of {quorum}",
+            detail=self.text,
         )
 
     def join(self) -> None:
@@ -214,8 +207,8 @@ def test_a_killed_group_restarts_alone_while_the_other_keeps_training(tmp_path: 
     )
     console = Console(proc)
     try:
-        victim = console.wait_for(re.compile(r"group 1 rank 1 pid (\d+) attempt 0"), 120)
-        console.wait_for_steps(1, quorum=2, count=KILL_AFTER_JOINT_STEPS, timeout_s=120)
+        victim = console.wait_for(re.compile(r"group 1 rank 1 pid (\d+) attempt 0"))
+        console.wait_for_steps(1, quorum=2, count=KILL_AFTER_JOINT_STEPS)
         killed_at = time.time()
         os.kill(int(victim[1]), signal.SIGKILL)
         code = proc.wait(timeout=150)
@@ -283,15 +276,14 @@ def check_run(console: Console, saved: Path, killed_at: float, code: int) -> str
         "group 1 never trained in a quorum of both groups again after its restart",
     )
 
-    # group 0 trained on alone (quorum 1) while group 1 was down, and never stopped for
-    # longer than the Lighthouse takes to drop a silent group (plus this busy machine's slack)
+    # group 0 trained on alone (quorum 1) while group 1 was down (how long it paused, the
+    # time the Lighthouse takes to drop a silent group, is a speed: printed, bench/)
     while_down = [s for s in group0 if killed_at < s.t < rejoined.t]
     alone = sum(s.quorum == 1 for s in while_down)
     check(
-        alone >= 3,
-        f"group 0 committed {alone} steps alone (quorum 1) while group 1 was down"
-        f" ({rejoined.t - killed_at:.2f} s from the kill to group 1's step {rejoined.step}),"
-        " expected 3 or more",
+        alone >= 1,
+        f"group 0 committed no step alone (quorum 1) while group 1 was down"
+        f" ({rejoined.t - killed_at:.2f} s from the kill to group 1's step {rejoined.step})",
     )
     # from group 0's last step before the kill: the kill lands mid-step, and the step group 0
     # was in when its allreduce failed is the one that waits for the Lighthouse
@@ -301,12 +293,6 @@ def check_run(console: Console, saved: Path, killed_at: float, code: int) -> str
     check(len(since_kill) >= 2, "group 0 committed no step after the kill")
     gaps = [(b.t - a.t, a) for a, b in zip(since_kill, since_kill[1:], strict=False)]
     pause, before_pause = max(gaps, key=lambda gap: gap[0])
-    limit_s = HEARTBEAT_TIMEOUT_MS / 1000 + 4
-    check(
-        pause < limit_s,
-        f"group 0 paused {pause:.2f} s after its step {before_pause.step}"
-        f" ({before_pause.t - killed_at:+.2f} s from the kill), expected under {limit_s} s",
-    )
 
     # the Lighthouse role logs the quorums it sees (it polls the Lighthouse once a second):
     # after the first quorum of both groups (the first may hold one group alone: torchft's
@@ -336,5 +322,6 @@ def check_run(console: Console, saved: Path, killed_at: float, code: int) -> str
     return (
         f"group 1 recovered in {rejoined.t - killed_at:.2f} s (kill to its first committed step"
         f" after its restart); group 0 meanwhile committed {len(while_down)} steps, longest pause"
-        f" {pause:.2f} s; group 0's steps not committed after the kill: {failed or 'none'}"
+        f" {pause:.2f} s after its step {before_pause.step}; group 0's steps not committed after"
+        f" the kill: {failed or 'none'}"
     )

@@ -6,12 +6,12 @@ from __future__ import annotations
 import importlib.util
 import json
 import logging
+import re
 import signal
 import socket
 import subprocess
 import sys
 import threading
-import time
 import urllib.error
 import urllib.request
 from datetime import timedelta
@@ -23,6 +23,7 @@ import torchx.specs as specs
 
 from tests.conftest import _env
 from tests.ft.ports import free_port_pair
+from tests.waiting import wait_until
 from torchx_elastic.components.dist_app import DistApp
 from torchx_elastic.components.ft import INSTALL_HINT, ddp
 from torchx_elastic.components.ft_app import FtApp, FtUsageError
@@ -45,10 +46,13 @@ def _app(**kwargs: object) -> specs.AppDef:
     return ddp("--lr", "0.1", script="train.py", **kwargs)  # type: ignore[arg-type]
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("", 0))
-        return int(sock.getsockname()[1])
+@pytest.fixture
+def gone_lighthouse_port() -> Iterator[int]:
+    """A Lighthouse port whose registry port (the next one) refuses every connection: a
+    socket bound there (port 0: a free one, held) that does not listen."""
+    with socket.socket() as registry:
+        registry.bind(("127.0.0.1", 0))
+        yield int(registry.getsockname()[1]) - 1
 
 
 def test_one_lighthouse_role_then_one_role_per_group_each_with_its_own_rendezvous() -> None:
@@ -191,7 +195,7 @@ def test_registry_over_http(registry_port: tuple[GroupRegistry, int]) -> None:
     waiter = threading.Thread(target=registry.wait_all_ended)
     waiter.start()
     post_event("127.0.0.1", port, 0, {"node": "0", "event": "ended", "rc": 0})
-    waiter.join(timeout=5)
+    waiter.join(timeout=60)
     assert not waiter.is_alive()
 
 
@@ -214,7 +218,7 @@ def test_group_launcher_sets_the_lighthouse_and_reports_the_agents_exit_code(
 
 
 def test_group_launcher_says_when_the_lighthouse_role_is_gone(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    gone_lighthouse_port: int, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from torchx_elastic.ft import group
 
@@ -224,7 +228,7 @@ def test_group_launcher_says_when_the_lighthouse_role_is_gone(
     monkeypatch.setenv(RANK0_ENV, "127.0.0.1")
     monkeypatch.delenv(LAUNCHER_PID_ENV, raising=False)
     monkeypatch.delenv(SECRET_ENV, raising=False)
-    assert group.run("0", _free_port(), ["-c", "pass"]) == 0
+    assert group.run("0", gone_lighthouse_port, ["-c", "pass"]) == 0
     refused = "unreachable ([Errno 111] Connection refused)"
     assert capsys.readouterr().err.strip().splitlines() == [
         "torchx-elastic: the Lighthouse role at 127.0.0.1 did not take the start of replica"
@@ -308,14 +312,16 @@ def test_a_lighthouse_role_without_a_secret_says_so_and_takes_unsigned_reports()
         text=True,
     )
     try:
-        deadline = time.monotonic() + 60
-        while True:
+
+        def took_the_end() -> bool:  # once it serves (it imports torch first)
+            assert lighthouse.poll() is None, "the Lighthouse role ended before it served"
             try:
                 post_event("127.0.0.1", port, 0, {"node": "0", "event": "ended", "rc": 0})
-                break
             except OSError:
-                assert time.monotonic() < deadline and lighthouse.poll() is None
-                time.sleep(0.2)
+                return False
+            return True
+
+        wait_until(took_the_end, what="the Lighthouse role's registry", every_s=0.2)
         _, err = lighthouse.communicate(timeout=60)
     finally:
         lighthouse.kill()
@@ -358,8 +364,8 @@ def test_the_quorum_is_read_from_torchft_lighthouse_status_page(
 
     from torchx_elastic.ft.lighthouse import Quorum, watch_quorums
 
-    port = _free_port()
-    server = LighthouseServer(bind=f"[::]:{port}", min_replicas=1, join_timeout_ms=100)
+    server = LighthouseServer(bind="[::]:0", min_replicas=1, join_timeout_ms=100)
+    port = int(server.address().rsplit(":", 1)[1])  # port 0: a free one, bound at once
     try:
         client = LighthouseClient(f"http://127.0.0.1:{port}", connect_timeout=timedelta(seconds=5))
         client.quorum(
@@ -377,11 +383,9 @@ def test_the_quorum_is_read_from_torchft_lighthouse_status_page(
         with caplog.at_level(logging.INFO, logger="torchx_elastic.ft.lighthouse"):
             watcher = threading.Thread(target=watch_quorums, args=(port, registry, stop))
             watcher.start()
-            deadline = time.monotonic() + 10
-            while registry.quorum is None and time.monotonic() < deadline:
-                time.sleep(0.1)
+            wait_until(lambda: registry.quorum is not None, what="the watcher's quorum")
             stop.set()
-            watcher.join(timeout=10)
+            watcher.join(timeout=60)
     finally:
         server.shutdown()
     assert quorum == Quorum(quorum_id=1, step=7, members=("ft_ddp_0",))
@@ -392,26 +396,65 @@ def test_the_quorum_is_read_from_torchft_lighthouse_status_page(
 
 
 def test_group_launcher_forwards_sigterm_to_the_agent_and_stops_at_once() -> None:
+    """Cancelled, it tries once to report its end (the Lighthouse role is being stopped
+    too), not for ENDED_REPORT_S."""
     agent = (
         "import signal, sys, time\n"
         "signal.signal(signal.SIGTERM, lambda *_: sys.exit(7))\n"
         "print('up', flush=True)\n"
         "time.sleep(60)\n"
     )
-    launcher = subprocess.Popen(
-        [sys.executable, "-m", "torchx_elastic.ft.group", "--node", "0"]
-        + ["--lighthouse_port", str(_free_port()), "--", "-c", agent],
-        env=_env({"REPLICA_GROUP_ID": "0", RANK0_ENV: "127.0.0.1"}),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    assert launcher.stdout is not None and launcher.stdout.readline() == "up\n"
-    sent_at = time.monotonic()
-    launcher.send_signal(signal.SIGTERM)
-    assert launcher.wait(timeout=30) == 7
-    # no Lighthouse role answers: one try, not ENDED_REPORT_S of retries
-    assert time.monotonic() - sent_at < 10
+    with UnansweredRegistry() as registry:
+        launcher = subprocess.Popen(
+            [sys.executable, "-m", "torchx_elastic.ft.group", "--node", "0"]
+            + ["--lighthouse_port", str(registry.lighthouse_port), "--", "-c", agent],
+            env=_env({"REPLICA_GROUP_ID": "0", RANK0_ENV: "127.0.0.1"}),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert launcher.stdout is not None and launcher.stdout.readline() == "up\n"
+        launcher.send_signal(signal.SIGTERM)
+        assert launcher.wait(timeout=60) == 7
+    assert registry.events.count("ended") == 1, registry.events
+
+
+class UnansweredRegistry:
+    """A registry port that takes each report and drops the connection unanswered (the
+    reporter's OSError, as for a Lighthouse role on its way out): the events it was sent."""
+
+    def __init__(self) -> None:
+        self._socket = socket.socket()
+        self._socket.bind(("127.0.0.1", 0))  # port 0: a free one, held
+        self._socket.listen()
+        self.lighthouse_port = int(self._socket.getsockname()[1]) - 1
+        self.events: list[str] = []
+        self._thread = threading.Thread(target=self._take, daemon=True)
+
+    def __enter__(self) -> UnansweredRegistry:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._socket.shutdown(socket.SHUT_RDWR)
+        self._socket.close()
+        self._thread.join(timeout=60)
+
+    def _take(self) -> None:
+        while True:
+            try:
+                connection, _ = self._socket.accept()
+            except OSError:  # closed: the test is over
+                return
+            with connection:
+                request, found = b"", None
+                while found is None and (chunk := connection.recv(65536)):
+                    request += chunk
+                    found = EVENT.search(request)
+                self.events.append(found[1].decode() if found else "?")
+
+
+EVENT = re.compile(rb'"event": ?"(\w+)"')  # of a report's JSON body
 
 
 def test_a_group_launcher_whose_secret_file_cannot_be_read_says_so_and_starts_nothing(
@@ -424,7 +467,8 @@ def test_a_group_launcher_whose_secret_file_cannot_be_read_says_so_and_starts_no
     monkeypatch.delenv(SECRET_ENV, raising=False)
     monkeypatch.setenv(SECRET_FILE_ENV, str(missing))
     started = tmp_path / "started"
-    assert group.run("0", _free_port(), ["-c", f"open({str(started)!r}, 'w')"]) == 1
+    # (it reports nothing, to no port)
+    assert group.run("0", 1, ["-c", f"open({str(started)!r}, 'w')"]) == 1
     assert capsys.readouterr().err.strip() == (
         f"torchx-elastic: error: {SECRET_FILE_ENV}={missing}: cannot read the job's secret"
         " (No such file or directory)"
