@@ -76,7 +76,7 @@ def test_quick_run_prints_the_table_and_writes_the_json(tmp_path: Path) -> None:
     for key in ("torchrun", "torchrun_fresh_store"):  # both with a fresh store here
         torchrun_restart = benchmarks["restart"]["variants"][key]
         assert torchrun_restart["failed"] == 0, torchrun_restart["notes"]
-        assert 0 < torchrun_restart["median"] < 60
+        assert torchrun_restart["median"] > 0
     restart_goals = {r["name"] for r in benchmarks["restart"]["ratios"]}
     assert {"ours / torchrun", "ours / torchrun_fresh_store"} <= restart_goals
     assert any("torchrun: 1/1 recovered" in note for note in benchmarks["restart"]["notes"])

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
@@ -13,6 +12,7 @@ from bench import commands, logcheck, phases, procs, restart
 from bench.benchmarks import Derived, Sample
 from bench.report import BenchmarkResult, Ratio, VariantResult, render_table
 from bench.run import benchmark_env, derived_result, main, rotated, selected, summary_notes
+from tests.waiting import wait_until
 from torchx_elastic.contract import STDOUT_FILE, rank_dir
 
 # records of a 2-rank run: rank 1 crashes at t=10, rank 0 is back at 12.5, rank 1 at 13
@@ -227,7 +227,7 @@ def test_run_together_times_and_reports_exit_codes(tmp_path: Path) -> None:
     )
     assert outcome.exit_codes == (0, 3)
     assert not outcome.ok and not outcome.timed_out
-    assert 0.3 <= outcome.wall_s < 10
+    assert outcome.wall_s >= 0.3  # (the harness's own overhead is not bounded here)
     assert outcome.output_tail() == "bye"
 
 
@@ -244,26 +244,26 @@ def test_timeout_stops_the_whole_tree_including_other_sessions(tmp_path: Path) -
         f"""
         import signal, subprocess, sys, time
         signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a launcher that ignores SIGTERM
-        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"],
                                  start_new_session=True)
         open({str(pid_file)!r}, "w").write(str(child.pid))
-        time.sleep(60)
+        time.sleep(3600)  # what ends first is the run's timeout: waiting for it would hang
         """
     )
-    start = time.monotonic()
     outcome = procs.run_together(
         [[sys.executable, "-c", launcher]],
         output_path=tmp_path / "out.log",
-        timeout_s=1.5,
+        timeout_s=10,  # the launcher started its child by then (a scenario's time, not a wait)
         cwd=tmp_path,
         envs=[{}],
     )
     assert outcome.timed_out and outcome.exit_codes == (None,)
-    assert time.monotonic() - start < 20
     grandchild = int(pid_file.read_text())
-    time.sleep(0.2)
     status = Path(f"/proc/{grandchild}/status")
-    assert not status.exists() or "zombie" in status.read_text()
+    wait_until(
+        lambda: not status.exists() or "zombie" in status.read_text(),
+        what="the end of the launcher's child in another session",
+    )
 
 
 def test_helpers_are_the_launchers_processes_that_are_not_workers() -> None:
