@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench.scale.agent_tree import agent_source, agent_tree
 from bench.scale.coordinator import REPO, HarnessError, Options, run
 from bench.scale.impls import IMPLS
 from bench.scale.summary import render_table, summarize
@@ -72,6 +73,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--reform-timeout", type=float, default=180.0)
     parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT, help="the JSON document")
     parser.add_argument("--log-dir", type=Path, default=None, help="the processes' stderr")
+    parser.add_argument(
+        "--agent-commit",
+        default=None,
+        help="simulate the agent of this commit (its torchx_elastic beside this harness, in"
+        " bench/results/agent-<commit>/), not the working tree's",
+    )
     return parser
 
 
@@ -88,8 +95,9 @@ def machine_facts() -> dict[str, Any]:
     }
 
 
-def options_for(args: argparse.Namespace, impl: str, nodes: int) -> Options:
+def options_for(args: argparse.Namespace, impl: str, nodes: int, root: Path) -> Options:
     return Options(
+        root=root,
         impl=impl,
         nodes=nodes,
         window_s=args.window,
@@ -117,10 +125,12 @@ def main(argv: list[str] | None = None) -> int:
             f" {', '.join(IMPLS)} and node counts of 2 or more (e.g. --nodes 16,64)"
         )
     words = argv if argv is not None else sys.argv[1:]
+    root = agent_tree(REPO, args.agent_commit) if args.agent_commit else REPO
     document: dict[str, Any] = {
         "command": " ".join(["python -m bench.scale", *words]),
         "started_unix_s": time.time(),
         "machine": machine_facts(),
+        "agent_source": agent_source(root),
         "records": [],
     }
     failed = 0
@@ -128,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
         for impl in impls:
             print(f"bench.scale: {impl} x {nodes} ...", file=sys.stderr, flush=True)
             try:
-                record = summarize(run(options_for(args, impl, nodes)))
+                record = summarize(run(options_for(args, impl, nodes, root)))
             except HarnessError as err:
                 record = {"impl": impl, "nodes": nodes, "harness_error": str(err)}
                 print(f"bench.scale: {impl} x {nodes}: {err}", file=sys.stderr, flush=True)

@@ -49,6 +49,7 @@ class Options:
     form_timeout_s: float = 300.0
     reform_timeout_s: float = 180.0
     log_dir: Path | None = None
+    root: Path = REPO  # where the simulated agents import torchx_elastic and bench from
 
 
 def process_count(options: Options) -> int:
@@ -57,11 +58,11 @@ def process_count(options: Options) -> int:
     return max(1, min(os.cpu_count() or 1, math.ceil(options.nodes / 16)))
 
 
-def clean_env(impl: str) -> dict[str, str]:
+def clean_env(impl: str, root: Path = REPO) -> dict[str, str]:
     from torchx_elastic.contract import SECRET_ENV, SHARE_STORE_OPT_OUT_ENV, new_secret
 
     env = {k: v for k, v in os.environ.items() if not k.startswith(_INHERITED_PREFIXES)}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(root), env.get("PYTHONPATH")]))
     env.setdefault("OMP_NUM_THREADS", "1")
     env.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")  # a vanished node's peers would log C++ frames
     env.pop(SHARE_STORE_OPT_OUT_ENV, None)
@@ -97,7 +98,7 @@ class NodeProcs:
             command = [sys.executable, "-m", "bench.scale.nodes", job_json, options.impl]
             proc = subprocess.Popen(
                 [*command, str(first), str(last - first)],
-                cwd=REPO,
+                cwd=options.root,
                 env=env,
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
@@ -149,10 +150,10 @@ class NodeProcs:
 
 
 class StoreServer:
-    def __init__(self, env: dict[str, str]) -> None:
+    def __init__(self, env: dict[str, str], root: Path = REPO) -> None:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "bench.scale.store_server"],
-            cwd=REPO,
+            cwd=root,
             env=env,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
@@ -191,6 +192,8 @@ class RunState:
         self.dropped: list[dict[str, Any]] = []
         self.lost: list[dict[str, Any]] = []
         self.errors: list[dict[str, Any]] = []
+        self.forming: list[dict[str, Any]] = []
+        self.marks: dict[str, dict[int, dict[str, Any]]] = {}
         self.exited: set[int] = set()
 
     def _take(self, event: dict[str, Any]) -> None:
@@ -209,6 +212,10 @@ class RunState:
             self.lost.append(event)
         elif kind == "error":
             self.errors.append(event)
+        elif kind == "forming":
+            self.forming.append(event)
+        elif kind == "mark":
+            self.marks.setdefault(event["phase"], {})[event["proc"]] = event
         elif kind == "exit":
             self.exited.add(event["proc"])
 
@@ -251,10 +258,29 @@ def _setup(state: RunState, options: Options, record: dict[str, Any]) -> None:
         raise HarnessError(f"{len(state.ready)} of {count} harness processes ready: {tail}")
     record["setup_s"] = max(r["setup_s"] for r in state.ready.values())
     record["settings"] = state.ready[0]["settings"]
+    record["agent_package"] = state.ready[0]["agent_package"]
+
+
+def _mark(state: RunState, phase: str) -> dict[str, Any]:
+    """Each live process's lag and CPU time since the last mark: the worst of them."""
+    live = [i for i, proc in enumerate(state.procs.procs) if proc.poll() is None]
+    state.procs.send(f"mark {phase}")
+    state.wait_for(lambda: all(i in state.marks.get(phase, {}) for i in live), 60)
+    marks = state.marks.get(phase, {}).values()
+    return {
+        "lag_ms_p99": _worst_ms(m["lag_s"]["p99"] for m in marks),
+        "lag_ms_max": _worst_ms(m["lag_s"]["max"] for m in marks),
+    }
+
+
+def _worst_ms(values: Any) -> float | None:
+    found = [v for v in values if v is not None]
+    return round(max(found) * 1000, 1) if found else None
 
 
 def _form(state: RunState, options: Options, record: dict[str, Any]) -> float:
     everyone = set(range(options.nodes))
+    _mark(state, "setup")
     go_at = time.time() + 1.0
     state.procs.send(f"go {go_at}")
     formed = state.wait_for(
@@ -265,14 +291,20 @@ def _form(state: RunState, options: Options, record: dict[str, Any]) -> float:
         options.form_timeout_s,
     )
     joins = state.in_round(everyone, options.nodes, go_at)
+    formed = formed and len(joins) == options.nodes
     firsts = [js[0] for js in state.joins.values() if js]
     record["form"] = {
         "go_at": go_at,
-        "formed": formed and len(joins) == options.nodes,
+        "formed": formed,
         "all_in_s": max(j["t"] for j in joins.values()) - go_at if formed else None,
         "first_join_s": sorted(round(j["t"] - go_at, 3) for j in firsts),
         "first_join_worlds": sorted({j["world"] for j in firsts}),
         "start_lag_s": max((j["started"] - go_at for j in firsts), default=None),
+        "harness": _mark(state, "form"),
+        "progress": [
+            {k: v for k, v in e.items() if k not in ("ev", "t")} | {"s": round(e["t"] - go_at, 1)}
+            for e in state.forming
+        ],
     }
     return go_at
 
@@ -353,9 +385,9 @@ def run(options: Options) -> dict[str, Any]:
 
     log_dir = options.log_dir or Path(tempfile.mkdtemp(prefix="bench_scale_"))
     log_dir.mkdir(parents=True, exist_ok=True)
-    env = clean_env(options.impl)
+    env = clean_env(options.impl, options.root)
     min_nodes = options.min_nodes or max(1, options.nodes - 1)
-    server = StoreServer(env)
+    server = StoreServer(env, options.root)
     job = Job(
         HOST,
         server.port,

@@ -80,6 +80,14 @@ class NodeCounters:
     beat_gaps_s: list[float] = field(default_factory=list)  # between successful state CASes
     beat_retries: list[int] = field(default_factory=list)  # conflicts before each success
     beat_spans_s: list[float] = field(default_factory=list)  # first try to success
+    # a CAS writes over the state the node read last (a get, or a failed CAS's answer):
+    # another node's write since then makes it fail. How old that state is at each CAS;
+    # and where the same thread read it (a retry, a get of the same operation), the wall
+    # time from the read to the CAS and the CPU time the thread used in it (the rest is
+    # waiting for the GIL or a CPU: the harness, not the agent)
+    token_age_s: list[float] = field(default_factory=list)
+    think_wall_s: list[float] = field(default_factory=list)
+    think_cpu_s: list[float] = field(default_factory=list)
 
     def kind(self, name: str) -> KindStats:
         stats = self.kinds.get(name)
@@ -112,6 +120,7 @@ class CountingStore(dist.Store):  # type: ignore[misc]
         self._lock = threading.Lock()
         self.counters = NodeCounters()
         self._last_success_s: float | None = None
+        self._read_at: tuple[float, int, float] | None = None  # time, thread, its CPU time
         self._streak = 0  # conflicts since the last successful state CAS
         self._streak_start_s = 0.0
         self._frozen = threading.Event()
@@ -160,18 +169,28 @@ class CountingStore(dist.Store):  # type: ignore[misc]
                 counters.purposes[purpose_of(key, self._state_key)] += 1
         return result
 
+    def _state_read(self) -> None:
+        self._read_at = (time.perf_counter(), threading.get_ident(), time.thread_time())
+
     def _state_cas(self, expected: Any, desired: Any) -> bytes:
-        start_s = time.perf_counter()
+        start_s, start_cpu_s = time.perf_counter(), time.thread_time()
+        read = self._read_at
         key = self._state_key
         out = _size(key) + _size(expected) + _size(desired)
         result = self._call(
             "compare_set", [key], out, self._inner.compare_set, key, expected, desired
         )
         now_s = time.perf_counter()
+        self._state_read()
         with self._lock:
             counters = self.counters
             counters.cas_attempts += 1
             counters.state_bytes = len(result)
+            if read is not None:
+                counters.token_age_s.append(start_s - read[0])
+                if read[1] == threading.get_ident():
+                    counters.think_wall_s.append(start_s - read[0])
+                    counters.think_cpu_s.append(start_cpu_s - read[2])
             if bytes(result) != _as_bytes(desired):
                 counters.cas_conflicts += 1
                 if self._streak == 0:
@@ -195,6 +214,7 @@ class CountingStore(dist.Store):  # type: ignore[misc]
     def get(self, key: str) -> bytes:
         result = self._call("get", [key], _size(key), self._inner.get, key)
         if key == self._state_key:
+            self._state_read()
             with self._lock:
                 self.counters.state_bytes = len(result)
         return result  # type: ignore[no-any-return]

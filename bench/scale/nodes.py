@@ -28,7 +28,7 @@ import time
 from typing import Any, TextIO
 
 from bench.scale.counting import CountingStore, NodeCounters, NodeStopped
-from bench.scale.impls import Job, SimNode, settings_of, state_round
+from bench.scale.impls import Job, SimNode, settings_of, state_round, torch_handler
 
 LAG_PROBE_S = 0.02  # the lag probe's sleep
 STACK_BYTES = 512 * 1024  # thousands of threads: smaller stacks than the default 8 MiB
@@ -60,6 +60,8 @@ class Emitter:
 class LagProbe:
     """How late a thread of this process wakes up from a short sleep (GIL and CPU)."""
 
+    recent: list[float] = []  # the last samples (for the reports while forming)
+
     def __init__(self) -> None:
         self.samples: list[float] = []
         self._thread = threading.Thread(target=self._run, name="lag-probe", daemon=True)
@@ -75,7 +77,9 @@ class LagProbe:
         while True:
             start = time.perf_counter()
             time.sleep(LAG_PROBE_S)
-            self.samples.append(time.perf_counter() - start - LAG_PROBE_S)
+            lag = time.perf_counter() - start - LAG_PROBE_S
+            self.samples.append(lag)
+            LagProbe.recent = [*LagProbe.recent[-49:], lag]
 
 
 class NodeRunner:
@@ -89,6 +93,7 @@ class NodeRunner:
         self._emit = emit
         self.go = threading.Event()
         self.told = threading.Event()  # torch: its workers failed, the agent re-forms
+        self.joined = threading.Event()  # the first round
         self._said_dropped = False
         self.thread = threading.Thread(target=self._run, name=f"node-{index}", daemon=True)
 
@@ -130,6 +135,7 @@ class NodeRunner:
         started = time.time()
         rank, world = self.node.join()
         self.node.store.new_round()
+        self.joined.set()
         self._said_dropped = False
         self._emit(
             "joined",
@@ -169,6 +175,15 @@ def _timeout() -> Any:
     return timedelta(seconds=60)  # the agent's and torch's read_timeout
 
 
+def summary_of(lag: list[float]) -> dict[str, float | int | None]:
+    ordered = sorted(lag)
+
+    def at(q: float) -> float | None:
+        return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))], 5) if ordered else None
+
+    return {"n": len(ordered), "p50": at(0.5), "p99": at(0.99), "max": at(1.0)}
+
+
 def window_report(
     nodes: list[SimNode], lag: list[float], cpu_s: float, wall_s: float
 ) -> dict[str, Any]:
@@ -203,6 +218,9 @@ def window_report(
         merged.beat_gaps_s += counters.beat_gaps_s
         merged.beat_retries += counters.beat_retries
         merged.beat_spans_s += counters.beat_spans_s
+        merged.token_age_s += counters.token_age_s
+        merged.think_wall_s += counters.think_wall_s
+        merged.think_cpu_s += counters.think_cpu_s
     return {
         "live_nodes": live,
         "kinds": kinds,
@@ -213,12 +231,38 @@ def window_report(
         "beat_gaps_s": [round(s, 4) for s in merged.beat_gaps_s],
         "beat_retries": merged.beat_retries,
         "beat_spans_s": [round(s, 5) for s in merged.beat_spans_s],
+        "token_age_s": [round(s, 5) for s in merged.token_age_s],
+        "think_wall_s": [round(s, 6) for s in merged.think_wall_s],
+        "think_cpu_s": [round(s, 6) for s in merged.think_cpu_s],
         "per_node": per_node,
         "lag_s": [round(s, 5) for s in lag],
         "cpu_s": cpu_s,
         "wall_s": wall_s,
         "threads": threading.active_count(),
     }
+
+
+FORMING_REPORT_S = 5.0
+
+
+def report_forming(nodes: list[SimNode], runners: dict[int, NodeRunner], emit: Emitter) -> None:
+    """Every :data:`FORMING_REPORT_S` until its nodes are in the first round: how far the
+    rendezvous got, as this process's first node last read it, and the CAS so far."""
+    first = torch_handler(nodes[0].handler)
+    while not all(runner.joined.is_set() for runner in runners.values()):
+        time.sleep(FORMING_REPORT_S)
+        state = first._state_holder.state  # noqa: SLF001
+        emit(
+            "forming",
+            t=time.time(),
+            participants=len(state.participants),
+            wait_list=len(state.wait_list),
+            complete=bool(state.complete),
+            joined=sum(runner.joined.is_set() for runner in runners.values()),
+            cas_attempts=sum(node.store.counters.cas_attempts for node in nodes),
+            cas_conflicts=sum(node.store.counters.cas_conflicts for node in nodes),
+            lag_s_max=max(LagProbe.recent, default=0.0),
+        )
 
 
 def _cpu_s() -> float:
@@ -240,6 +284,12 @@ def serve(nodes: list[SimNode], runners: dict[int, NodeRunner], emit: Emitter) -
             time.sleep(max(0.0, float(words[1]) - time.time()))
             for runner in runners.values():
                 runner.go.set()
+            threading.Thread(
+                target=report_forming, args=(nodes, runners, emit), daemon=True
+            ).start()
+        elif command == "mark":  # the end of a phase: this process's lag and CPU in it
+            lag = probe.take()
+            emit("mark", phase=words[1], lag_s=summary_of(lag), cpu_s=_cpu_s())
         elif command == "window_start":
             for node in nodes:
                 node.store.reset()
@@ -278,6 +328,7 @@ def main(argv: list[str]) -> None:
         setup_s=time.monotonic() - started,
         settings=settings_of(nodes[0].handler),
         addresses=[node_address(i) for i in runners],
+        agent_package=os.path.dirname(sys.modules["torchx_elastic"].__file__ or ""),
     )
     serve(nodes, runners, emit)
     for node in nodes:

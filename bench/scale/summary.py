@@ -90,6 +90,9 @@ def heartbeats(reports: list[dict[str, Any]], seconds: float, interval_s: float)
     retries = [n for r in reports for n in r["beat_retries"]]
     spans = [s for r in reports for s in r["beat_spans_s"]]
     late = sum(1 for g in gaps if g > LATE_FACTOR * interval_s)
+    token_age = [t for r in reports for t in r.get("token_age_s", [])]
+    think_wall = [t for r in reports for t in r.get("think_wall_s", [])]
+    think_cpu = [t for r in reports for t in r.get("think_cpu_s", [])]
     return {
         "cas_per_s": attempts / seconds,
         "conflicts_per_s": conflicts / seconds,
@@ -106,6 +109,12 @@ def heartbeats(reports: list[dict[str, Any]], seconds: float, interval_s: float)
         "span_ms_p50": _ms(percentile(spans, 50)),
         "span_ms_p99": _ms(percentile(spans, 99)),
         "span_ms_max": _ms(max(spans, default=None)),
+        "token_age_ms_p50": _ms(percentile(token_age, 50)),
+        "token_age_ms_p99": _ms(percentile(token_age, 99)),
+        "think_ms_p50": _ms(percentile(think_wall, 50)),
+        "think_ms_p99": _ms(percentile(think_wall, 99)),
+        "think_cpu_ms_p50": _ms(percentile(think_cpu, 50)),
+        "think_cpu_ms_p99": _ms(percentile(think_cpu, 99)),
     }
 
 

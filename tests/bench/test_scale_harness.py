@@ -119,15 +119,17 @@ def test_four_nodes_of_each_rendezvous_are_measured(tmp_path: Path) -> None:
     document = json.loads(output.read_text())
     records = {r["impl"]: r for r in document["records"]}
     assert set(records) == {"torch", "ours"}
+    # torch's keep-alive: a CAS of the whole state (ours may keep its liveness elsewhere)
+    assert records["torch"]["settings"]["keep_alive_interval_s"] == 1.0
+    torch_steady = records["torch"]["steady"]
+    assert torch_steady["cas"]["beats"] > 0 and torch_steady["cas"]["state_bytes"] > 0
+    assert torch_steady["store"]["by_purpose_per_s"]["state"] > 0
     for impl, record in records.items():
-        assert record["settings"]["keep_alive_interval_s"] == 1.0, impl
         assert record["form"]["formed"] and record["form"]["all_in_s"] > 0, impl
         steady = record["steady"]
         assert steady["live_nodes"] == 4
         assert steady["store"]["ops_per_s"] > 0
-        assert steady["store"]["by_kind"]["compare_set"]["per_s"] > 0
-        assert steady["store"]["by_purpose_per_s"]["state"] > 0
-        assert steady["cas"]["beats"] > 0 and steady["cas"]["state_bytes"] > 0
+        assert sum(k["per_s"] for k in steady["store"]["by_kind"].values()) > 0
         assert record["false_drops"] == [] and record["declared_dead_healthy"] == [], impl
         assert record["errors"] == []
         assert record["harness"]["harness_cores"] > 0
