@@ -9,14 +9,21 @@ import re
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
+import pytest
 from torchx.runner import Runner
 from torchx.specs import AppDef, AppState, Role
 
+from tests.waiting import wait_until
 from torchx_elastic.contract.job_progress import JobSummary, write_file
 from torchx_elastic.contract.log_layout import LocalAppLogs
 from torchx_elastic.ft.lighthouse import Quorum
 from torchx_elastic.schedulers.local_cwd import create_scheduler
+
+pytestmark = pytest.mark.slow
+
+RUN = "import time; time.sleep(3600)"  # the roles run until the test cancels them
 
 
 def _role(name: str, code: str) -> Role:
@@ -31,10 +38,10 @@ def test_status_of_an_app_of_several_roles_shows_its_groups(tmp_path: Path) -> N
             _role(
                 "lighthouse",
                 f"import sys, time; print('[torchx-elastic ft] {quorum}', file=sys.stderr,"
-                " flush=True); time.sleep(60)",
+                f" flush=True); {RUN}",
             ),
-            _role("group0", "import time; time.sleep(60)"),
-            _role("group1", "import time; time.sleep(60)"),
+            _role("group0", RUN),
+            _role("group1", RUN),
         ],
     )
     with Runner("test", {"local_cwd": create_scheduler}) as runner:
@@ -49,12 +56,13 @@ def test_status_of_an_app_of_several_roles_shows_its_groups(tmp_path: Path) -> N
                 ranks_reporting=2, ranks=2, nodes_reporting=1, nodes=1, time_s=time.time(),
             )  # fmt: skip
             write_file(progress_dir, summary)
-            deadline = time.monotonic() + 30
-            while True:
+
+            def with_the_quorum() -> Any:
                 status = runner.status(handle)
                 assert status is not None
-                if "last quorum" in status.msg or time.monotonic() > deadline:
-                    break
+                return status if "last quorum" in status.msg else None
+
+            status = wait_until(with_the_quorum, what="the Lighthouse role's quorum in status")
         finally:
             runner.cancel(handle)
     assert status.state == AppState.RUNNING
