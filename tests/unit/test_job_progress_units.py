@@ -1,42 +1,29 @@
-"""Progress across nodes in one process: the summary's forms, aggregation, the exchange over
-a real torch TCPStore, the rendezvous hook, and what ``torchx status`` makes of the line."""
+"""Progress across nodes, in this process: the summary's forms, aggregation, and what
+``torchx status`` makes of the line (the exchange over a real torch TCPStore and the
+rendezvous hook: tests/agent/test_progress_exchange.py)."""
 
 from __future__ import annotations
 
-import json
-import socket
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
 import pytest
-from torch.distributed import PrefixStore, TCPStore
-from torch.distributed.elastic.rendezvous import (
-    RendezvousHandler,
-    RendezvousInfo,
-    RendezvousStoreInfo,
-)
 
 from torchx_elastic.agent.console.progress.channel import RankActivity
 from torchx_elastic.agent.console.progress.exchange import (
-    JobProgressExchange,
     NodeReport,
     RankReport,
     SeenReport,
     aggregate,
     node_report,
 )
-from torchx_elastic.agent.rendezvous.observed import ObservedRendezvous
-from torchx_elastic.contract import JOB_PROGRESS_FILE, PROGRESS_KEY_PREFIX, PROGRESS_PUBLISHERS_KEY
 from torchx_elastic.contract.job_progress import JobSummary, QuietRank, parse_line, read_file
 from torchx_elastic.schedulers.progress_status import (
     join_message,
     log_timestamp,
     progress_message,
 )
-
-# the progress exchange calls torch's store from a thread of its own
-pytestmark = pytest.mark.usefixtures("threads_ended")
 
 
 def _summary(**changes: Any) -> JobSummary:
@@ -166,200 +153,12 @@ def test_a_ranks_step_is_as_old_as_the_message_that_said_it() -> None:
     assert summary is not None and (summary.step, summary.fastest_step) == (10, 11)
 
 
-def _publish(store: Any, node: int, seq: int, step: int, sent_s: float) -> None:
-    """A node's report as its agent writes it: one rank stepping at 10 steps/s."""
-    report = {
-        "node": node,
-        "seq": seq,
-        "final": False,
-        "ranks": [[node, step, 300, 10.0, 0.0, 0, 0.0]],
-        "sent": sent_s,
-    }
-    store.set(f"{PROGRESS_KEY_PREFIX}{node}", json.dumps(report))
-
-
-def test_the_line_counts_live_nodes_and_shows_no_spread_in_lockstep(
-    stores: tuple[Any, Any],
-) -> None:
-    """Three nodes in lockstep; node 2 goes silent (a cut link: its last report stays)."""
-    store0, store1 = stores
-    now, wall = [100.0], [5000.0]
-    activity = RankActivity(clock=lambda: now[0])
-    node0 = JobProgressExchange(
-        activity,
-        None,
-        interval_s=60,  # exchanges are driven by hand
-        stale_after_s=5.0,
-        same_moment_s=2.0,
-        clock=lambda: now[0],
-        wall_clock=lambda: wall[0],
-    )
-    lines = []
-    try:
-        node0.start_round(store0, 0, 3)
-        node0.set_ranks({0: 0})
-        for second in range(1, 13):
-            for tenth in range(10):  # node 0's rank: 10 steps/s, every step reported
-                now[0] += 0.1
-                wall[0] += 0.1
-                activity.progress(0, 0, 10 * second + tenth - 9, 300)
-            step = 10 * second  # node 0's rank now; the others published 0.9 s ago
-            for node in (1, 2) if second <= 4 else (1,):
-                _publish(store1, node, second, step - 9, wall[0] - 0.9)
-            node0.exchange()
-            summary = node0.latest()
-            assert summary is not None
-            lines.append(summary.line())
-            if 5 < second < 10:  # node 2 is late (last heard 2 to 5 s ago) and still live
-                assert (summary.step, summary.slowest_rank) == (31, 2)
-                assert summary.fastest_step == step - 9  # the others: as of 0.9 s ago
-            else:
-                assert summary.fastest_step == summary.step  # the same moment: no spread
-    finally:
-        node0.close()
-    assert lines[3] == (
-        "[job progress] 31/300 (10.3%) of 3/3 ranks on 3/3 nodes, slowest r0 (n0) 31,"
-        " fastest r2 (n2) 31, 10 steps/s, ETA 27s"
-    )
-    # node 2's report stopped changing after the 4th exchange: live for 5 s, then not counted
-    assert "of 3/3 ranks on 3/3 nodes" in lines[8]
-    assert lines[9] == (
-        "[job progress] 91/300 (30.3%) of 2/3 ranks on 2/3 nodes, slowest r0 (n0) 91,"
-        " fastest r1 (n1) 91, 10 steps/s, ETA 21s"
-    )
-    assert all("of 2/3 ranks on 2/3 nodes" in line for line in lines[9:])
-
-
 def test_node_reports_round_trip_and_bad_ones_are_refused() -> None:
     report = NodeReport(1, 4, True, (_rank(2, 40), _rank(3, None, None, None)))
     assert NodeReport.from_json(report.to_json().encode()) == report
     for bad in ("", "[]", '{"node": 1}', '{"node":1,"seq":1,"final":false,"ranks":[[1]]}'):
         with pytest.raises(ValueError, match="not a node progress report"):
             NodeReport.from_json(bad)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@pytest.fixture
-def stores() -> tuple[Any, Any]:
-    """The round's store on the rank-0 node (it hosts the TCPStore) and on another node."""
-    port = _free_port()
-    server = TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False)
-    client = TCPStore("127.0.0.1", port, is_master=False)
-    prefix = "torch.rendezvous.test.1"
-    return PrefixStore(prefix, server), PrefixStore(prefix, client)
-
-
-def _feed(activity: RankActivity, local_rank: int, step: int, total: int = 100) -> None:
-    activity.progress(local_rank, 0, step, total)
-
-
-def test_two_nodes_exchange_over_the_rendezvous_store(
-    stores: tuple[Any, Any], tmp_path: Path
-) -> None:
-    store0, store1 = stores
-    activity0, activity1 = RankActivity(), RankActivity()
-    node0 = JobProgressExchange(activity0, str(tmp_path), interval_s=60, final_wait_s=5)
-    node1 = JobProgressExchange(activity1, None, interval_s=60, final_wait_s=5)
-    try:
-        node0.start_round(store0, 0, 2)
-        node1.start_round(store1, 1, 2)
-        node0.set_ranks({0: 0, 1: 1})
-        node1.set_ranks({0: 2, 1: 3})
-        node1.exchange()
-        node0.exchange()
-        assert node0.latest() is None  # no rank reported a step yet
-        assert not store0.check([f"{PROGRESS_KEY_PREFIX}1"])  # nothing to say: nothing published
-        _feed(activity0, 0, 30), _feed(activity0, 1, 25)
-        _feed(activity1, 0, 10), _feed(activity1, 1, 40)
-        node1.exchange()
-        node0.exchange()
-        summary = node0.latest()
-        assert summary is not None
-        assert (summary.step, summary.slowest_rank, summary.slowest_node) == (10, 2, 1)
-        assert (summary.fastest_step, summary.fastest_rank, summary.fastest_node) == (40, 3, 1)
-        assert (summary.ranks_reporting, summary.nodes_reporting, summary.nodes) == (4, 2, 2)
-        assert node1.latest() is None  # only node rank 0 sums up
-        assert read_file(str(tmp_path / JOB_PROGRESS_FILE)) == summary
-        assert int(store0.add(PROGRESS_PUBLISHERS_KEY, 0)) == 2
-
-        # the end: node 1's final report comes in while node 0 waits for it
-        for local_rank, step in ((0, 100), (1, 100)):
-            _feed(activity0, local_rank, step), _feed(activity1, local_rank, step)
-            activity0.finish(local_rank, 0), activity1.finish(local_rank, 0)
-        node1.workers_ended()
-        node0.workers_ended()
-        final = node0.latest()
-        assert final is not None and (final.step, final.fastest_step) == (100, 100)
-        assert read_file(str(tmp_path / JOB_PROGRESS_FILE)) == final
-        store0.set(f"{PROGRESS_KEY_PREFIX}1", "garbage")  # after the end nothing is read any more
-        node0.exchange()
-        assert node0.latest() == final
-    finally:
-        node0.close()
-        node1.close()
-
-
-def test_node_rank_0_waits_a_bounded_time_for_a_lost_node(stores: tuple[Any, Any]) -> None:
-    store0, _ = stores
-    activity = RankActivity()
-    node0 = JobProgressExchange(activity, None, interval_s=60, final_wait_s=0.5)
-    node0.start_round(store0, 0, 2)
-    node0.set_ranks({0: 0})
-    _feed(activity, 0, 100)
-    node0.workers_ended()  # node 1 never reports: returns after final_wait_s
-    summary = node0.latest()
-    assert summary is not None and (summary.nodes_reporting, summary.nodes) == (1, 2)
-    node0.close()
-
-
-class _Handler(RendezvousHandler):
-    def __init__(self, store: Any) -> None:
-        self.store = store
-        self.rounds = 0
-
-    def get_backend(self) -> str:
-        return "test"
-
-    def next_rendezvous(self) -> RendezvousInfo:
-        self.rounds += 1
-        return RendezvousInfo(self.store, 1, 3, RendezvousStoreInfo("localhost", 0))
-
-    def is_closed(self) -> bool:
-        return False
-
-    def set_closed(self) -> None:
-        pass
-
-    def num_nodes_waiting(self) -> int:
-        return 0
-
-    def get_run_id(self) -> str:
-        return "run"
-
-    def shutdown(self) -> bool:
-        return True
-
-
-def test_every_rendezvous_round_reaches_the_listener(stores: tuple[Any, Any]) -> None:
-    rounds: list[tuple[Any, int, int]] = []
-    inner = _Handler(stores[0])
-    handler = ObservedRendezvous(
-        inner, lambda store, rank, nodes: rounds.append((store, rank, nodes))
-    )
-    info = handler.next_rendezvous()
-    assert (info.rank, info.world_size) == (1, 3)
-    assert rounds == [(stores[0], 1, 3)]
-    assert (handler.get_run_id(), handler.get_backend(), inner.rounds) == ("run", "test", 1)
-
-    def broken(store: Any, rank: int, nodes: int) -> None:
-        raise RuntimeError("listener bug")
-
-    assert ObservedRendezvous(inner, broken).next_rendezvous().rank == 1  # never fails a round
 
 
 NOW = datetime(2026, 11, 22, 10, 0, 30, tzinfo=timezone.utc)
@@ -391,70 +190,6 @@ def test_status_message_keeps_what_was_there() -> None:
     assert join_message("", "progress 1/2") == "progress 1/2"
     assert join_message("r1 failed", "progress 1/2") == "r1 failed\nprogress 1/2"
     assert join_message("r1 failed", None) == "r1 failed"
-
-
-def test_only_the_rank_0_node_prints_the_job_line(stores: tuple[Any, Any]) -> None:
-    import io
-
-    from torchx_elastic.agent.console.output.display import PlainConsole
-
-    store0, store1 = stores
-    printed: dict[int, bytes] = {}
-    for node, store in ((1, store1), (0, store0)):
-        activity = RankActivity()
-        exchange = JobProgressExchange(activity, None, interval_s=60)
-        exchange.start_round(store, node, 2)
-        exchange.set_ranks({0: 2 * node, 1: 2 * node + 1})
-        _feed(activity, 0, 10 + node), _feed(activity, 1, 20 + node)
-        err = io.BytesIO()
-        console = PlainConsole(activity, io.BytesIO(), err, status_interval_s=0, job=exchange)
-        exchange.exchange()
-        console.print_status()
-        printed[node] = err.getvalue()
-        exchange.close()
-    assert printed[1] == b""  # one line per job, not one per node
-    assert printed[0] == (
-        b"[job progress] 10/100 (10.0%) of 4/4 ranks on 2/2 nodes, slowest r0 (n0) 10,"
-        b" fastest r3 (n1) 21\n"
-    )
-
-
-def test_node_rank_0_samples_progress_into_the_event_log_at_a_bounded_rate(
-    stores: tuple[Any, Any], tmp_path: Path
-) -> None:
-    from torchx_elastic.contract import events as event_records
-    from torchx_elastic.contract.events import EventLog, read_events
-
-    store0, _ = stores
-    now = [0.0]
-    events = EventLog.in_dir(str(tmp_path))
-    activity = RankActivity(clock=lambda: now[0])
-    node0 = JobProgressExchange(
-        activity,
-        None,
-        interval_s=60,
-        final_wait_s=0.5,
-        clock=lambda: now[0],
-        record_event=events.emit,
-    )
-    try:
-        node0.start_round(store0, 0, 1)
-        node0.set_ranks({0: 0})
-        for step in range(1, 41):  # 40 exchanges, 0.25 s apart: 10 s
-            now[0] += 0.25
-            _feed(activity, 0, step)
-            node0.exchange()
-        node0.exchange()  # nothing changed: no sample
-        activity.finish(0, 0)
-        node0.workers_ended()
-    finally:
-        node0.close()
-    samples = [r for r in read_events(events.path or "") if r["event"] == event_records.PROGRESS]
-    interval = event_records.PROGRESS_INTERVAL_S
-    assert [s["step"] for s in samples] == [1, 9, 17, 25, 33, 40]
-    assert 10 / interval <= len(samples) <= 10 / interval + 2
-    assert set(event_records.PROGRESS_FIELDS) <= set(samples[-1])
-    assert (samples[-1]["slowest_rank"], samples[-1]["total"]) == (0, 100)
 
 
 def test_status_shows_the_waiting_line_while_it_is_the_newest() -> None:
