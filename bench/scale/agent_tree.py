@@ -35,11 +35,13 @@ def agent_tree(repo: Path, commit: str) -> Path:
             check=True,
         ).stdout
         subprocess.run(["tar", "-x", "-C", str(tree)], input=archive, check=True)
-        (tree / "bench" / "scale").mkdir(parents=True)
-        shutil.copy(repo / "bench" / "__init__.py", tree / "bench" / "__init__.py")
-        for source in (repo / "bench" / "scale").glob("*.py"):
-            shutil.copy(source, tree / "bench" / "scale" / source.name)
         (tree / COMMIT_FILE).write_text(full + "\n")
+    # this harness as it is now (made again on every run)
+    shutil.rmtree(tree / "bench", ignore_errors=True)
+    (tree / "bench" / "scale").mkdir(parents=True)
+    shutil.copy(repo / "bench" / "__init__.py", tree / "bench" / "__init__.py")
+    for source in (repo / "bench" / "scale").glob("*.py"):
+        shutil.copy(source, tree / "bench" / "scale" / source.name)
     return tree
 
 

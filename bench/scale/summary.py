@@ -3,9 +3,13 @@
 Rates are per second of the steady-state window. A heartbeat is one successful CAS of the
 rendezvous state (in steady state nothing else writes it); a late one came more than
 :data:`LATE_FACTOR` keep-alive intervals after the node's previous one. The harness
-itself is the bottleneck (``harness-bound``) where its threads wake up late: the 99th
-percentile of the lag probe over :data:`HARNESS_LAG_SHARE` of the keep-alive interval,
-or where its processes and the store together use nearly every CPU of the machine.
+itself is the bottleneck (``harness-bound``) where its threads wake up late (the 99th
+percentile of the lag probe, in the window or while the first round forms, over
+:data:`HARNESS_LAG_SHARE` of the keep-alive interval), where its processes and the store
+together use nearly every CPU of the machine, or where a CAS's read-to-write window is
+much longer than the CPU time its thread spent in it (:data:`THINK_INFLATION` times: the
+rest is waiting for the GIL or a CPU, which a real agent on a host of its own does not,
+and a longer window makes more conflicts).
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from typing import Any
 LATE_FACTOR = 1.5
 HARNESS_LAG_SHARE = 0.10
 CPU_SATURATED_SHARE = 0.90
+THINK_INFLATION = 3.0
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:
@@ -118,20 +123,32 @@ def heartbeats(reports: list[dict[str, Any]], seconds: float, interval_s: float)
     }
 
 
-def harness(window: dict[str, Any], interval_s: float, cpus: int) -> dict[str, Any]:
-    """The harness's own load: its CPU, the store's, and how late its threads woke."""
+def harness(
+    raw: dict[str, Any], cas: dict[str, Any], interval_s: float, cpus: int
+) -> dict[str, Any]:
+    """The harness's own load: its CPU, the store's, how late its threads woke, and how much
+    longer than the agent's own CPU time a CAS's read-to-write window was."""
+    window = raw["window"]
     seconds = window["seconds"]
     lags = [s for r in window["reports"] for s in r["lag_s"]]
     lag_p99 = percentile(lags, 99)
+    form_lag_ms = (raw.get("form", {}).get("harness") or {}).get("lag_ms_p99")
     harness_cores = sum(window["procs_cpu_s"]) / seconds
     store_cores = window["store_cpu_s"] / seconds
+    limit_ms = HARNESS_LAG_SHARE * interval_s * 1000
     reasons = []
-    if lag_p99 is not None and lag_p99 > HARNESS_LAG_SHARE * interval_s:
-        reasons.append(
-            f"lag p99 {lag_p99 * 1000:.0f} ms > {HARNESS_LAG_SHARE:.0%} of the keep-alive interval"
-        )
+    if lag_p99 is not None and lag_p99 * 1000 > limit_ms:
+        reasons.append(f"lag p99 {lag_p99 * 1000:.0f} ms > {limit_ms:.0f} ms in the window")
+    if form_lag_ms is not None and form_lag_ms > limit_ms:
+        reasons.append(f"lag p99 {form_lag_ms:.0f} ms > {limit_ms:.0f} ms while forming")
     if harness_cores + store_cores >= CPU_SATURATED_SHARE * cpus:
         reasons.append(f"harness + store use {harness_cores + store_cores:.2f} of {cpus} CPUs")
+    wall, cpu = cas.get("think_ms_p99"), cas.get("think_cpu_ms_p99")
+    if wall is not None and cpu is not None and wall > THINK_INFLATION * cpu + 5:
+        reasons.append(
+            f"a CAS's read-to-write p99 {wall:.0f} ms, of which the thread's CPU {cpu:.1f} ms"
+            " (conflicts inflated)"
+        )
     return {
         "harness_cores": harness_cores,
         "harness_cores_max_proc": max(window["procs_cpu_s"], default=0.0) / seconds,
@@ -139,6 +156,7 @@ def harness(window: dict[str, Any], interval_s: float, cpus: int) -> dict[str, A
         "lag_ms_p50": _ms(percentile(lags, 50)),
         "lag_ms_p99": _ms(lag_p99),
         "lag_ms_max": _ms(max(lags, default=None)),
+        "form_lag_ms_p99": form_lag_ms,
         "threads": sum(r["threads"] for r in window["reports"]),
         "bound": bool(reasons),
         "bound_reasons": reasons,
@@ -162,7 +180,7 @@ def summarize(raw: dict[str, Any], cpus: int | None = None) -> dict[str, Any]:
             "rounds_joined": len(window["joins"]),
             "dropped": sorted({e["node"] for e in window["dropped"]}),
         }
-        record["harness"] = harness(window, interval_s, cpus)
+        record["harness"] = harness(raw, record["steady"]["cas"], interval_s, cpus)
     victim = raw.get("loss", {}).get("victim")
     record["false_drops"] = sorted({e["node"] for e in raw.get("dropped", [])} - {victim})
     victim_address = raw.get("loss", {}).get("victim_address")
@@ -190,44 +208,98 @@ def _pct(value: float | None) -> str:
     return "-" if value is None else f"{value:.0%}"
 
 
-COLUMNS = (
-    "| impl | nodes | first round s | store ops/s | ops/s/node | store KiB/s | KiB/s/node"
-    " | state KiB | CAS/s | CAS conflicts | beat gap p99 s | late beats | false drops"
-    " | re-form s | store CPU | harness CPU | lag p99 ms | harness-bound |"
+LOAD_COLUMNS = (
+    "impl",
+    "nodes",
+    "store ops/s",
+    "ops/s per node",
+    "store KiB/s",
+    "KiB/s per node",
+    "state KiB",
+    "state CAS/s",
+    "CAS conflicts",
+    "retries p99",
+    "store CPU",
+)
+LIVENESS_COLUMNS = (
+    "impl",
+    "nodes",
+    "first round s",
+    "beat gap p99 s",
+    "late beats",
+    "false drops",
+    "re-form s",
+    "harness CPU",
+    "lag p99 ms (window / forming)",
+    "CAS think p99 ms (wall / CPU)",
+    "harness-bound",
 )
 
 
-def table_row(record: dict[str, Any]) -> str:
-    steady = record.get("steady") or {}
-    store, cas = steady.get("store") or {}, steady.get("cas") or {}
-    harness_ = record.get("harness") or {}
-    loss = record.get("loss") or {}
-    cells = [
-        record["impl"],
-        str(record["nodes"]),
-        _num(record.get("form", {}).get("all_in_s")),
-        _num(store.get("ops_per_s"), 0),
-        _num(store.get("ops_per_s_per_node"), 2),
-        _num(store["bytes_per_s"] / 1024 if store else None, 0),
-        _num(store["bytes_per_s_per_node"] / 1024 if store else None, 1),
-        _num(cas["state_bytes"] / 1024 if cas else None, 1),
-        _num(cas.get("cas_per_s"), 1),
-        _pct(cas.get("conflict_rate")),
-        _num(cas.get("gap_s_p99"), 2),
-        _pct(cas.get("late_share")),
-        str(len(record.get("false_drops", []))),
-        _num(loss.get("reformed_s")) if loss.get("reformed", True) else "not in time",
-        _num(harness_.get("store_cores"), 2),
-        _num(harness_.get("harness_cores"), 2),
-        _num(harness_.get("lag_ms_p99"), 0),
-        ("yes" if harness_.get("bound") else "no") if harness_ else "-",
-    ]
+def _header(columns: Sequence[str]) -> list[str]:
+    align = "|---|---|" + "---:|" * (len(columns) - 2)
+    return ["| " + " | ".join(columns) + " |", align]
+
+
+def _row(cells: Sequence[str]) -> str:
     return "| " + " | ".join(cells) + " |"
 
 
+def load_row(record: dict[str, Any]) -> str:
+    steady = record.get("steady") or {}
+    store, cas = steady.get("store") or {}, steady.get("cas") or {}
+    kib = 1024
+    return _row(
+        [
+            record["impl"],
+            str(record["nodes"]),
+            _num(store.get("ops_per_s"), 0),
+            _num(store.get("ops_per_s_per_node"), 2),
+            _num(store["bytes_per_s"] / kib if store else None, 0),
+            _num(store["bytes_per_s_per_node"] / kib if store else None, 1),
+            _num(cas["state_bytes"] / kib if cas else None, 1),
+            _num(cas.get("cas_per_s"), 1),
+            _pct(cas.get("conflict_rate")),
+            _num(cas.get("retries_p99"), 0),
+            _num((record.get("harness") or {}).get("store_cores"), 2),
+        ]
+    )
+
+
+def liveness_row(record: dict[str, Any]) -> str:
+    steady = record.get("steady") or {}
+    cas = steady.get("cas") or {}
+    harness_ = record.get("harness") or {}
+    loss = record.get("loss") or {}
+    reform = _num(loss.get("reformed_s"))
+    if loss and not loss.get("reformed"):
+        reform = "not in time"
+    elif loss.get("told_at_once"):
+        reform += " (told)"
+    form = record.get("form") or {}
+    form_lag = (form.get("harness") or {}).get("lag_ms_p99")
+    return _row(
+        [
+            record["impl"],
+            str(record["nodes"]),
+            _num(form.get("all_in_s")) if form.get("formed", True) else "not in time",
+            _num(cas.get("gap_s_p99"), 2),
+            _pct(cas.get("late_share")),
+            str(len(record.get("false_drops", []))),
+            reform,
+            _num(harness_.get("harness_cores"), 2),
+            f"{_num(harness_.get('lag_ms_p99'), 0)} / {_num(form_lag, 0)}",
+            f"{_num(cas.get('think_ms_p99'), 0)} / {_num(cas.get('think_cpu_ms_p99'), 1)}",
+            ("yes" if harness_.get("bound") else "no") if harness_ else "-",
+        ]
+    )
+
+
 def render_table(records: Sequence[dict[str, Any]]) -> str:
-    separator = "|" + "---|" * 2 + "---:|" * 16
-    lines = [COLUMNS, separator, *(table_row(r) for r in records)]
+    """Two Markdown tables (the store's load in steady state; liveness, rounds and the
+    harness) and notes on harness-bound rows, rounds that did not form and errors."""
+    lines = [*_header(LOAD_COLUMNS), *(load_row(r) for r in records), ""]
+    lines += [*_header(LIVENESS_COLUMNS), *(liveness_row(r) for r in records)]
     notes = []
     for record in records:
         name = f"{record['impl']} x {record['nodes']}"
