@@ -16,8 +16,9 @@ from tests.conftest import REPO, _env, run_agent, run_torchx
 from tests.pty_output import pty_chunks
 from torchx_elastic.agent.config.cli import build_parser
 from torchx_elastic.agent.config.launch import UsageError, config_from_args
-from torchx_elastic.contract import EVENTS_FILE, STDOUT_FILE, SUMMARY_PREFIX, rank_dir
+from torchx_elastic.contract import EVENTS_FILE, SUMMARY_PREFIX
 from torchx_elastic.contract.job_progress import LINE_PREFIX
+from torchx_elastic.contract.log_layout import NodeLogs
 
 LINES_PER_RANK = 10_000
 
@@ -82,7 +83,7 @@ def test_every_line_of_four_chatty_ranks_arrives_whole_once_in_order(tmp_path: P
     assert len(stderr_lines) == 4 * LINES_PER_RANK // 1000
     assert all(re.fullmatch(r"\[n0 r(\d)\] stderr rank=\1 i=\d+", ln) for ln in stderr_lines)
     for rank in range(4):
-        stdout_file = Path(rank_dir(str(tmp_path / "logs"), 0, rank), STDOUT_FILE).read_text()
+        stdout_file = Path(NodeLogs(str(tmp_path / "logs")).rank_stdout(0, rank)).read_text()
         assert stdout_file.count("\n") == LINES_PER_RANK
         assert stdout_file.endswith("no newline at exit")
 
@@ -105,7 +106,7 @@ def test_rank_filter_shows_chosen_ranks_and_files_keep_all(tmp_path: Path) -> No
     assert result.returncode == 0, result.stderr
     assert sorted(result.stdout.splitlines()) == ["<0/0@0> hello from 0", "<2/2@0> hello from 2"]
     for rank in range(3):
-        path = Path(rank_dir(str(tmp_path / "logs"), 0, rank), STDOUT_FILE)
+        path = Path(NodeLogs(str(tmp_path / "logs")).rank_stdout(0, rank))
         assert path.read_text() == f"hello from {rank}\n"
 
 
@@ -142,7 +143,7 @@ def test_carriage_returns_and_a_restart(tmp_path: Path) -> None:
         assert result.stdout.count(f"[n0 r{rank}] 100%|##########\n") == 2, result.stdout
         assert result.stdout.count(f"[n0 r{rank}] after the bar\n") == 2, result.stdout
     assert "10%" not in result.stdout and "50%" not in result.stdout
-    raw = (log_dir / "attempt_0" / "rank_0" / STDOUT_FILE).read_bytes()
+    raw = Path(NodeLogs(str(log_dir)).rank_stdout(0, 0)).read_bytes()
     assert raw.startswith(b"\r 10%|#\r 50%|#####\r100%|##########\n")
     events = [json.loads(ln) for ln in (log_dir / EVENTS_FILE).read_text().splitlines()]
     assert [(e["event"], e["attempt"]) for e in events] == [
@@ -191,7 +192,7 @@ def _check_rank1_report(report_text: str, log_dir: Path | None) -> None:
     victims = report_text.split("Victims (failed only because a peer failed):")[1]
     assert re.search(r"rank 0 \(node 0, local rank 0\): (signal SIGTERM|exit code 1), ", victims)
     if log_dir is not None:
-        assert f"stderr: {log_dir}/attempt_0/rank_1/stderr.log" in report_text
+        assert f"stderr: {NodeLogs(str(log_dir)).rank_stderr(0, 1)}" in report_text
 
 
 @pytest.mark.slow

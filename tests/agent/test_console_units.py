@@ -26,8 +26,8 @@ from torchx_elastic.agent.console.output.sinks import (
     visible,
 )
 from torchx_elastic.agent.console.progress.channel import RankActivity
-from torchx_elastic.contract import STDERR_FILE, STDOUT_FILE, rank_dir
 from torchx_elastic.contract.agent_args import ConsoleMode
+from torchx_elastic.contract.log_layout import NodeLogs
 
 
 class RecordingConsole:
@@ -55,8 +55,8 @@ def outputs(tmp_path: Path, n: int = 2, node: int = 1, first_rank: int = 4) -> l
             local_rank=i,
             global_rank=first_rank + i,
             node_rank=node,
-            stdout_path=os.path.join(rank_dir(str(tmp_path), 0, first_rank + i), STDOUT_FILE),
-            stderr_path=os.path.join(rank_dir(str(tmp_path), 0, first_rank + i), STDERR_FILE),
+            stdout_path=NodeLogs(str(tmp_path)).rank_stdout(0, first_rank + i),
+            stderr_path=NodeLogs(str(tmp_path)).rank_stderr(0, first_rank + i),
         )
         for i in range(n)
     ]
@@ -118,8 +118,8 @@ def test_sink_prefixes_lines_and_files_keep_raw_bytes(tmp_path: Path) -> None:
         ("stdout", 4, b"[trainer n1 r4 l0] b"),
         ("stdout", 4, b"[trainer n1 r4 l0] part"),
     ]
-    assert Path(rank_dir(str(tmp_path), 0, 4), STDOUT_FILE).read_bytes() == b"a\rb\npart"
-    assert Path(rank_dir(str(tmp_path), 0, 5), STDERR_FILE).read_bytes() == b"oops\n"
+    assert Path(NodeLogs(str(tmp_path)).rank_stdout(0, 4)).read_bytes() == b"a\rb\npart"
+    assert Path(NodeLogs(str(tmp_path)).rank_stderr(0, 5)).read_bytes() == b"oops\n"
     assert set(sink.ended_at) == {0}
 
 
@@ -131,8 +131,8 @@ def test_rank_filter_and_tee_limit_the_console_not_the_files(tmp_path: Path) -> 
             sink.feed(local_rank, stream, f"{stream} {local_rank}\n".encode())  # type: ignore[arg-type]
     sink.close()
     assert console.shown == [("stderr", 5, b"[n1 r5] stderr 1")]
-    assert Path(rank_dir(str(tmp_path), 0, 4), STDOUT_FILE).read_bytes() == b"stdout 0\n"
-    assert Path(rank_dir(str(tmp_path), 0, 4), STDERR_FILE).read_bytes() == b"stderr 0\n"
+    assert Path(NodeLogs(str(tmp_path)).rank_stdout(0, 4)).read_bytes() == b"stdout 0\n"
+    assert Path(NodeLogs(str(tmp_path)).rank_stderr(0, 4)).read_bytes() == b"stderr 0\n"
 
 
 def test_bad_prefix_template_says_which_fields_exist() -> None:

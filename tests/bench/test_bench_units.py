@@ -13,7 +13,8 @@ from bench.benchmarks import Derived, Sample
 from bench.report import BenchmarkResult, Ratio, VariantResult, render_table
 from bench.run import benchmark_env, derived_result, main, rotated, selected, summary_notes
 from tests.waiting import wait_until
-from torchx_elastic.contract import STDOUT_FILE, rank_dir
+from torchx_elastic.contract import STDOUT_FILE
+from torchx_elastic.contract.log_layout import NodeLogs
 
 # records of a 2-rank run: rank 1 crashes at t=10, rank 0 is back at 12.5, rank 1 at 13
 RECORDS = """\
@@ -65,7 +66,7 @@ def _lines(rank: int, count: int) -> bytes:
 
 def test_log_check_accepts_complete_logs(tmp_path: Path) -> None:
     for rank in range(2):
-        ours = Path(rank_dir(str(tmp_path), 0, rank))
+        ours = Path(NodeLogs(str(tmp_path)).rank_dir(0, rank))
         ours.mkdir(parents=True)
         (ours / STDOUT_FILE).write_bytes(b"hello\n" + _lines(rank, 5))
     check = logcheck.check_log_dir(tmp_path, expected_per_rank=5)

@@ -1,12 +1,11 @@
 """The paths of a node's log directory and of a local job's (contract/log_layout.py): each
-file where its writer puts it and its reader looks, and the older free functions the same."""
+file where its writer puts it and its reader looks."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
-from torchx_elastic import contract
 from torchx_elastic.contract import events
 from torchx_elastic.contract.job_progress import JobSummary, write_file
 from torchx_elastic.contract.log_layout import (
@@ -62,7 +61,6 @@ def test_the_ranks_of_an_attempt_are_its_rank_directories(tmp_path: Path) -> Non
         os.makedirs(logs.rank_dir(0, rank))
     os.makedirs(os.path.join(logs.attempt_dir(0), "not_a_rank"))
     assert logs.ranks_of_attempt(0) == [2, 10]
-    assert contract.ranks_of_attempt(str(tmp_path), 0) == [2, 10]
 
 
 def test_a_local_jobs_files_are_where_the_layout_says(tmp_path: Path) -> None:
@@ -76,15 +74,6 @@ def test_a_local_jobs_files_are_where_the_layout_says(tmp_path: Path) -> None:
     )
     assert app.console_copy("train", 1) == str(replica / CONSOLE_COPY_FILE)
     assert app.live_rows("train", 1) == str(replica / LIVE_ROWS_FILE)
-
-
-def test_the_older_free_functions_are_the_layouts_paths(tmp_path: Path) -> None:
-    logs = NodeLogs(str(tmp_path))
-    assert contract.attempt_dir(str(tmp_path), 1) == logs.attempt_dir(1)
-    assert contract.rank_dir(str(tmp_path), 1, 4) == logs.rank_dir(1, 4)
-    assert (
-        contract.agents_log_dir(str(tmp_path), "r") == LocalAppLogs(str(tmp_path)).agents("r").root
-    )
 
 
 def test_a_layout_is_a_value() -> None:

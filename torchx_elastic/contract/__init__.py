@@ -32,7 +32,6 @@ from torchx_elastic.contract.log_layout import STDERR_FILE as STDERR_FILE
 from torchx_elastic.contract.log_layout import STDOUT_FILE as STDOUT_FILE
 from torchx_elastic.contract.log_layout import SUMMARY_PREFIX as SUMMARY_PREFIX
 from torchx_elastic.contract.log_layout import WAITING_FILE_PREFIX as WAITING_FILE_PREFIX
-from torchx_elastic.contract.log_layout import LocalAppLogs, NodeLogs
 
 # --- environment variables ---------------------------------------------------------------
 # set by torchx-elastic
@@ -70,28 +69,6 @@ SIGNALS_ENV = "TORCHELASTIC_SIGNALS_TO_HANDLE"
 SHUTDOWN_TIMEOUT_ENV = "TORCH_ELASTIC_SHUTDOWN_TIMEOUT"
 # torch's opt-out of the rendezvous store that its rounds share with the workers (2.5+)
 SHARE_STORE_OPT_OUT_ENV = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"
-
-
-# --- the files of a node's log directory: log_layout.py (imported above) -------------
-# the agent's older spellings of NodeLogs' and LocalAppLogs' paths
-def attempt_dir(log_dir: str, attempt: int | str) -> str:
-    """``NodeLogs(log_dir).attempt_dir(attempt)``."""
-    return NodeLogs(log_dir).attempt_dir(attempt)
-
-
-def rank_dir(log_dir: str, attempt: int | str, rank: int | str) -> str:
-    """``NodeLogs(log_dir).rank_dir(attempt, rank)``."""
-    return NodeLogs(log_dir).rank_dir(attempt, rank)
-
-
-def ranks_of_attempt(log_dir: str, attempt: int) -> list[int]:
-    """``NodeLogs(log_dir).ranks_of_attempt(attempt)``."""
-    return NodeLogs(log_dir).ranks_of_attempt(attempt)
-
-
-def agents_log_dir(app_log_dir: str, role: str) -> str:
-    """``LocalAppLogs(app_log_dir).agents(role).root``."""
-    return LocalAppLogs(app_log_dir).agents(role).root
 
 
 # --- the agent's own line that the schedulers read back (``torchx status``) --------------

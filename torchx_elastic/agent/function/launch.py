@@ -32,8 +32,8 @@ from torchx_elastic.agent.workers import function_call
 from torchx_elastic.agent.workers.cuda_fork import fork_hazard
 from torchx_elastic.agent.workers.forkserver import ForkServer, WorkerExit
 from torchx_elastic.agent.workers.processes import process_failure
-from torchx_elastic.contract import ranks_of_attempt
 from torchx_elastic.contract.agent_args import FORK, SPAWN, StartMethodError, check_start_method
+from torchx_elastic.contract.log_layout import DEFAULT_LOG_DIR_PREFIX, NodeLogs
 
 log = logging.getLogger(__name__)
 
@@ -167,7 +167,7 @@ def _log_dir(config: LaunchConfig, run_id: str) -> str:
     """A new directory for this launch under the config's log root (as torch's logs)."""
     root = config.logs_specs.root_log_dir if config.logs_specs is not None else None
     if not root or root == os.devnull:
-        return tempfile.mkdtemp(prefix="torchx_elastic_")
+        return tempfile.mkdtemp(prefix=DEFAULT_LOG_DIR_PREFIX)
     os.makedirs(root, exist_ok=True)
     return tempfile.mkdtemp(prefix=f"{run_id}_", dir=root)
 
@@ -209,7 +209,7 @@ def launch_agent(
         raise_for_outcome(outcome, name, log_dir)
         attempt = int(outcome.summary.get("attempt", 0))
         if not call_file:
-            return dict.fromkeys(ranks_of_attempt(log_dir, attempt))
+            return dict.fromkeys(NodeLogs(log_dir).ranks_of_attempt(attempt))
         return collect_results(call_file, attempt, config.nproc_per_node, name)
     finally:
         shutil.rmtree(call_dir, ignore_errors=True)

@@ -49,6 +49,7 @@ from torchx_elastic.agent.workers.forkserver import ForkServer
 from torchx_elastic.agent.workers.janitor import Janitor
 from torchx_elastic.agent.workers.logs import RankLogsSpecs
 from torchx_elastic.contract.error_exit import say_error
+from torchx_elastic.contract.log_layout import DEFAULT_LOG_DIR_PREFIX
 
 log = logging.getLogger(__name__)
 
@@ -111,7 +112,7 @@ def launch(
     ``node0_warning``: logged once the first rendezvous round made this node node 0."""
     check_handler(config.event_log_handler)
     started_s = time.monotonic()
-    log_dir = config.log_dir or tempfile.mkdtemp(prefix="torchx_elastic_")  # 0700
+    log_dir = config.log_dir or tempfile.mkdtemp(prefix=DEFAULT_LOG_DIR_PREFIX)  # 0700
     os.makedirs(log_dir, mode=0o700, exist_ok=True)  # a new one is its user's only, as torchrun's
     raise_on_stop_signals()
     specs = logs_specs(config, log_dir)

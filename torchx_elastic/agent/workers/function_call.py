@@ -27,7 +27,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from torchx_elastic.contract import RANK_DIR_PREFIX, RESTART_COUNT_ENV, attempt_dir
+from torchx_elastic.contract import RANK_DIR_PREFIX, RESTART_COUNT_ENV
+from torchx_elastic.contract.log_layout import NodeLogs
 
 RESULTS_DIR = "results"
 _PROTOCOL = pickle.HIGHEST_PROTOCOL
@@ -104,7 +105,7 @@ def write_call(call: Call, path: str) -> None:
 
 def result_path(call_file: str, attempt: int | str, rank: int | str) -> str:
     results = os.path.join(os.path.dirname(call_file), RESULTS_DIR)
-    return os.path.join(attempt_dir(results, attempt), f"{RANK_DIR_PREFIX}{rank}.pkl")
+    return os.path.join(NodeLogs(results).attempt_dir(attempt), f"{RANK_DIR_PREFIX}{rank}.pkl")
 
 
 def _is_fresh_interpreter() -> bool:

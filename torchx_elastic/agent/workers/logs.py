@@ -6,14 +6,8 @@ import os
 
 from torch.distributed.elastic.multiprocessing.api import LogsDest, LogsSpecs
 
-from torchx_elastic.contract import (
-    ERROR_FILE_ENV,
-    RANK_ERROR_FILE,
-    RESTART_COUNT_ENV,
-    STDERR_FILE,
-    STDOUT_FILE,
-    rank_dir,
-)
+from torchx_elastic.contract import ERROR_FILE_ENV, RESTART_COUNT_ENV
+from torchx_elastic.contract.log_layout import NodeLogs
 
 
 class RankLogsSpecs(LogsSpecs):
@@ -29,12 +23,13 @@ class RankLogsSpecs(LogsSpecs):
 
     def reify(self, envs: dict[int, dict[str, str]]) -> LogsDest:
         dest = LogsDest()
+        logs = NodeLogs(self._log_dir)
         for local_rank, env in envs.items():
-            files = rank_dir(self._log_dir, env.get(RESTART_COUNT_ENV, "0"), env["RANK"])
-            os.makedirs(files, exist_ok=True)
-            dest.stdouts[local_rank] = os.path.join(files, STDOUT_FILE)
-            dest.stderrs[local_rank] = os.path.join(files, STDERR_FILE)
-            error_file = os.path.join(files, RANK_ERROR_FILE)
+            attempt, rank = env.get(RESTART_COUNT_ENV, "0"), env["RANK"]
+            os.makedirs(logs.rank_dir(attempt, rank), exist_ok=True)
+            dest.stdouts[local_rank] = logs.rank_stdout(attempt, rank)
+            dest.stderrs[local_rank] = logs.rank_stderr(attempt, rank)
+            error_file = logs.rank_error_file(attempt, rank)
             if os.path.exists(error_file):
                 os.remove(error_file)  # left from an earlier run with the same directory
             dest.error_files[local_rank] = error_file
