@@ -21,6 +21,7 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from torchx.cli.cmd_base import SubCommand
 from torchx.cli.cmd_cancel import CmdCancel
 from torchx.cli.cmd_describe import CmdDescribe
 from torchx.cli.cmd_list import CmdList
@@ -86,6 +87,14 @@ def stopped_by_signal() -> Iterator[None]:
         sys.exit(128 + signal.SIGINT)
 
 
+class UserErrorsAsLines(SubCommand):
+    """A torchx command (the next base) whose user errors are one line (:func:`user_errors`)."""
+
+    def run(self, args: argparse.Namespace) -> None:
+        with user_errors():
+            super().run(args)
+
+
 class Run(CmdRun):
     def run(self, args: argparse.Namespace) -> None:
         with user_errors(), stopped_by_signal():
@@ -111,16 +120,12 @@ def check_option_types(scheduler: str, cfg: str) -> None:
             raise RunOptionValueError(scheduler, cfg, MAPPING_ITEMS) from None
 
 
-class Status(CmdStatus):
-    def run(self, args: argparse.Namespace) -> None:
-        with user_errors():
-            super().run(args)
+class Status(UserErrorsAsLines, CmdStatus):
+    pass
 
 
-class Describe(CmdDescribe):
-    def run(self, args: argparse.Namespace) -> None:
-        with user_errors():
-            super().run(args)
+class Describe(UserErrorsAsLines, CmdDescribe):
+    pass
 
 
 class Log(CmdLog):
@@ -146,13 +151,9 @@ def exit_if_missing(identifier: str) -> None:
             sys.exit(EXIT_FAILURE)
 
 
-class Cancel(CmdCancel):
-    def run(self, args: argparse.Namespace) -> None:
-        with user_errors():
-            super().run(args)
+class Cancel(UserErrorsAsLines, CmdCancel):
+    pass
 
 
-class List(CmdList):
-    def run(self, args: argparse.Namespace) -> None:
-        with user_errors():
-            super().run(args)
+class List(UserErrorsAsLines, CmdList):
+    pass
