@@ -4,8 +4,6 @@ library, and each file it names reads back what its writer wrote."""
 from __future__ import annotations
 
 import ast
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -77,6 +75,9 @@ def test_each_contract_literal_is_spelled_once_in_the_package() -> None:
     assert repeated == set(), "import these names from torchx_elastic.contract"
 
 
+RESULTS = REPO / "bench" / "results"  # what bench/run.py writes (git ignores it)
+
+
 def test_the_tests_and_benchmarks_import_our_names_too() -> None:
     # torch's own variables (TORCHELASTIC_*) stay spelled where a test plays torchrun or a
     # user's script (the torchrun compatibility tests, the workers' scripts, the examples)
@@ -89,25 +90,12 @@ def test_the_tests_and_benchmarks_import_our_names_too() -> None:
         f"{path.relative_to(REPO)}: {name} ({value!r})"
         for root in (REPO / "tests", REPO / "bench")
         for path in root.rglob("*.py")
-        if path != Path(__file__)
+        if path != Path(__file__) and RESULTS not in path.parents  # a bench run's copies
         for name, value in ours.items()
         if value in _strings(path)
     }
     assert repeated == set(), "import these names from torchx_elastic.contract"
 
-
-def test_the_contract_needs_only_the_standard_library() -> None:
-    modules = sorted(
-        f"torchx_elastic.contract.{p.stem}" for p in CONTRACT.parent.glob("*.py") if p != CONTRACT
-    )
-    assert len(modules) >= 6  # events, error_file, job_progress, waiting_file, env_file, ...
-    code = (
-        f"import sys; import {', '.join(modules)};"
-        " print(sorted(m for m in ('torch', 'torchx', 'rich') if m in sys.modules))"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "[]"
 
 
 def test_the_event_log_reads_back_what_it_wrote(tmp_path: Path) -> None:
