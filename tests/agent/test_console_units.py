@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import io
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -210,18 +208,6 @@ def test_live_console_draws_nothing_before_the_workers_start() -> None:
     console = LiveConsole(RankActivity(), file=screen)
     console.close()  # e.g. the launch failed before any attempt
     assert screen.getvalue() == ""
-
-
-@pytest.mark.slow
-def test_a_plain_console_does_not_import_rich(tmp_path: Path) -> None:
-    code = (
-        "import sys; from torchx_elastic.agent.console.session import ConsoleSession;"
-        f" s = ConsoleSession({str(tmp_path)!r}, mode='auto'); s.close();"
-        " print(type(s.console).__name__, 'rich' in sys.modules)"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "PlainConsole False"
 
 
 @pytest.mark.parametrize(

@@ -5,17 +5,12 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-import shutil
-import subprocess
-import sys
 import threading
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 import torch
 
-from tests.conftest import _env
 from torchx_elastic.agent import compat
 from torchx_elastic.agent.config import devices
 from torchx_elastic.agent.config.launch import UsageError, local_world_size
@@ -154,28 +149,6 @@ def test_our_launch_config_asks_no_device(monkeypatch: pytest.MonkeyPatch) -> No
 
         with pytest.raises(AssertionError, match="a device query"):
             TorchLaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=2)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("nproc", ["cpu", "auto"])
-def test_the_agent_under_taskset_starts_one_worker_per_allowed_cpu(
-    tmp_path: Path, nproc: str
-) -> None:
-    taskset = shutil.which("taskset")
-    if taskset is None:
-        pytest.fail("this test needs taskset (util-linux)")
-    (tmp_path / "worker.py").write_text("import os\nprint('WORLD', os.environ['WORLD_SIZE'])\n")
-    done = subprocess.run(
-        [taskset, "-c", "0", sys.executable, "-m", "torchx_elastic.agent"]
-        + ["--nproc-per-node", nproc, "worker.py"],
-        cwd=tmp_path,
-        env=_env({"CUDA_VISIBLE_DEVICES": ""}),
-        capture_output=True,
-        text=True,
-        timeout=240,
-    )
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.count("WORLD 1") == 1, done.stdout
 
 
 def test_a_counting_child_without_an_answer_is_said(monkeypatch: pytest.MonkeyPatch) -> None:
