@@ -6,10 +6,10 @@ import os
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from tests.conftest import _env
+from tests.waiting import DEADLINE_S, wait_until
 
 
 def free_port() -> int:
@@ -32,13 +32,15 @@ def start_agent(
         )
 
 
-def wait_for_text(path: Path, text: str, timeout_s: float = 120, count: int = 1) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if path.exists() and path.read_text(errors="replace").count(text) >= count:
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"{text!r} x{count} not in {path} after {timeout_s}s:\n{path.read_text()}")
+def wait_for_text(path: Path, text: str, timeout_s: float = DEADLINE_S, count: int = 1) -> None:
+    """Until ``text`` is in ``path`` (``count`` times)."""
+    wait_until(
+        lambda: path.exists() and path.read_text(errors="replace").count(text) >= count,
+        what=f"{text!r} x{count} in {path}",
+        timeout_s=timeout_s,
+        every_s=0.1,
+        detail=lambda: path.read_text(errors="replace") if path.exists() else "(no such file)",
+    )
 
 
 def descendants(pid: int) -> set[int]:

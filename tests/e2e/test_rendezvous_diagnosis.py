@@ -1,12 +1,12 @@
-"""A rendezvous that explains itself (issue 31), one host: every case named in seconds.
+"""A rendezvous that explains itself (issue 31), one host: every case named.
 
 All scenarios start at once (real agents, each on its own port) and each test reads one
-scenario's output: the line must name the cause and appear within its time limit.
+scenario's output: the line must name the cause, in the order the agent says it (how soon
+each case is named is a speed, not checked here: a busy machine says it later).
 """
 
 from __future__ import annotations
 
-import os
 import socket
 import subprocess
 import time
@@ -16,16 +16,17 @@ from pathlib import Path
 
 import pytest
 
+from tests.ci import unavailable
 from tests.e2e.agents import free_port, start_agent
+from tests.waiting import DEADLINE_S, wait_until
 from torchx_elastic.contract import SECRET_ENV, WAITING_FILE_PREFIX
 
 pytestmark = pytest.mark.slow
 
 SECRET = {SECRET_ENV: "diagnosis tests"}
-# torch's import (13 agents at once on a loaded 2-core machine) comes first: times count
+# torch's import (18 agents at once on a loaded 2-core machine) comes first: waits count
 # from the agent's log directory (made once torch is imported)
 IMPORT_S = 240.0
-START_S = 10.0
 
 
 @dataclass
@@ -38,25 +39,26 @@ class Agent:
     def up(self) -> float:
         """When the agent was up (it makes its log directory once torch is imported)."""
         if self.ready is None:
-            deadline = time.monotonic() + IMPORT_S
-            while not self.log_dir.exists():
-                assert time.monotonic() < deadline, f"{self.log_dir} not made in {IMPORT_S}s"
-                time.sleep(0.1)
+            wait_until(self.log_dir.exists, what=f"{self.log_dir} made", timeout_s=IMPORT_S)
             self.ready = time.monotonic()
         return self.ready
 
-    def wait_for(self, text: str, within_s: float, peer: Agent | None = None) -> float:
-        """Seconds after the agent (and ``peer``) was up at which ``text`` appeared (fails
-        after ``within_s``)."""
-        since = max(self.up(), peer.up() if peer is not None else 0.0)
-        deadline = since + within_s
-        while True:
-            if text in self.log.read_text(errors="replace"):
-                return time.monotonic() - since
-            if time.monotonic() >= deadline:
-                break
-            time.sleep(0.1)
-        raise AssertionError(f"{text!r} not in {self.log} after {within_s}s:\n{self.output()}")
+    def wait_for(self, text: str, peer: Agent | None = None) -> None:
+        """Until ``text`` is in the agent's output, once the agent (and ``peer``) is up."""
+        self.up()
+        if peer is not None:
+            peer.up()
+        wait_until(
+            lambda: text in self.output(),
+            what=f"{text!r} in {self.log}",
+            timeout_s=DEADLINE_S,
+            every_s=0.1,
+            detail=self.output,
+        )
+
+    def said(self, text: str) -> None:
+        """``text`` is in the output already (said with, or before, what was awaited)."""
+        assert text in self.output(), f"{text!r} not in {self.log}:\n{self.output()}"
 
     def output(self) -> str:
         return self.log.read_text(errors="replace")
@@ -154,7 +156,9 @@ def cases(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Agent]
     found["static_refused"] = s.agent(
         "static_refused", f"127.0.0.1:{free_port()}", *static, "1", *timeout
     )
-    time.sleep(1.0)  # the hosts first (each would also wait for the other)
+    # the hosts start first, as a job's first node usually does (a start order, not a wait
+    # for an event: each second node could host too)
+    time.sleep(1.0)
     found["mismatch_b"] = s.agent(
         "mismatch_b", f"localhost:{ports['mismatch']}", *timeout, nnodes="3"
     )
@@ -181,17 +185,21 @@ def test_a_waiting_node_says_what_it_waits_for_then_why_it_gave_up(
     cases: dict[str, Agent],
 ) -> None:
     alone = cases["alone"]
-    alone.wait_for("waiting for nodes: 1 of 2 joined; here: ", START_S)
-    alone.wait_for("missing: 1 node; hosting the rendezvous at localhost:", START_S)
+    alone.wait_for("waiting for nodes: 1 of 2 joined; here: ")
+    alone.wait_for("missing: 1 node; hosting the rendezvous at localhost:")
     assert "run id 'job'; gives up at " in alone.output()
     assert "(join timeout 14s)" in alone.output()
     # the job-wide progress line of the rendezvous host says so too
-    assert "[job progress] waiting for nodes: 1 of 2 joined; missing: 1 node\n" in alone.output()
+    alone.wait_for("[job progress] waiting for nodes: 1 of 2 joined; missing: 1 node\n")
     # the same state for torchx status, in the agent's log directory, while it waits
-    files = list((alone.log.parent / "logs-alone").glob(f"{WAITING_FILE_PREFIX}*.json"))
-    assert files and "waiting for nodes: 1 of 2 joined" in files[0].read_text()
-    alone.wait_for("error: rendezvous at localhost:", START_S + 20)
-    alone.wait_for(": only 1 of 2 nodes joined within 14s (here: ", 0)
+    # (written just after the line is said)
+    files = wait_until(
+        lambda: list((alone.log.parent / "logs-alone").glob(f"{WAITING_FILE_PREFIX}*.json")),
+        what="the waiting file of the node that waits",
+    )
+    assert "waiting for nodes: 1 of 2 joined" in files[0].read_text()
+    alone.wait_for("error: rendezvous at localhost:")
+    alone.said(": only 1 of 2 nodes joined within 14s (here: ")
     assert "start the missing node(s) with --rdzv-endpoint localhost:" in alone.output()
     assert "Traceback" not in alone.output()
     assert alone.exit_code() == 1
@@ -207,11 +215,10 @@ def test_a_static_host_says_what_it_waits_for_then_why_it_gave_up(
     agent.wait_for(
         "torchx-elastic: waiting for nodes: this node (--node-rank 0) hosts the static"
         " rendezvous at localhost:",
-        START_S,
     )
-    agent.wait_for(" and waits for the other 1 node (--node-rank 1) to connect; gives up at ", 0)
+    agent.said(" and waits for the other 1 node (--node-rank 1) to connect; gives up at ")
     assert "(--rdzv-conf timeout=14)" in agent.output()
-    agent.wait_for("torchx-elastic: error: rendezvous at localhost:", START_S + 20)
+    agent.wait_for("torchx-elastic: error: rendezvous at localhost:")
     assert (
         " failed: only 1 of 2 nodes connected to this node's static rendezvous within 14s;"
         " start the missing node(s) with --rdzv-backend static --rdzv-endpoint localhost:"
@@ -227,13 +234,11 @@ def test_an_endpoint_that_does_not_resolve_is_named_retried_then_the_error(
     agent.wait_for(
         "torchx-elastic: rendezvous at no-such-host.invalid:29511: host 'no-such-host.invalid'"
         " does not resolve from this node (",
-        START_S,
     )
-    agent.wait_for("; retrying until ", 0)
+    agent.said("; retrying until ")
     agent.wait_for(
         "torchx-elastic: error: rendezvous at no-such-host.invalid:29511 failed: host"
         " 'no-such-host.invalid' does not resolve from this node",
-        START_S + 20,
     )
     assert "check the host name in --rdzv-endpoint no-such-host.invalid:29511" in agent.output()
     assert agent.exit_code() == 1
@@ -243,9 +248,9 @@ def test_an_endpoint_that_does_not_resolve_is_named_retried_then_the_error(
 def test_nothing_listening_is_named_refused(cases: dict[str, Agent], name: str) -> None:
     """c10d, and a static node of --node-rank 1 whose rank 0 never started."""
     agent = cases[name]
-    agent.wait_for("(connection refused); start the node that hosts the rendezvous", START_S)
-    agent.wait_for("; retrying until ", 0)
-    agent.wait_for("torchx-elastic: error: rendezvous at 127.0.0.1:", START_S + 20)
+    agent.wait_for("(connection refused); start the node that hosts the rendezvous")
+    agent.said("; retrying until ")
+    agent.wait_for("torchx-elastic: error: rendezvous at 127.0.0.1:")
     assert agent.output().count("nothing listens at 127.0.0.1:") >= 2
     assert agent.exit_code() == 1
 
@@ -257,7 +262,7 @@ def test_nodes_with_other_nnodes_are_named_with_both_values_and_hosts(
     for name, mine, theirs in (("mismatch_a", 2, 3), ("mismatch_b", 3, 2)):
         agent = cases[name]
         peer = cases["mismatch_b" if name == "mismatch_a" else "mismatch_a"]
-        agent.wait_for("failed: nodes disagree on --nnodes: ", START_S, peer)
+        agent.wait_for("failed: nodes disagree on --nnodes: ", peer)
         text = agent.output()
         assert f"--nnodes: {mine} on {host} (pid {agent.proc.pid}), {theirs} on {host}" in text
         assert "start every node of run id 'job' with the same --nnodes" in text
@@ -272,7 +277,7 @@ def test_nodes_on_other_rendezvous_backends_are_named_by_both(cases: dict[str, A
         (c10d, "c10d", static, "static"),
         (static, "static", c10d, "c10d"),
     ):
-        agent.wait_for("failed: nodes disagree on --rdzv-backend: ", START_S, peer)
+        agent.wait_for("failed: nodes disagree on --rdzv-backend: ", peer)
         assert (
             f"--rdzv-backend: {mine} on {host} (pid {agent.proc.pid}), {theirs} on {host}"
             f" (pid {peer.proc.pid}); start every node of run id 'job' with the same"
@@ -286,15 +291,12 @@ def test_a_port_taken_on_the_rendezvous_host_is_named(cases: dict[str, Agent]) -
     hosting.wait_for(
         " on this host, which should serve the rendezvous, is taken by another program; stop"
         " it or pick a free port (--rdzv-endpoint 127.0.0.1:PORT, dist.ddp --rdzv_port)",
-        START_S,
     )
     assert hosting.exit_code() == 1
     # without is_host the agent takes the program on its port for another agent's store
     other = cases["taken"]
-    other.wait_for(
-        "has not answered as a rendezvous store for 8s (its host is starting", START_S + 10
-    )
-    other.wait_for("is not a rendezvous store (another program took the port)", START_S + 32)
+    other.wait_for("has not answered as a rendezvous store for 8s (its host is starting")
+    other.wait_for("is not a rendezvous store (another program took the port)")
     assert other.exit_code() == 1
 
 
@@ -302,10 +304,9 @@ def test_two_jobs_on_one_endpoint_are_told(cases: dict[str, Agent]) -> None:
     for name, other in (("shared_a", "'other'"), ("shared_b", "'job'")):
         cases[name].wait_for(
             "warning: another job uses the rendezvous endpoint localhost:",
-            START_S,
             cases["shared_b"],
         )
-        cases[name].wait_for(f"(run id {other} on ", 0)
+        cases[name].said(f"(run id {other} on ")
         assert "give each job its own --rdzv-endpoint port" in cases[name].output()
 
 
@@ -314,7 +315,6 @@ def test_a_published_address_peers_cannot_resolve_is_named(cases: dict[str, Agen
     agent.wait_for(
         f"(pid {cases['addr_b'].proc.pid}) publishes its address as 'nowhere.invalid', which"
         " does not resolve on ",
-        START_S,
         cases["addr_b"],
     )
     assert "start that node with --local-addr set to an address its peers reach" in (agent.output())
@@ -322,16 +322,12 @@ def test_a_published_address_peers_cannot_resolve_is_named(cases: dict[str, Agen
 
 def test_a_published_address_peers_cannot_reach_is_named(cases: dict[str, Agent]) -> None:
     if not all(SILENT_DROPPED):
-        reason = f"iptables cannot drop {SILENT} here (root and iptables: .ci/run installs it)"
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"CI=true and {reason}", pytrace=False)
-        pytest.skip(reason)
+        unavailable(f"iptables cannot drop {SILENT} here (root and iptables: .ci/run installs it)")
     agent = cases["reach_a"]
     agent.wait_for(
         f"(pid {cases['reach_b'].proc.pid}) publishes its address as '{SILENT}', which"
         f" {socket.gethostname()} (pid {agent.proc.pid}) cannot reach (no reply to a"
         " connection on port ",
-        START_S,
         cases["reach_b"],
     )
     assert (
@@ -347,7 +343,6 @@ def test_a_node_given_another_secret_is_named(cases: dict[str, Agent]) -> None:
         f"warning: {socket.gethostname()} (pid {cases['secret_b'].proc.pid}) came to run id 'job'"
         " with another secret (or none): its rendezvous state is refused; give every node the"
         " same TORCHX_ELASTIC_RDZV_SECRET (docs/security.md)",
-        START_S,
         cases["secret_b"],
     )
 
@@ -358,17 +353,21 @@ def test_a_node_rank_given_twice_is_named_by_every_node(cases: dict[str, Agent])
     nodes = [cases["static_0"], cases["static_1a"], cases["static_1b"]]
     last = max(nodes, key=Agent.up)  # detectable once all three are up
     fix = "; give each node its own --node-rank, 0 to --nnodes - 1"
-    nodes[0].wait_for(f"failed: --node-rank 1 was given to {host} (pid ", START_S, last)
+    nodes[0].wait_for(f"failed: --node-rank 1 was given to {host} (pid ", last)
     assert f"; no node has --node-rank 2 of 3{fix}" in nodes[0].output()
     ones = nodes[1:]
-    late = [a for a in ones if "is taken by" in a.output()] or [ones[0]]
+    wait_until(
+        lambda: any("is taken by" in a.output() for a in ones),
+        what="one of the two nodes of --node-rank 1 told that it is taken",
+        detail=lambda: "\n".join(a.output() for a in ones),
+    )
+    late = [a for a in ones if "is taken by" in a.output()]
     (first,) = [a for a in ones if a is not late[0]]
     late[0].wait_for(
         f"failed: --node-rank 1 is taken by {host} (pid {first.proc.pid}), which joined first{fix}",
-        START_S,
         last,
     )
-    first.wait_for(f"failed: --node-rank 1 was given to {host} (pid ", START_S, last)
+    first.wait_for(f"failed: --node-rank 1 was given to {host} (pid ", last)
     for agent in nodes:
         assert agent.exit_code() == 1, agent.output()
         assert "Traceback" not in agent.output()

@@ -2,8 +2,8 @@
 
 On ``../shared/netns/hosts.sh`` hosts (root; the fixture takes the machine's netns lock), h0
 drops every packet to the rendezvous port (an iptables DROP rule inside its namespace) and
-a node on h1 points at it: it says "no answer from h0:PORT ...; a firewall?" within seconds,
-retries, and that is its error at the join timeout. The doctor on h1 says so too, and that
+a node on h1 points at it: it says "no answer from h0:PORT ...; a firewall?", retries, and
+that is its error at the join timeout. The doctor on h1 says so too, and that
 ``GLOO_SOCKET_IFNAME=lo`` (given to both) is not the interface the traffic to h0 leaves
 through.
 """
@@ -12,27 +12,18 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import _env
+from tests.e2e.agents import wait_for_text
 from tests.e2e.test_rendezvous_security import hosts, on
 
 __all__ = ["hosts"]  # the module's fixture: h0..h2 under the netns lock
 
 pytestmark = pytest.mark.slow
 PORT = 29531
-
-
-def wait_for(path: Path, text: str, timeout_s: float) -> float:
-    started = time.monotonic()
-    while time.monotonic() - started < timeout_s:
-        if text in path.read_text(errors="replace"):
-            return time.monotonic() - started
-        time.sleep(0.1)
-    raise AssertionError(f"{text!r} not in {path} after {timeout_s}s:\n{path.read_text()}")
 
 
 def test_a_dropped_port_is_named_a_firewall(hosts: None, tmp_path: Path) -> None:
@@ -52,25 +43,22 @@ def test_a_dropped_port_is_named_a_firewall(hosts: None, tmp_path: Path) -> None
                 stdout=out,
                 stderr=subprocess.STDOUT,
             )
-        first = wait_for(
+        wait_for_text(
             log,
             f"torchx-elastic: rendezvous at h0:{PORT}: no answer from h0:{PORT} within 3s; a"
             f" firewall?; open TCP port {PORT} on h0 to this node",
-            40,
         )
-        wait_for(log, "; retrying until ", 1)
+        said = log.read_text()
+        assert "; retrying until " in said, said
         # the workers' interface, named before the rendezvous
-        wait_for(
-            log,
+        assert (
             "torchx-elastic: warning: GLOO_SOCKET_IFNAME=lo, but the rendezvous traffic to h0"
             " leaves through veth-h1: the workers may not reach their peers; set"
-            " GLOO_SOCKET_IFNAME=veth-h1",
-            1,
-        )
-        wait_for(log, f"torchx-elastic: error: rendezvous at h0:{PORT} failed: no answer from", 60)
-        assert proc.wait(30) == 1
+            " GLOO_SOCKET_IFNAME=veth-h1"
+        ) in said, said
+        wait_for_text(log, f"torchx-elastic: error: rendezvous at h0:{PORT} failed: no answer from")
+        assert proc.wait(60) == 1
         assert "Traceback" not in log.read_text()
-        print(f"first diagnosis {first:.1f}s after the agent started")
         # the doctor on h1 says the same, and names the interface the traffic to h0 uses
         doctor = [sys.executable, "-m", "torchx_elastic.agent.doctor", *argv[3:]]
         done = subprocess.run(

@@ -1,4 +1,9 @@
-"""A lockstep all_reduce loop: one line per 10 steps with the world size and wall time."""
+"""A lockstep all_reduce loop: one line per 10 steps with the world size and wall time.
+
+``allreduce_loop.py STEPS STEP_S``: STEPS steps, STEP_S apart; with ``UNTIL_WORLD=N`` in the
+environment, a world smaller than N goes on stepping until the agents restart it with more
+nodes (every rank of a world decides alike: its size is the same for all).
+"""
 
 import os
 import sys
@@ -11,12 +16,15 @@ dist.init_process_group("gloo")
 rank, world = dist.get_rank(), dist.get_world_size()
 steps, step_s = int(sys.argv[1]), float(sys.argv[2])
 start = int(os.environ.get("START_STEP", "0"))
-for step in range(steps):
+until_world = int(os.environ.get("UNTIL_WORLD", "0"))
+step = 0
+while step < steps or world < until_world:
     value = torch.ones(1)
     dist.all_reduce(value)
     if rank == 0 and step % 10 == 0:
         print(f"step {step} world {int(value.item())} at {time.time():.3f}", flush=True)
-    time.sleep(step_s)
+    time.sleep(step_s)  # the steps' pace (not a wait for an event)
+    step += 1
 dist.barrier()
 print(f"done world {world} at {time.time():.3f}", flush=True)
 dist.destroy_process_group()

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tests.conftest import REPO, _env
+from tests.waiting import wait_until
 
 # ../shared beside the repo (CI); TORCHX_ELASTIC_NETNS_HOSTS names another copy (a worktree)
 HOSTS_SH = Path(os.environ.get("TORCHX_ELASTIC_NETNS_HOSTS", REPO.parent / "shared/netns/hosts.sh"))
@@ -45,6 +46,7 @@ class Job:
     n: int = 3
     steps: int = 200
     step_s: float = 0.05
+    until_world: int = 0  # a smaller world steps on until a restart makes it this big
     agents: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     ended_s: dict[str, float] = field(default_factory=dict)
 
@@ -60,7 +62,7 @@ class Job:
         self.ended_s.pop(host, None)
         command = [
             "bash", str(HOSTS_SH), "exec", host,
-            "env", f"GLOO_SOCKET_IFNAME=veth-{host}",
+            "env", f"GLOO_SOCKET_IFNAME=veth-{host}", f"UNTIL_WORLD={self.until_world}",
             sys.executable, "-m", "torchx_elastic.agent",
             f"--nnodes=2:{self.n}", "--nproc-per-node=1", "--max-restarts=3",
             "--rdzv-backend=c10d", "--rdzv-endpoint=h0:29500", "--rdzv-id=job",
@@ -94,14 +96,12 @@ class Job:
             key=lambda x: x[2],
         )
 
-    def wait_for_step(self, step: int, timeout_s: float = 120) -> None:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if any(s >= step for s, _, _ in self.steps_seen()):
-                return
+    def wait_for_step(self, step: int) -> None:
+        def reached() -> bool:
             self.poll()
-            time.sleep(0.2)
-        raise AssertionError(f"no step {step} in {timeout_s:g}s:\n{self.shown()}")
+            return any(s >= step for s, _, _ in self.steps_seen())
+
+        wait_until(reached, what=f"step {step}", every_s=0.2, detail=self.shown)
 
     def poll(self) -> None:
         for host, agent in self.agents.items():

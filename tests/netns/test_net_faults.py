@@ -3,22 +3,22 @@
 rendezvous on h0, a lockstep all_reduce loop, the default command line otherwise.
 
 - h2 cut off (its link down: no TCP reset reaches anyone, as for a dead switch port or a
-  preempted VM): h0 and h1 train again with world 2 within 45 s and finish; h2's agent
-  stops its worker and exits 1 within 60 s, saying what it lost.
-- h2's processes SIGKILLed: h0 and h1 train again with world 2 within 30 s and finish.
+  preempted VM): h0 and h1 train again with world 2 and finish; h2's agent stops its
+  worker and exits 1, saying what it lost.
+- h2's processes SIGKILLed: h0 and h1 train again with world 2 and finish.
 - h0, the rendezvous host, cut off: h1 and h2 move the rendezvous to h1, train again with
-  world 2 within 90 s and finish; h0's agent exits 1 within 60 s, saying it is cut off.
+  world 2 and finish; h0's agent exits 1, saying it is cut off.
 - h0's processes SIGKILLed: h1 and h2 move the rendezvous to h1, train again with world 2
-  within 30 s and finish.
+  and finish.
 - h0 cut off, then back with a new agent: it learns where the job went and joins it there.
 
-Nothing of the job is left running on any host afterwards.
+Nothing of the job is left running on any host afterwards. How soon world 2 trains after
+the fault is printed (``pytest -s``; docs/agent.md quotes it), not asserted: a speed.
 """
 
 from __future__ import annotations
 
 import fcntl
-import os
 import re
 import time
 from collections.abc import Iterator
@@ -26,12 +26,15 @@ from pathlib import Path
 
 import pytest
 
+from tests.ci import unavailable
 from tests.netns.hosts import Job, available, hosts, pids_in
+from tests.waiting import wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.netns, pytest.mark.timeout(300)]
 
 LOCK = "/tmp/netns.lock"  # the hosts are one per machine: one test (of any checkout) at a time
 STEP_BEFORE_FAULT = 60
+WAIT_S = 150.0  # for the agents' ends after a fault: a bound on a hang, not a speed
 HOSTS = ("h0", "h1", "h2")
 
 
@@ -39,9 +42,7 @@ HOSTS = ("h0", "h1", "h2")
 def job(tmp_path: Path) -> Iterator[Job]:
     reason = available()
     if reason is not None:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"CI=true and {reason}", pytrace=False)
-        pytest.skip(reason)
+        unavailable(reason)
     with open(LOCK, "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         hosts("down", "3")  # what an interrupted run left
@@ -54,13 +55,12 @@ def job(tmp_path: Path) -> Iterator[Job]:
             hosts("down", "3")
 
 
-def resumed_after_s(job: Job, fault_s: float) -> float:
-    """Seconds from the fault to the first step of world 2."""
+def assert_resumed(job: Job, fault_s: float) -> None:
+    """World 2 trained after the fault; how soon is printed (the figure docs/agent.md
+    quotes: ``pytest -s tests/netns`` shows it)."""
     firsts = [t for _, world, t in job.steps_seen() if world == 2 and t > fault_s]
     assert firsts, f"no step of world 2 after the fault:\n{job.shown()}"
-    # the figure docs/agent.md quotes (``pytest -s tests/netns`` shows it)
     print(f"\n[netns] world 2 trains {firsts[0] - fault_s:.1f}s after the fault")
-    return firsts[0] - fault_s
 
 
 def assert_survivors_done(job: Job, codes: dict[str, int | None]) -> None:
@@ -70,11 +70,12 @@ def assert_survivors_done(job: Job, codes: dict[str, int | None]) -> None:
 
 
 def assert_nothing_left(job: Job) -> None:
-    """Every process of the job gone from every host (within seconds of its agent's exit)."""
-    deadline = time.monotonic() + 10
-    while (left := {h: pids_in(h) for h in HOSTS}) != dict.fromkeys(HOSTS, []):
-        assert time.monotonic() < deadline, left
-        time.sleep(0.2)
+    """Every process of the job gone from every host (soon after its agent's exit)."""
+
+    def left() -> dict[str, list[int]]:
+        return {h: pids_in(h) for h in HOSTS if pids_in(h)}
+
+    wait_until(lambda: not left(), what="no process of the job on any host", detail=left)
 
 
 MOVED = "and the job re-forms without the lost host"
@@ -97,12 +98,10 @@ def test_cut_off_host_is_left_behind_and_gives_up(job: Job) -> None:
     job.wait_for_step(STEP_BEFORE_FAULT)
     cut_s = time.time()
     hosts("cut", "h2")
-    codes = job.wait(["h0", "h1", "h2"], 90)
-    resumed_s = resumed_after_s(job, cut_s)
-    assert resumed_s < 45, f"world 2 trains {resumed_s:.1f}s after the cut"
+    codes = job.wait(["h0", "h1", "h2"], WAIT_S)
+    assert_resumed(job, cut_s)
     assert_survivors_done(job, {h: codes[h] for h in ("h0", "h1")})
     assert codes["h2"] == 1, job.shown()
-    assert job.ended_s["h2"] - cut_s < 60
     lost = job.log("h2").read_text()
     assert (
         "torchx-elastic: error: this node is cut off: neither the rendezvous at h0:29500 nor"
@@ -129,9 +128,8 @@ def kill_mid_run(job: Job, host: str) -> float:
 
 def test_killed_host_is_left_behind(job: Job) -> None:
     kill_s = kill_mid_run(job, "h2")
-    codes = job.wait(["h0", "h1"], 90)
-    resumed_s = resumed_after_s(job, kill_s)
-    assert resumed_s < 30, f"world 2 trains {resumed_s:.1f}s after the kill"
+    codes = job.wait(["h0", "h1"], WAIT_S)
+    assert_resumed(job, kill_s)
     assert_survivors_done(job, codes)
     assert_nothing_left(job)
 
@@ -154,11 +152,9 @@ def test_lost_rendezvous_host_moves_to_a_survivor(job: Job) -> None:
     job.wait_for_step(STEP_BEFORE_FAULT)
     cut_s = time.time()
     hosts("cut", "h0")
-    codes = job.wait(list(HOSTS), 150)
+    codes = job.wait(list(HOSTS), WAIT_S)
     assert codes == {"h0": 1, "h1": 0, "h2": 0}, job.shown()
-    resumed_s = resumed_after_s(job, cut_s)
-    assert resumed_s < 90, f"world 2 trains {resumed_s:.1f}s after the cut"
-    assert job.ended_s["h0"] - cut_s < 60
+    assert_resumed(job, cut_s)
     assert_moved_to_h1(job, "h0:29500 did not answer for 20s, though other peers of this node did")
     assert "done world 2" in job.text(), job.shown()
     assert_no_exit_errors(job, "h1", "h2")
@@ -174,10 +170,9 @@ def test_lost_rendezvous_host_moves_to_a_survivor(job: Job) -> None:
 
 def test_killed_rendezvous_host_moves_to_a_survivor(job: Job) -> None:
     kill_s = kill_mid_run(job, "h0")
-    codes = job.wait(["h1", "h2"], 90)
+    codes = job.wait(["h1", "h2"], WAIT_S)
     assert codes == {"h1": 0, "h2": 0}, job.shown()
-    resumed_s = resumed_after_s(job, kill_s)
-    assert resumed_s < 30, f"world 2 trains {resumed_s:.1f}s after the kill"
+    assert_resumed(job, kill_s)
     assert_moved_to_h1(job, "the connection to the rendezvous store at h0:29500 failed")
     assert "done world 2" in job.text(), job.shown()
     assert_no_exit_errors(job, "h1", "h2")
@@ -188,14 +183,14 @@ def test_the_lost_rendezvous_host_comes_back_and_joins_the_moved_job(job: Job) -
     """h0 is cut off, gives up, comes back (as Kubernetes recreates pod 0 with its name) and
     hosts a rendezvous at the original endpoint: the new host tells it where the job went,
     and it joins as a new node."""
-    job.steps = 600  # 30 s of training after the move: time for h0 to come back
+    job.until_world = 3  # world 2 trains on after the move until h0 is back
     job.start()
     job.wait_for_step(STEP_BEFORE_FAULT)
     hosts("cut", "h0")
-    assert job.wait(["h0"], 60) == {"h0": 1}, job.shown()
+    assert job.wait(["h0"], WAIT_S) == {"h0": 1}, job.shown()
     hosts("heal", "h0")
     job.start_host("h0")
-    codes = job.wait(list(HOSTS), 150)
+    codes = job.wait(list(HOSTS), WAIT_S)
     assert codes == dict.fromkeys(HOSTS, 0), job.shown()
     assert (
         "torchx-elastic: the job's rendezvous moved from h0:29500 to h1:29500 while its host"
