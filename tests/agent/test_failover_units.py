@@ -26,6 +26,10 @@ from torchx_elastic.agent.rendezvous.signed_store import StoreSigner
 from torchx_elastic.agent.supervision.network_watch import NetworkWatch
 from torchx_elastic.agent.supervision.rendezvous_move import RendezvousMove, can_move
 
+# its nodes call torch's store from threads: they end with the test
+# the nodes call torch's stores from threads of their own: they end with the test
+pytestmark = pytest.mark.usefixtures("threads_ended")
+
 LOST = Endpoint("h0", 29500)
 # a store call that no answer ends returns after this (a bound on a hang, not a speed)
 READ_TIMEOUT_S = 120.0
