@@ -26,7 +26,6 @@ from torchx_elastic.agent.rendezvous.signed_store import StoreSigner
 from torchx_elastic.agent.supervision.network_watch import NetworkWatch
 from torchx_elastic.agent.supervision.rendezvous_move import RendezvousMove, can_move
 
-# its nodes call torch's store from threads: they end with the test
 # the nodes call torch's stores from threads of their own: they end with the test
 pytestmark = pytest.mark.usefixtures("threads_ended")
 
