@@ -1,8 +1,8 @@
 """A rank that runs out of memory (a real OOM kill under a memory-limited cgroup, as in a
 container or pod) is named out of memory by the report, the job line and the summary.
 
-Needs root and a writable cgroup hierarchy (v1 or v2); without them it skips, except under
-CI=true."""
+Needs root and a writable cgroup hierarchy (v1 or v2); without them it skips, except in CI
+(tests/ci.py)."""
 
 from __future__ import annotations
 
@@ -11,14 +11,15 @@ import os
 import re
 import signal
 import subprocess
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
+from tests.ci import unavailable
 from tests.conftest import BIN, _env
+from tests.waiting import wait_until
 from torchx_elastic.contract import SUMMARY_PREFIX
 
 pytestmark = pytest.mark.slow
@@ -44,12 +45,6 @@ OUT_OF_MEMORY = (
 )
 
 
-def _unavailable(reason: str) -> None:
-    if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
-        pytest.fail(f"CI=true and {reason}", pytrace=False)
-    pytest.skip(reason)
-
-
 @contextmanager
 def memory_limited_cgroup(limit_bytes: int) -> Iterator[Path]:
     """A new memory cgroup with that limit (v2, else v1); yields its ``cgroup.procs``. Its
@@ -61,12 +56,12 @@ def memory_limited_cgroup(limit_bytes: int) -> Iterator[Path]:
         cgroup.mkdir()
         (cgroup / ("memory.max" if v2 else "memory.limit_in_bytes")).write_text(str(limit_bytes))
     except OSError as err:
-        _unavailable(f"no memory cgroup can be made here ({err}; root and cgroups needed)")
+        unavailable(f"no memory cgroup can be made here ({err}; root and cgroups needed)")
     try:
         yield cgroup / "cgroup.procs"
     finally:
-        deadline = time.monotonic() + 30
-        while True:
+
+        def removed() -> bool:  # once its processes are gone
             for pid in (cgroup / "cgroup.procs").read_text().split():
                 try:
                     os.kill(int(pid), signal.SIGKILL)
@@ -74,10 +69,11 @@ def memory_limited_cgroup(limit_bytes: int) -> Iterator[Path]:
                     pass
             try:
                 cgroup.rmdir()
-                break
             except OSError:
-                assert time.monotonic() < deadline, f"{cgroup} could not be removed"
-                time.sleep(0.2)
+                return False
+            return True
+
+        wait_until(removed, what=f"{cgroup} removed", every_s=0.2)
 
 
 def test_a_rank_killed_for_memory_is_named_out_of_memory(tmp_path: Path) -> None:
