@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-import time
 from typing import Any, Dict, List, Optional, Tuple
 
 import pytest
@@ -243,9 +242,9 @@ def test_deleting_the_step_pod_leaves_no_job_behind(
 
     job = _wait("both ranks to train", training, timeout_s=STEP_TIMEOUT_S)
     assert _job_exists(cluster, job)
-    started = time.monotonic()
-    cluster.delete_pod("step-deleted")  # SIGTERM, then a grace period
+    # SIGTERM, then a grace period: the step deletes its job in it (after it, a SIGKILL
+    # would leave the job behind, and this wait would time out)
+    cluster.delete_pod("step-deleted")
     _wait("the step to delete its job", lambda: None if _job_exists(cluster, job) else True)
     _wait("the job's pods to go", lambda: True if not cluster.pods(job) else None, timeout_s=120)
     assert job not in cluster.services()
-    assert time.monotonic() - started < 30  # within the step pod's grace period

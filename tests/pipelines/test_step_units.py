@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import io
 import threading
-import time
 from pathlib import Path
 from typing import Callable, Iterator, List, Set, Tuple
 
@@ -16,6 +15,7 @@ from torchx.runner import Runner
 from tests.kubernetes.conftest import SUFFIX
 from tests.kubernetes.fake_api import FakeCluster
 from tests.kubernetes.validation import REPO
+from tests.waiting import wait_until
 from torchx_elastic.pipelines import __main__ as step_main
 from torchx_elastic.pipelines.step import EXIT_STOPPED, Step
 from torchx_elastic.schedulers.kubernetes.scheduler import KubernetesScheduler
@@ -40,7 +40,7 @@ def _in_background(target: Callable[[], int]) -> Callable[[], int]:
     thread.start()
 
     def join() -> int:
-        thread.join(30)
+        thread.join(60)
         assert result, "the step did not end"
         return result[0]
 
@@ -48,10 +48,7 @@ def _in_background(target: Callable[[], int]) -> Callable[[], int]:
 
 
 def _wait_for_pods(fake: FakeCluster, count: int) -> None:
-    deadline = time.monotonic() + 20
-    while len(fake.pods(JOB)) < count:
-        assert time.monotonic() < deadline, "the job was not created"
-        time.sleep(0.05)
+    wait_until(lambda: len(fake.pods(JOB)) >= count, what=f"the job's {count} pods")
 
 
 def _run(runner: Runner, argv: List[str], out: io.StringIO) -> Callable[[], int]:
@@ -248,10 +245,7 @@ def test_a_log_it_may_not_read_is_said_and_the_job_still_followed(
 def test_a_status_it_cannot_read_ends_the_step(runner: Runner, fake: FakeCluster) -> None:
     out = io.StringIO()
     join = _run(runner, DDP, out)
-    deadline = time.monotonic() + 20
-    while "torchx-elastic: submitted" not in out.getvalue():
-        assert time.monotonic() < deadline, "the job was not submitted"
-        time.sleep(0.05)
+    wait_until(lambda: "torchx-elastic: submitted" in out.getvalue(), what="the job submitted")
     fake.token_expired = True
     assert join() == 1
     end = out.getvalue().rpartition(f"torchx-elastic: {APP} UNKNOWN: ")[2]
