@@ -8,13 +8,13 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import _env
 from tests.e2e.agents import alive, descendants, free_port
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -214,12 +214,19 @@ def start_sleepers(tmp_path: Path, method: str) -> tuple[subprocess.Popen[bytes]
             stderr=subprocess.STDOUT,
         )
     try:
-        deadline = time.monotonic() + 180
         pid_files = [tmp_path / f"worker.{rank}.pid" for rank in (0, 1)]
-        while not all(path.exists() and path.read_text() for path in pid_files):
+
+        def both_pids() -> bool:
             assert caller.poll() is None, (tmp_path / "caller.log").read_text()
-            assert time.monotonic() < deadline, (tmp_path / "caller.log").read_text()
-            time.sleep(0.2)
+            return all(path.exists() and path.read_text() for path in pid_files)
+
+        wait_until(
+            both_pids,
+            what="both workers' pid files",
+            timeout_s=180,
+            every_s=0.2,
+            detail=(tmp_path / "caller.log").read_text,
+        )
         workers = {int(path.read_text()) for path in pid_files}
         tree = descendants(caller.pid)
         assert workers <= tree
@@ -230,10 +237,12 @@ def start_sleepers(tmp_path: Path, method: str) -> tuple[subprocess.Popen[bytes]
 
 
 def wait_gone(tree: set[int], log: Path) -> None:
-    deadline = time.monotonic() + 30
-    while alive(tree) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert alive(tree) == set(), log.read_text()
+    wait_until(
+        lambda: alive(tree) == set(),
+        what="the end of the caller's process tree",
+        every_s=0.2,
+        detail=log.read_text,
+    )
 
 
 @pytest.mark.parametrize("method", ["spawn", "fork"])
