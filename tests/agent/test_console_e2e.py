@@ -54,7 +54,7 @@ if dist.get_rank() == 1:
     time.sleep(0.5)  # the scenario: rank 0 waits in the barrier when rank 1 fails
     raise ValueError("bad value on rank 1")
 dist.barrier()
-time.sleep(30)
+time.sleep(300)  # stopped by the agent once rank 1 failed
 """
 
 

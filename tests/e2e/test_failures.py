@@ -88,9 +88,11 @@ def test_a_rank_stopped_before_it_wrote_its_error_file_never_crashes_the_agent(
 FORKING_SCRIPT = """\
 import os, sys, time
 if os.environ["RANK"] == "1":
+    worker = os.getpid()
     if os.fork() == 0:
         os.setsid()  # out of the worker's process group: the agent's stop does not reach it
-        time.sleep(0.2)
+        while os.getppid() == worker:  # until the worker has exited (its child is adopted)
+            time.sleep(0.01)
         with open(os.environ["TORCHELASTIC_ERROR_FILE"], "w") as file:
             file.write('{"message": {"message": "half')
         os._exit(0)

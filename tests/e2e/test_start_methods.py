@@ -96,7 +96,7 @@ def test_script_sees_a_plain_python_process(tmp_path: Path, method: str) -> None
 )
 def test_exit_codes_and_errors(tmp_path: Path, method: str, body: str, report: str) -> None:
     (tmp_path / "die.py").write_text(
-        f"import os, time\nif os.environ['RANK'] == '1':\n    {body}\ntime.sleep(30)\n"
+        f"import os, time\nif os.environ['RANK'] == '1':\n    {body}\ntime.sleep(300)\n"
     )
     result = run_agent("--nproc-per-node", "2", "--start-method", method, "die.py", cwd=tmp_path)
     assert result.returncode == 1
