@@ -159,7 +159,7 @@ def test_log_tail_follows_until_the_pod_ends(
     follower.start()
     fake.write_log(fake.pod(JOB, 0), b"[0]: step 1\n")
     fake.set_phase(fake.pod(JOB, 0), "Succeeded")
-    follower.join(timeout=10)
+    follower.join(timeout=60)  # a bound on a hang, not a speed
     assert not follower.is_alive()
     assert capsys.readouterr().out.splitlines() == ["main/0 [0]: hello", "main/0 [0]: step 1"]
 
