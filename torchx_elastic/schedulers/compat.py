@@ -66,8 +66,9 @@ def as_torchx_cfg(torchx_cfg: Mapping[str, CfgVal], resolved: Mapping[str, CfgVa
 
 def show_app_as(info: AppDryRunInfo[Any], app: AppDef) -> None:
     """The app that ``torchx run --dryrun`` prints of ``info`` (and the runner remembers for
-    the handle) becomes ``app``; the request is not touched."""
-    info._app = app
+    the handle) becomes ``app``; the request is not touched. (torchx 0.7 keeps it in
+    ``_app``; its development line in ``app``.)"""
+    setattr(info, "app" if hasattr(info, "app") else "_app", app)
 
 
 def slurm_output_file(app_id: str, role: str, replica: int) -> str:

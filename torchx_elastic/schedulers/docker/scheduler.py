@@ -118,8 +118,9 @@ class DockerScheduler(ReplicaLogs, WorkspaceImages, Scheduler[Mapping[str, CfgVa
         base: str = client.images.get(image).id
         return base
 
-    def _validate(self, app: AppDef, scheduler: str) -> None:
-        """Any resource is fine: a role without one runs without limits."""
+    def _validate(self, app: AppDef, scheduler: str, cfg: object = None) -> None:
+        """Any resource is fine: a role without one runs without limits. (torchx's
+        development line passes the run's ``cfg`` too, 0.7 does not.)"""
 
     def submit_dryrun(self, app: AppDef, cfg: Any) -> AppDryRunInfo[DockerJob]:
         info = super().submit_dryrun(app, cfg)

@@ -109,9 +109,9 @@ class KubernetesScheduler(ReplicaLogs, WorkspaceImages, Scheduler[Cfg]):
     def _run_opts(self) -> runopts:
         return KubernetesOptions.runopts()
 
-    def _validate(self, app: AppDef, scheduler: str) -> None:
-        # a role without resources runs with none requested, as kubectl would
-        pass
+    def _validate(self, app: AppDef, scheduler: str, cfg: object = None) -> None:
+        """A role without resources runs with none requested, as kubectl would. (torchx's
+        development line passes the run's ``cfg`` too, 0.7 does not.)"""
 
     def submit_dryrun(self, app: AppDef, cfg: Any) -> AppDryRunInfo[KubernetesRequest]:
         info = super().submit_dryrun(app, cfg)

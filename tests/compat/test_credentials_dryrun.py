@@ -1,8 +1,7 @@
 """A real ``torchx run --dryrun`` on the docker and kubernetes schedulers prints no
-credential (``--env`` names that look like one: tests/unit/test_credentials.py).
-
-(Not in tests/compat: torchx's development line calls the schedulers' ``_validate`` with
-three arguments, where ours take two.)
+credential (``--env`` names that look like one: tests/unit/test_credentials.py), on torchx
+0.7 and on its development line (which calls the schedulers' ``_validate`` with the run's
+config too: this test found that ours took one argument less).
 """
 
 from __future__ import annotations
