@@ -1,4 +1,4 @@
-"""The five benchmarks of issue 5, each a set of variants that run one at a time.
+"""The benchmarks of issues 5, 24 and 42, each a set of variants that run one at a time.
 
 A variant's ``run`` starts one complete job in a fresh directory and returns one
 :class:`Sample`; ``bench/run.py`` interleaves the variants repeat by repeat.
@@ -6,13 +6,17 @@ A variant's ``run`` starts one complete job in a fresh directory and returns one
 
 from __future__ import annotations
 
+import json
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench import commands, logcheck, phases, procs, restart
 from bench.report import Ratio
-from torchx_elastic.contract import SECRET_ENV, SHARE_STORE_OPT_OUT_ENV
+from tests.timeline_jobs import generated_job, write_crash_files, write_events
+from torchx_elastic.agent.console.progress.channel import ActivityChannel, RankActivity
+from torchx_elastic.contract import RESTART_COUNT_ENV, SECRET_ENV, SHARE_STORE_OPT_OUT_ENV
 
 BENCH_DIR = Path(__file__).resolve().parent
 REPO = BENCH_DIR.parent
@@ -20,6 +24,8 @@ DDP_SCRIPT = "bench/ddp_script.py"
 CRASH_SCRIPT = "bench/crash_once.py"
 LOG_SCRIPT = "bench/log_heavy.py"
 SHORT_SCRIPT = "bench/short_job.py"
+PROGRESS_SCRIPT = "bench/progress_calls.py"
+TIMELINE_SCRIPT = "bench/timeline_build.py"
 # torch's opt-out of the rendezvous store it shares with the workers across restarts
 FRESH_STORE_ENV = SHARE_STORE_OPT_OUT_ENV
 
@@ -37,6 +43,10 @@ class Settings:
     max_restarts: int = 3
     restart_env: Mapping[str, str] = field(default_factory=dict)  # extra, restart runs only
     hang_timeout_s: float = 60.0  # exit_hangs: a launch not done by then hung
+    progress_calls: int = 100_000  # progress_call: calls per run
+    timeline_nodes: int = 64  # timeline: the generated job's nodes x procs per node
+    timeline_procs: int = 8
+    timeline_progress_samples: int = 1000  # and its progress records
 
 
 @dataclass
@@ -460,6 +470,93 @@ def log_torchrun(s: Settings, run_dir: Path) -> Sample:
     return _log_sample(_run([command], s, run_dir), s, log_dir, s.nproc * s.log_lines)
 
 
+# 11. one progress() call --------------------------------------------------------------------
+
+_CHANNEL_WAIT_S = 10.0  # the agent's channel reads a datagram already sent in well under this
+
+
+def _in_process(
+    command: list[str], s: Settings, run_dir: Path, env: Mapping[str, str]
+) -> tuple[dict[str, object], procs.Outcome] | Sample:
+    """Run a benchmark's process; what it timed in itself (its ``--result-file``), or the
+    failed sample."""
+    result_file = run_dir / "result.json"
+    outcome = _run([[*command, "--result-file", str(result_file)]], s, run_dir, envs=[dict(env)])
+    if not outcome.ok:
+        return Sample(None, _failure(outcome))
+    if not result_file.exists():
+        return Sample(None, f"no {result_file.name}; {_failure(outcome)}")
+    found: dict[str, object] = json.loads(result_file.read_text())
+    return found, outcome
+
+
+def _seconds(result: Mapping[str, object]) -> float:
+    seconds = result["seconds"]
+    assert isinstance(seconds, (int, float)), result
+    return float(seconds)
+
+
+def _last_step_seen(activity: RankActivity, step: int) -> bool:
+    """Whether the agent's channel got the last progress() call (it is always sent)."""
+    deadline = time.monotonic() + _CHANNEL_WAIT_S
+    while time.monotonic() < deadline:
+        seen = activity.snapshot().get(0)
+        if seen is not None and seen.step == step:
+            return True
+        time.sleep(0.01)
+    return False
+
+
+def _progress(kind: str) -> RunVariant:
+    """``--progress-calls`` calls of ``kind`` in one process, the agent's channel in this one
+    (every variant gets it), in ns per call."""
+
+    def run(s: Settings, run_dir: Path) -> Sample:
+        activity = RankActivity()
+        channel = ActivityChannel(activity)
+        try:
+            env = {**s.env, **channel.env(), "LOCAL_RANK": "0", RESTART_COUNT_ENV: "0"}
+            command = [commands.PYTHON, PROGRESS_SCRIPT, "--kind", kind]
+            found = _in_process([*command, "--calls", str(s.progress_calls)], s, run_dir, env)
+            if isinstance(found, Sample):
+                return found
+            result, outcome = found
+            if kind == "progress" and not _last_step_seen(activity, s.progress_calls):
+                return Sample(None, f"the agent's channel never saw step {s.progress_calls}")
+        finally:
+            channel.close()
+        facts = {**result, "process_wall_s": outcome.wall_s}
+        return Sample(_seconds(result) / s.progress_calls * 1e9, facts=facts)
+
+    return run
+
+
+# 12. the timeline of a big job ---------------------------------------------------------------
+
+
+def _timeline(kind: str) -> RunVariant:
+    """The generated ``--timeline-nodes x --timeline-procs`` job that failed once and
+    restarted (``tests/timeline_jobs.py``), written untimed; what ``kind`` does with it, ms."""
+
+    def run(s: Settings, run_dir: Path) -> Sample:
+        log_dir, out_dir = run_dir / "logs", run_dir / "out"
+        job = generated_job(
+            s.timeline_nodes, s.timeline_procs, progress_samples=s.timeline_progress_samples
+        )
+        write_events(log_dir, job)
+        write_crash_files(log_dir)
+        out_dir.mkdir()
+        command = [commands.PYTHON, TIMELINE_SCRIPT, "--kind", kind, "--log-dir", str(log_dir)]
+        found = _in_process([*command, "--out-dir", str(out_dir)], s, run_dir, s.env)
+        if isinstance(found, Sample):
+            return found
+        result, outcome = found
+        facts = {**result, "process_wall_s": outcome.wall_s}
+        return Sample(_seconds(result) * 1000, facts=facts)
+
+    return run
+
+
 BENCHMARKS: dict[str, Benchmark] = {
     b.name: b
     for b in (
@@ -605,6 +702,37 @@ BENCHMARKS: dict[str, Benchmark] = {
                     ),
                 ),
             ),
+        ),
+        Benchmark(
+            "progress_call",
+            "11. one progress() call",
+            "ns",
+            {
+                "ours": (
+                    "ours: torchx_elastic.worker.progress(step, N), the agent's channel live",
+                    _progress("progress"),
+                ),
+                "floor": ("floor: a Python function of the same arguments", _progress("trivial")),
+                "sendto": (
+                    "one socket.sendto per call, same datagram and socket",
+                    _progress("sendto"),
+                ),
+            },
+            (Ratio("ours", "floor"), Ratio("ours", "sendto", goal_max=1.0, strict=True)),
+        ),
+        Benchmark(
+            "timeline",
+            "12. timeline of an NxM job",
+            "ms",
+            {
+                "ours": (
+                    "ours: timeline_of_dir + html.render + trace_events (imports torch)",
+                    _timeline("ours"),
+                ),
+                "ours_warm": ("the same again in the same process", _timeline("ours_warm")),
+                "floor": ("floor: read the files, parse the events' lines", _timeline("floor")),
+            },
+            (Ratio("ours", "floor"), Ratio("ours_warm", "floor")),
         ),
     )
 }

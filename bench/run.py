@@ -45,6 +45,8 @@ DEFAULT_REPEATS = {
     "short_job": 7,
     "memory": 3,
     "rendezvous_scale": 3,
+    "progress_call": 5,
+    "timeline": 3,
 }
 DEFAULT_BENCHMARKS = [name for name in BENCHMARKS if name != "rendezvous_scale"]
 DEFAULT_OUTPUT = REPO / "bench" / "results" / "latest.json"
@@ -94,6 +96,24 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         default=100_000,
         help="lines per rank of the log-heavy job (default 100000)",
+    )
+    parser.add_argument(
+        "--progress-calls",
+        type=int,
+        default=100_000,
+        help="progress() calls per run of progress_call (default 100000)",
+    )
+    parser.add_argument(
+        "--timeline-nodes",
+        type=int,
+        default=64,
+        help="nodes of the timeline benchmark's generated job (default 64)",
+    )
+    parser.add_argument(
+        "--timeline-procs",
+        type=int,
+        default=8,
+        help="ranks per node of the timeline benchmark's generated job (default 8)",
     )
     parser.add_argument(
         "--timeout-s", type=float, default=90.0, help="limit of one run (default 90)"
@@ -271,6 +291,7 @@ def summary_notes(
                 f"{key}: {len(helpers)} helper process(es) besides the agent and the workers"
                 f"{': ' + names if names else ''}; agent + helpers peak PSS {pss:.0f} MiB (median)"
             )
+    notes.extend(speed_notes(name, samples))
     if name == "log_heavy":
         for key, runs in samples.items():
             done = [s for s in runs if s.value is not None]
@@ -295,6 +316,33 @@ def summary_notes(
                 f" {console_ok}/{len(runs)}{last}"
             )
     return notes
+
+
+def speed_notes(name: str, samples: dict[str, list[Sample]]) -> list[str]:
+    """What the progress and timeline runs did besides their time (the last run that worked)."""
+    notes: list[str] = []
+    for key, runs in samples.items():
+        done = [s.facts for s in runs if s.value is not None]
+        if not done:
+            continue
+        last = done[-1]
+        if name == "progress_call" and key == "sendto":
+            notes.append(
+                f"{key}: {last['dropped']} of {last['calls']} sends failed in the last run (a"
+                " full queue; a failed send costs an exception more)"
+            )
+        if name == "timeline" and key != "floor":
+            notes.append(
+                f"{key}: {last['ranks']} ranks on {last['nodes']} nodes; page"
+                f" {_kib(last['page_bytes'])}, trace {_kib(last['trace_bytes'])}"
+            )
+        if name == "timeline" and key == "floor":
+            notes.append(f"{key}: {last['records']} records, {_kib(last['read_bytes'])} read")
+    return notes
+
+
+def _kib(size: object) -> str:
+    return f"{size / 1024:.0f} KiB" if isinstance(size, (int, float)) else "?"
 
 
 def _median(values: list[object]) -> float:
@@ -330,6 +378,9 @@ def main(argv: list[str] | None = None) -> int:
         restart_timeout_s=args.restart_timeout_s,
         restart_env={FRESH_STORE_ENV: "1"} if args.restart_fresh_store else {},
         hang_timeout_s=args.hang_timeout_s,
+        progress_calls=args.progress_calls,
+        timeline_nodes=args.timeline_nodes,
+        timeline_procs=args.timeline_procs,
     )
     work_dir = args.work_dir or Path(tempfile.mkdtemp(prefix="torchx_elastic_bench_"))
     work_dir.mkdir(parents=True, exist_ok=True)
@@ -361,6 +412,9 @@ def main(argv: list[str] | None = None) -> int:
             "restart_timeout_s": settings.restart_timeout_s,
             "max_restarts": settings.max_restarts,
             "restart_env": dict(settings.restart_env),
+            "progress_calls": settings.progress_calls,
+            "timeline_job": f"{settings.timeline_nodes}x{settings.timeline_procs}",
+            "timeline_progress_samples": settings.timeline_progress_samples,
             "omp_num_threads": env["OMP_NUM_THREADS"],
         },
         "machine": {

@@ -1,4 +1,5 @@
-"""The whole harness once, tiny: every benchmark, one repeat, 2 workers, few steps and lines."""
+"""The whole harness once, tiny: every benchmark, one repeat, 2 workers, few steps and lines
+(and calls, and a 2x2 job's timeline)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,8 @@ VARIANTS = {
     "short_job": {"ours", "ours_agent", "torchrun", "floor"},
     "memory": {"ours", "torchrun", "ours_2n", "torchrun_2n"},
     "memory_launcher": {"ours", "torchrun", "ours_2n", "torchrun_2n"},
+    "progress_call": {"ours", "floor", "sendto"},
+    "timeline": {"ours", "ours_warm", "floor"},
 }
 
 
@@ -38,6 +41,12 @@ def test_quick_run_prints_the_table_and_writes_the_json(tmp_path: Path) -> None:
             "2",
             "--log-lines",
             "300",
+            "--progress-calls",
+            "1000",
+            "--timeline-nodes",
+            "2",
+            "--timeline-procs",
+            "2",
             "--timeout-s",
             "90",
             "--restart-timeout-s",

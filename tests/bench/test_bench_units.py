@@ -9,9 +9,18 @@ from pathlib import Path
 import pytest
 
 from bench import commands, logcheck, phases, procs, restart
-from bench.benchmarks import Derived, Sample
+from bench.benchmarks import BENCHMARKS, Derived, Sample, Settings
 from bench.report import BenchmarkResult, Ratio, VariantResult, render_table
-from bench.run import benchmark_env, derived_result, main, rotated, selected, summary_notes
+from bench.run import (
+    DEFAULT_REPEATS,
+    benchmark_env,
+    derived_result,
+    main,
+    rotated,
+    run_benchmark,
+    selected,
+    summary_notes,
+)
 from tests.waiting import wait_until
 from torchx_elastic.contract import STDOUT_FILE
 from torchx_elastic.contract.log_layout import NodeLogs
@@ -395,3 +404,51 @@ def test_exit_hangs_counts_launches_that_timed_out() -> None:
 
 def test_exit_hangs_is_a_benchmark_with_its_own_launch_count() -> None:
     assert [b.name for b in selected("exit_hangs")] == ["exit_hangs"]
+
+
+def test_every_benchmark_has_a_default_repeat_count() -> None:
+    assert set(DEFAULT_REPEATS) == set(BENCHMARKS)
+    assert [b.name for b in selected("progress_call,timeline")] == ["progress_call", "timeline"]
+
+
+def _tiny() -> Settings:
+    return Settings(
+        env=benchmark_env(),
+        progress_calls=1000,
+        timeline_nodes=2,
+        timeline_procs=2,
+        timeline_progress_samples=5,
+    )
+
+
+SPEED_FACTS = {
+    "progress_call": {
+        key: {"seconds", "calls", "dropped", "process_wall_s"}
+        for key in ("ours", "floor", "sendto")
+    },
+    "timeline": {
+        "ours": {"seconds", "ranks", "nodes", "page_bytes", "trace_bytes", "process_wall_s"},
+        "ours_warm": {"seconds", "ranks", "nodes", "page_bytes", "trace_bytes", "process_wall_s"},
+        "floor": {"seconds", "records", "read_bytes", "process_wall_s"},
+    },
+}
+# what the tiny size makes of each, where a variant records it (1000 calls, none failed, all
+# live: ours fails unless the agent's channel saw the last step; a 2x2 job)
+TINY_FACTS = {"calls": 1000, "dropped": 0, "ranks": 4, "nodes": 2}
+
+
+@pytest.mark.parametrize("name", sorted(SPEED_FACTS))
+def test_a_speed_that_left_the_tests_runs_at_a_tiny_size_with_its_ratios(
+    name: str, tmp_path: Path
+) -> None:
+    """(Its time is the bench's figure, not asserted here.)"""
+    result, samples = run_benchmark(BENCHMARKS[name], 1, _tiny(), tmp_path, keep=False)
+    for key, facts in SPEED_FACTS[name].items():
+        [sample] = samples[key]
+        assert sample.value is not None, sample.note
+        assert set(sample.facts) == facts, key
+        for fact, value in TINY_FACTS.items():
+            assert sample.facts.get(fact, value) == value, (key, fact)
+    ratios = result.as_json()["ratios"]
+    assert ratios and all(ratio["value"] is not None for ratio in ratios)
+    assert result.notes  # what the runs did besides their time
