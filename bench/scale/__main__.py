@@ -63,6 +63,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--ours-conf", type=_conf, default={}, help="--rdzv-conf of our agent's nodes"
     )
+    parser.add_argument(
+        "--join-spread",
+        type=float,
+        default=0.0,
+        help="seconds over which the nodes' first joins are spread (0: all at once)",
+    )
     parser.add_argument("--min-nodes", type=int, default=None, help="default: nodes - 1")
     parser.add_argument(
         "--no-progress", action="store_true", help="ours: without the progress exchange"
@@ -112,6 +118,7 @@ def options_for(args: argparse.Namespace, impl: str, nodes: int, root: Path) -> 
         form_timeout_s=args.form_timeout,
         reform_timeout_s=args.reform_timeout,
         log_dir=args.log_dir,
+        join_spread_s=args.join_spread,
     )
 
 

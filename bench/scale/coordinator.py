@@ -49,6 +49,7 @@ class Options:
     form_timeout_s: float = 300.0
     reform_timeout_s: float = 180.0
     log_dir: Path | None = None
+    join_spread_s: float = 0.0
     root: Path = REPO  # where the simulated agents import torchx_elastic and bench from
 
 
@@ -278,9 +279,10 @@ def _worst_ms(values: Any) -> float | None:
     return round(max(found) * 1000, 1) if found else None
 
 
-def _form(state: RunState, options: Options, record: dict[str, Any]) -> float:
+def _form(state: RunState, options: Options, server: StoreServer, record: dict[str, Any]) -> float:
     everyone = set(range(options.nodes))
     _mark(state, "setup")
+    store_cpu_s = server.cpu_s()
     go_at = time.time() + 1.0
     state.procs.send(f"go {go_at}")
     formed = state.wait_for(
@@ -301,6 +303,7 @@ def _form(state: RunState, options: Options, record: dict[str, Any]) -> float:
         "first_join_worlds": sorted({j["world"] for j in firsts}),
         "start_lag_s": max((j["started"] - go_at for j in firsts), default=None),
         "harness": _mark(state, "form"),
+        "store_cores": (server.cpu_s() - store_cpu_s) / max(time.time() - go_at, 1e-3),
         "progress": [
             {k: v for k, v in e.items() if k not in ("ev", "t")} | {"s": round(e["t"] - go_at, 1)}
             for e in state.forming
@@ -397,6 +400,7 @@ def run(options: Options) -> dict[str, Any]:
         dict(options.conf),
         options.monitor_interval_s,
         options.progress,
+        options.join_spread_s,
     )
     record: dict[str, Any] = {
         "impl": options.impl,
@@ -404,6 +408,7 @@ def run(options: Options) -> dict[str, Any]:
         "min_nodes": min_nodes,
         "procs": process_count(options),
         "monitor_interval_s": options.monitor_interval_s,
+        "join_spread_s": options.join_spread_s,
         "conf": dict(options.conf),
         "progress": options.progress and options.impl == "ours",
         "store_server": server.facts,
@@ -413,7 +418,7 @@ def run(options: Options) -> dict[str, Any]:
     state = RunState(procs, options.nodes)
     try:
         _setup(state, options, record)
-        _form(state, options, record)
+        _form(state, options, server, record)
         if record["form"]["formed"]:
             _window(state, options, server, record)
             if options.loss:

@@ -76,6 +76,8 @@ class NodeCounters:
     purposes: dict[str, int] = field(default_factory=lambda: dict.fromkeys(PURPOSES, 0))
     cas_attempts: int = 0
     cas_conflicts: int = 0
+    first_attempts: int = 0  # CASes that are not a retry after a conflict
+    first_conflicts: int = 0
     state_bytes: int = 0  # the last state value this node wrote or read
     beat_gaps_s: list[float] = field(default_factory=list)  # between successful state CASes
     beat_retries: list[int] = field(default_factory=list)  # conflicts before each success
@@ -186,6 +188,8 @@ class CountingStore(dist.Store):  # type: ignore[misc]
             counters = self.counters
             counters.cas_attempts += 1
             counters.state_bytes = len(result)
+            first = self._streak == 0
+            counters.first_attempts += first
             if read is not None:
                 counters.token_age_s.append(start_s - read[0])
                 if read[1] == threading.get_ident():
@@ -193,6 +197,7 @@ class CountingStore(dist.Store):  # type: ignore[misc]
                     counters.think_cpu_s.append(start_cpu_s - read[2])
             if bytes(result) != _as_bytes(desired):
                 counters.cas_conflicts += 1
+                counters.first_conflicts += first
                 if self._streak == 0:
                     self._streak_start_s = start_s
                 self._streak += 1

@@ -51,6 +51,12 @@ class Job:
     conf: dict[str, str]  # --rdzv-conf / torch's rendezvous config, given on the command line
     monitor_interval_s: float
     progress: bool = True  # ours: the cross-node progress exchange
+    join_spread_s: float = 0.0  # the first joins spread over this long (0: all at once)
+
+    def join_delay_s(self, index: int) -> float:
+        """When node ``index`` first joins, after the start: spread evenly over
+        ``join_spread_s`` in an order that mixes the harness processes' nodes."""
+        return self.join_spread_s * (index * 7919 % self.nodes) / self.nodes
 
     @property
     def state_key(self) -> str:

@@ -100,6 +100,7 @@ class NodeRunner:
     def _run(self) -> None:
         try:
             self.go.wait()
+            time.sleep(self._job.join_delay_s(self.index))
             self._join("first")
             self._loop()
         except NodeStopped:
@@ -214,6 +215,8 @@ def window_report(
             purposes[purpose] = purposes.get(purpose, 0) + calls
         merged.cas_attempts += counters.cas_attempts
         merged.cas_conflicts += counters.cas_conflicts
+        merged.first_attempts += counters.first_attempts
+        merged.first_conflicts += counters.first_conflicts
         merged.state_bytes = max(merged.state_bytes, counters.state_bytes)
         merged.beat_gaps_s += counters.beat_gaps_s
         merged.beat_retries += counters.beat_retries
@@ -227,6 +230,8 @@ def window_report(
         "purposes": purposes,
         "cas_attempts": merged.cas_attempts,
         "cas_conflicts": merged.cas_conflicts,
+        "first_attempts": merged.first_attempts,
+        "first_conflicts": merged.first_conflicts,
         "state_bytes": merged.state_bytes,
         "beat_gaps_s": [round(s, 4) for s in merged.beat_gaps_s],
         "beat_retries": merged.beat_retries,

@@ -6,24 +6,28 @@ rendezvous state (in steady state nothing else writes it); a late one came more 
 itself is the bottleneck (``harness-bound``) where its threads wake up late (the 99th
 percentile of the lag probe, in the window or while the first round forms, over
 :data:`HARNESS_LAG_SHARE` of the keep-alive interval), where its processes and the store
-together use nearly every CPU of the machine, or where a CAS's read-to-write window is
-much longer than the CPU time its thread spent in it (:data:`THINK_INFLATION` times: the
-rest is waiting for the GIL or a CPU, which a real agent on a host of its own does not,
-and a longer window makes more conflicts).
+together use nearly every CPU of the machine, or where a CAS's typical (p50) read-to-write
+window is much longer than the CPU time its thread spent in it (:data:`THINK_INFLATION`
+times: the rest is waiting for the GIL or a CPU, which a real agent on a host of its own
+does not, and a longer window makes more conflicts); a p99 much longer is noted.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import statistics
+import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 LATE_FACTOR = 1.5
 HARNESS_LAG_SHARE = 0.10
 CPU_SATURATED_SHARE = 0.90
-THINK_INFLATION = 3.0
+THINK_INFLATION = 1.5  # the typical window: p50 wall over p50 CPU
+SPIKE_INFLATION = 3.0  # p99
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:
@@ -91,6 +95,9 @@ def heartbeats(reports: list[dict[str, Any]], seconds: float, interval_s: float)
     """The CAS of the state: rate, conflicts, and the heartbeats it made."""
     attempts = sum(r["cas_attempts"] for r in reports)
     conflicts = sum(r["cas_conflicts"] for r in reports)
+    firsts = sum(r.get("first_attempts", 0) for r in reports)
+    first_conflicts = sum(r.get("first_conflicts", 0) for r in reports)
+    retried = attempts - firsts
     gaps = [g for r in reports for g in r["beat_gaps_s"]]
     retries = [n for r in reports for n in r["beat_retries"]]
     spans = [s for r in reports for s in r["beat_spans_s"]]
@@ -102,6 +109,10 @@ def heartbeats(reports: list[dict[str, Any]], seconds: float, interval_s: float)
         "cas_per_s": attempts / seconds,
         "conflicts_per_s": conflicts / seconds,
         "conflict_rate": conflicts / attempts if attempts else None,
+        # a first try writes over the state as last read, up to the handler's 1 s cache old;
+        # a retry over the state the failed CAS answered, as old as the agent's own work
+        "first_try_conflict_rate": first_conflicts / firsts if firsts else None,
+        "retry_conflict_rate": (conflicts - first_conflicts) / retried if retried else None,
         "state_bytes": max((r["state_bytes"] for r in reports), default=0),
         "beats": len(spans),
         "gap_s_p50": percentile(gaps, 50),
@@ -123,44 +134,56 @@ def heartbeats(reports: list[dict[str, Any]], seconds: float, interval_s: float)
     }
 
 
-def harness(
-    raw: dict[str, Any], cas: dict[str, Any], interval_s: float, cpus: int
-) -> dict[str, Any]:
-    """The harness's own load: its CPU, the store's, how late its threads woke, and how much
-    longer than the agent's own CPU time a CAS's read-to-write window was."""
+def harness(raw: dict[str, Any]) -> dict[str, Any]:
+    """The harness's own load in the window: its CPU, the store's, how late its threads woke."""
     window = raw["window"]
     seconds = window["seconds"]
     lags = [s for r in window["reports"] for s in r["lag_s"]]
-    lag_p99 = percentile(lags, 99)
-    form_lag_ms = (raw.get("form", {}).get("harness") or {}).get("lag_ms_p99")
-    harness_cores = sum(window["procs_cpu_s"]) / seconds
-    store_cores = window["store_cpu_s"] / seconds
-    limit_ms = HARNESS_LAG_SHARE * interval_s * 1000
-    reasons = []
-    if lag_p99 is not None and lag_p99 * 1000 > limit_ms:
-        reasons.append(f"lag p99 {lag_p99 * 1000:.0f} ms > {limit_ms:.0f} ms in the window")
-    if form_lag_ms is not None and form_lag_ms > limit_ms:
-        reasons.append(f"lag p99 {form_lag_ms:.0f} ms > {limit_ms:.0f} ms while forming")
-    if harness_cores + store_cores >= CPU_SATURATED_SHARE * cpus:
-        reasons.append(f"harness + store use {harness_cores + store_cores:.2f} of {cpus} CPUs")
-    wall, cpu = cas.get("think_ms_p99"), cas.get("think_cpu_ms_p99")
-    if wall is not None and cpu is not None and wall > THINK_INFLATION * cpu + 5:
-        reasons.append(
-            f"a CAS's read-to-write p99 {wall:.0f} ms, of which the thread's CPU {cpu:.1f} ms"
-            " (conflicts inflated)"
-        )
     return {
-        "harness_cores": harness_cores,
+        "harness_cores": sum(window["procs_cpu_s"]) / seconds,
         "harness_cores_max_proc": max(window["procs_cpu_s"], default=0.0) / seconds,
-        "store_cores": store_cores,
+        "store_cores": window["store_cpu_s"] / seconds,
         "lag_ms_p50": _ms(percentile(lags, 50)),
-        "lag_ms_p99": _ms(lag_p99),
+        "lag_ms_p99": _ms(percentile(lags, 99)),
         "lag_ms_max": _ms(max(lags, default=None)),
-        "form_lag_ms_p99": form_lag_ms,
+        "form_lag_ms_p99": (raw.get("form", {}).get("harness") or {}).get("lag_ms_p99"),
         "threads": sum(r["threads"] for r in window["reports"]),
-        "bound": bool(reasons),
-        "bound_reasons": reasons,
     }
+
+
+def assess(record: dict[str, Any], cpus: int) -> None:
+    """Whether the harness bounds the record's figures (``harness.bound``), why, and notes
+    (see the module's docstring): from the record's own figures, so a saved record can be
+    assessed again."""
+    form_lag_ms = ((record.get("form") or {}).get("harness") or {}).get("lag_ms_p99")
+    harness_ = record.setdefault("harness", {"form_lag_ms_p99": form_lag_ms})
+    cas = (record.get("steady") or {}).get("cas") or {}
+    interval_s = (record.get("settings") or {}).get("keep_alive_interval_s", 1.0)
+    limit_ms = HARNESS_LAG_SHARE * interval_s * 1000
+    reasons, notes = [], []
+    lags = (
+        (harness_.get("lag_ms_p99"), "in the window"),
+        (harness_.get("form_lag_ms_p99"), "while the first round formed"),
+    )
+    for value, phase in lags:
+        if value is not None and value > limit_ms:
+            reasons.append(f"lag p99 {value:.0f} ms > {limit_ms:.0f} ms {phase}")
+    used = harness_.get("harness_cores", 0.0) + harness_.get("store_cores", 0.0)
+    if used >= CPU_SATURATED_SHARE * cpus:
+        reasons.append(f"harness + store use {used:.2f} of {cpus} CPUs")
+    wall, cpu = cas.get("think_ms_p50"), cas.get("think_cpu_ms_p50")
+    if wall is not None and cpu is not None and wall > THINK_INFLATION * cpu + 1:
+        reasons.append(
+            f"a CAS's read-to-write window p50 {wall:.1f} ms, of which the thread's CPU"
+            f" {cpu:.1f} ms (conflicts inflated)"
+        )
+    wall, cpu = cas.get("think_ms_p99"), cas.get("think_cpu_ms_p99")
+    if wall is not None and cpu is not None and wall > SPIKE_INFLATION * cpu + 5:
+        notes.append(
+            f"a CAS's read-to-write window p99 {wall:.0f} ms, of which the thread's CPU"
+            f" {cpu:.1f} ms: spikes of waiting (late beats and drops may be the harness's)"
+        )
+    harness_.update(bound=bool(reasons), bound_reasons=reasons, notes=notes)
 
 
 def summarize(raw: dict[str, Any], cpus: int | None = None) -> dict[str, Any]:
@@ -180,7 +203,8 @@ def summarize(raw: dict[str, Any], cpus: int | None = None) -> dict[str, Any]:
             "rounds_joined": len(window["joins"]),
             "dropped": sorted({e["node"] for e in window["dropped"]}),
         }
-        record["harness"] = harness(raw, record["steady"]["cas"], interval_s, cpus)
+        record["harness"] = harness(raw)
+        assess(record, cpus)
     victim = raw.get("loss", {}).get("victim")
     record["false_drops"] = sorted({e["node"] for e in raw.get("dropped", [])} - {victim})
     victim_address = raw.get("loss", {}).get("victim_address")
@@ -231,18 +255,25 @@ LIVENESS_COLUMNS = (
     "re-form s",
     "harness CPU",
     "lag p99 ms (window / forming)",
-    "CAS think p99 ms (wall / CPU)",
+    "CAS read-to-write ms p50 / p99 (thread CPU)",
     "harness-bound",
 )
 
 
-def _header(columns: Sequence[str]) -> list[str]:
-    align = "|---|---|" + "---:|" * (len(columns) - 2)
+def _header(columns: Sequence[str], machine: bool) -> list[str]:
+    columns = ["machine", *columns] if machine else list(columns)
+    left = 3 if machine else 2
+    align = "|" + "---|" * left + "---:|" * (len(columns) - left)
     return ["| " + " | ".join(columns) + " |", align]
 
 
 def _row(cells: Sequence[str]) -> str:
     return "| " + " | ".join(cells) + " |"
+
+
+def _first(record: dict[str, Any]) -> list[str]:
+    machine = [record["machine"]] if "machine" in record else []
+    return [*machine, record["impl"], str(record["nodes"])]
 
 
 def load_row(record: dict[str, Any]) -> str:
@@ -251,8 +282,7 @@ def load_row(record: dict[str, Any]) -> str:
     kib = 1024
     return _row(
         [
-            record["impl"],
-            str(record["nodes"]),
+            *_first(record),
             _num(store.get("ops_per_s"), 0),
             _num(store.get("ops_per_s_per_node"), 2),
             _num(store["bytes_per_s"] / kib if store else None, 0),
@@ -280,8 +310,7 @@ def liveness_row(record: dict[str, Any]) -> str:
     form_lag = (form.get("harness") or {}).get("lag_ms_p99")
     return _row(
         [
-            record["impl"],
-            str(record["nodes"]),
+            *_first(record),
             _num(form.get("all_in_s")) if form.get("formed", True) else "not in time",
             _num(cas.get("gap_s_p99"), 2),
             _pct(cas.get("late_share")),
@@ -289,8 +318,9 @@ def liveness_row(record: dict[str, Any]) -> str:
             reform,
             _num(harness_.get("harness_cores"), 2),
             f"{_num(harness_.get('lag_ms_p99'), 0)} / {_num(form_lag, 0)}",
-            f"{_num(cas.get('think_ms_p99'), 0)} / {_num(cas.get('think_cpu_ms_p99'), 1)}",
-            ("yes" if harness_.get("bound") else "no") if harness_ else "-",
+            f"{_num(cas.get('think_ms_p50'), 1)} / {_num(cas.get('think_ms_p99'), 0)}"
+            f" ({_num(cas.get('think_cpu_ms_p50'), 1)} / {_num(cas.get('think_cpu_ms_p99'), 1)})",
+            {True: "yes", False: "no"}.get(harness_.get("bound"), "-"),
         ]
     )
 
@@ -298,15 +328,38 @@ def liveness_row(record: dict[str, Any]) -> str:
 def render_table(records: Sequence[dict[str, Any]]) -> str:
     """Two Markdown tables (the store's load in steady state; liveness, rounds and the
     harness) and notes on harness-bound rows, rounds that did not form and errors."""
-    lines = [*_header(LOAD_COLUMNS), *(load_row(r) for r in records), ""]
-    lines += [*_header(LIVENESS_COLUMNS), *(liveness_row(r) for r in records)]
+    machine = any("machine" in r for r in records)
+    lines = [*_header(LOAD_COLUMNS, machine), *(load_row(r) for r in records), ""]
+    lines += [*_header(LIVENESS_COLUMNS, machine), *(liveness_row(r) for r in records)]
     notes = []
     for record in records:
-        name = f"{record['impl']} x {record['nodes']}"
+        name = " ".join(_first(record)[:-1]) + f" x {record['nodes']}"
         for reason in (record.get("harness") or {}).get("bound_reasons", []):
             notes.append(f"- {name}: harness-bound: {reason}")
+        for note in (record.get("harness") or {}).get("notes", []):
+            notes.append(f"- {name}: {note}")
         if not (record.get("form") or {}).get("formed", False):
             notes.append(f"- {name}: the first round did not form in time")
         for error in record.get("errors", [])[:3]:
             notes.append(f"- {name}: node {error['node']}: {error['error']}")
     return "\n".join(lines + ([""] + notes if notes else []))
+
+
+def retable(paths: Sequence[str]) -> str:
+    """The tables of several saved documents (``python -m bench.scale.summary A.json B.json``):
+    each record assessed again on its own machine, labelled with it where there are several."""
+    records = []
+    for path in paths:
+        document = json.loads(Path(path).read_text())
+        machine = document.get("machine", {})
+        label = f"{machine.get('cpus', '?')} CPUs, torch {machine.get('torch', '?')}"
+        for record in document["records"]:
+            if "harness_error" in record:
+                continue
+            assess(record, int(machine.get("cpus") or 1))
+            records.append({**record, "machine": label} if len(paths) > 1 else record)
+    return render_table(records)
+
+
+if __name__ == "__main__":
+    print(retable(sys.argv[1:]))
