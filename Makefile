@@ -30,7 +30,7 @@ KFP_VENV ?= .venv-kfp
 
 .PHONY: setup setup-torchx-dev test-torchx-dev example image test test-fast test-torch-versions lint bench
 .PHONY: setup-torch-versions setup-other-lines test-other-lines clean setup-kfp test-kfp
-.PHONY: test-local test-backends test-torchx-dev-lane
+.PHONY: test-local test-cli-jobs test-backends test-torchx-dev-lane
 
 setup: $(VENV)/.installed
 
@@ -85,13 +85,16 @@ lint: setup
 	$(BIN)/mypy
 
 # Everything, slow end-to-end runs included (Docker tests need an engine: ci/docker-engine.sh),
-# in two lanes side by side, each line of output named by its lane: the real backends (one at
-# a time) and everything else.
+# in three lanes side by side, each line of output named by its lane: the real backends (one
+# at a time), the jobs through the torchx CLI (marker cli_jobs) and everything else.
 test: lint
-	$(MAKE) --no-print-directory -j2 test-local test-backends
+	$(MAKE) --no-print-directory -j3 test-local test-cli-jobs test-backends
 
 test-local: setup
-	$(LANE) local $(BIN)/$(PYTEST) -m "not ($(BACKENDS))"
+	$(LANE) local $(BIN)/$(PYTEST) -m "not ($(BACKENDS) or cli_jobs)"
+
+test-cli-jobs: setup
+	$(LANE) cli-jobs $(BIN)/$(PYTEST) -m "cli_jobs and not ($(BACKENDS))"
 
 test-backends: setup
 	$(LANE) backends $(BIN)/$(PYTEST) -m "$(BACKENDS)"

@@ -110,11 +110,14 @@ BACKEND_FIXTURES = {
     "hosts": "netns",  # tests/e2e/test_rendezvous_security.py: the simulated hosts
     "browser": "browser",  # tests/e2e/test_timeline_browser.py: chromium
 }
-# the folders whose every test is in a suite that other lines run again
+# the folders whose every test is in a suite: one that other lines run again, or `cli_jobs`
+# (jobs through the torchx CLI, multi-node local ones on the default rendezvous port: `make
+# test` runs them in a lane of their own, one at a time)
 FOLDER_SUITES = {
-    "agent": "torch_lines",  # the agent on every torch release CI runs
-    "fidelity": "torch_lines",
-    "compat": "torchx_dev",  # torchx's CLI and components on torchx's development line
+    "agent": ("torch_lines",),  # the agent on every torch release CI runs
+    "fidelity": ("torch_lines",),
+    "compat": ("torchx_dev", "cli_jobs"),  # torchx's CLI on torchx's development line
+    "e2e": ("cli_jobs",),
 }
 
 
@@ -123,5 +126,5 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         for fixture in set(BACKEND_FIXTURES) & set(getattr(item, "fixturenames", ())):
             item.add_marker(BACKEND_FIXTURES[fixture])
         folder = Path(str(item.path)).relative_to(REPO / "tests").parts[0]
-        if folder in FOLDER_SUITES:
-            item.add_marker(FOLDER_SUITES[folder])
+        for suite in FOLDER_SUITES.get(folder, ()):
+            item.add_marker(suite)
