@@ -21,7 +21,7 @@ from torch.distributed.elastic.rendezvous.dynamic_rendezvous import RendezvousBa
 
 from torchx_elastic.agent import compat
 from torchx_elastic.agent.config.endpoint import Endpoint
-from torchx_elastic.agent.rendezvous import heartbeats, liveness
+from torchx_elastic.agent.rendezvous import heartbeats, liveness, state_version
 from torchx_elastic.agent.rendezvous.handler import handler_on_store
 from torchx_elastic.agent.rendezvous.heartbeats import (
     WATCHED_PEERS,
@@ -293,7 +293,8 @@ class CountingBackend(RendezvousBackend):
 
 def test_the_state_is_read_again_only_after_a_write_changed_it(store: HashStore) -> None:
     counted = CountingBackend(C10dRendezvousBackend(store, RUN_ID))
-    reader = VersionedBackend(counted, store, RUN_ID)
+    clock = Clock()
+    reader = VersionedBackend(counted, store, RUN_ID, clock)
     writer = VersionedBackend(C10dRendezvousBackend(store, RUN_ID), store, RUN_ID)
     assert reader.get_state() is None and counted.reads == 1
     written = writer.set_state(b"one")
@@ -310,6 +311,12 @@ def test_the_state_is_read_again_only_after_a_write_changed_it(store: HashStore)
     assert writer.set_state(b"two", first[1]) is not None
     second = reader.get_state()
     assert second is not None and second[0] == b"two" and counted.reads == 3
+    # written by something outside the job (no count): read whole now and then all the same
+    store.set(f"torch.rendezvous.{RUN_ID}", "b3V0c2lkZQ==")  # "outside", as torch encodes
+    assert reader.get_state() is second
+    clock.now_s += state_version.VERIFY_MIN_S
+    third = reader.get_state()
+    assert third is not None and third[0] == b"outside" and counted.reads == 4
 
 
 def wait_until(done: Callable[[], bool], what: str, bound_s: float = JOIN_S) -> None:

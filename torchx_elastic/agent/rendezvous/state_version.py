@@ -14,17 +14,27 @@ A write always goes to the store (a compare-and-set against the state this node 
 one that another node changed meanwhile fails and hands back the current state, as in
 torch). The counter is added to after the write: a reader that reads it between the two
 reads the new state at its next read, once the counter moved.
+
+The blob is also read whole now and then whatever the counter says, at most
+:data:`VERIFY_BYTES_PER_S` bytes a second on average (and every :data:`VERIFY_MIN_S` at
+least): a state written by something outside the job (which adds nothing to the counter)
+is found, refused and said (signed_backend.py) within minutes even in a job of thousands of
+nodes, and a write whose writer died before it added to the counter is read.
 """
 
 from __future__ import annotations
 
 import threading
+import time
+from collections.abc import Callable
 from typing import Any
 
 from torch.distributed.elastic.rendezvous import RendezvousConnectionError
 from torch.distributed.elastic.rendezvous.dynamic_rendezvous import RendezvousBackend, Token
 
 VERSION_KEY_PREFIX = "torchx_elastic/rendezvous_version/"
+VERIFY_MIN_S = 10.0  # the state is read whole this often at most, whatever its size
+VERIFY_BYTES_PER_S = 64.0  # and, for a larger state, at this many bytes a second
 # torch's c10d backend's words for a store call that failed (the agent's lines strip the
 # last sentence: handler.describe_error)
 STORE_FAILED = "The connection to the C10d store has failed. See inner exception for details."
@@ -39,13 +49,20 @@ class VersionedBackend(RendezvousBackend):
     state's version counter in ``store``; one call at a time (torch's handler and this
     node's heartbeats share it)."""
 
-    def __init__(self, backend: RendezvousBackend, store: Any, run_id: str) -> None:
+    def __init__(
+        self,
+        backend: RendezvousBackend,
+        store: Any,
+        run_id: str,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._backend = backend
         self._store = store
         self._key = version_key(run_id)
+        self._clock = clock
         self._lock = threading.Lock()
-        # (the counter when it was read, what get_state() answered then)
-        self._cached: tuple[int, tuple[bytes, Token] | None] | None = None
+        # (the counter when it was read, what get_state() answered then, when it read it)
+        self._cached: tuple[int, tuple[bytes, Token] | None, float] | None = None
 
     @property
     def name(self) -> str:
@@ -63,11 +80,17 @@ class VersionedBackend(RendezvousBackend):
         with self._lock:
             version = self._add(0)
             cached = self._cached
-            if cached is not None and cached[0] == version:
+            if cached is not None and cached[0] == version and not self._due(cached):
                 return cached[1]
             state = self._backend.get_state()
-            self._cached = (version, state)
+            self._cached = (version, state, self._clock())
             return state
+
+    def _due(self, cached: tuple[int, tuple[bytes, Token] | None, float]) -> bool:
+        """Whether the state is read whole again, whatever the counter says."""
+        size = len(cached[1][0]) if cached[1] is not None else 0
+        every_s = max(VERIFY_MIN_S, size / VERIFY_BYTES_PER_S)
+        return self._clock() - cached[2] >= every_s
 
     def set_state(
         self, state: bytes, token: Token | None = None
