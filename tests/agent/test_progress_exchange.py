@@ -20,6 +20,7 @@ from torch.distributed.elastic.rendezvous import (
 
 from torchx_elastic.agent.console.progress.channel import RankActivity
 from torchx_elastic.agent.console.progress.exchange import (
+    PRESENCE_CHECKS,
     REPORTS_PER_S,
     JobProgressExchange,
     exchange_interval_s,
@@ -347,3 +348,28 @@ def test_the_exchange_interval_grows_with_the_nodes_beyond_what_node_0_reads_a_s
     assert exchange_interval_s(1.0, REPORTS_PER_S) == 1.0
     assert exchange_interval_s(1.0, 1000) == 1000 / REPORTS_PER_S
     assert exchange_interval_s(1.0, 4000) == 4000 / REPORTS_PER_S  # 15.6 s
+
+
+def test_node_rank_0_finds_a_report_without_a_slot_looking_at_a_few_nodes_per_exchange() -> None:
+    """A node's report written without a slot (an older agent's, or not the job's at all)
+    is read too: node 0 looks for a few such reports per exchange, in turn."""
+    nodes = 100
+    store = _CountedStore()
+    activity = RankActivity()
+    node0 = JobProgressExchange(activity, None, interval_s=60)
+    try:
+        node0.start_round(store, 0, nodes)
+        node0.set_ranks({0: 0})
+        _feed(activity, 0, 5)
+        report = {"node": 77, "seq": 1, "final": False, "ranks": [[77, 5, 300, 1.0, 0.0, 0]]}
+        store.store.set(f"{PROGRESS_KEY_PREFIX}77", json.dumps(report))
+        exchanges = 0
+        while (summary := node0.latest()) is None or summary.nodes_reporting < 2:
+            store.calls.clear()
+            node0.exchange()
+            exchanges += 1
+            # a few nodes in turn, and the new slots: whatever the number of nodes
+            assert store.calls.get("check", 0) <= PRESENCE_CHECKS + 1
+            assert exchanges <= nodes // PRESENCE_CHECKS + 1
+    finally:
+        node0.close()

@@ -6,8 +6,9 @@ torch's public ``RendezvousHandler.next_rendezvous``). Every exchange interval e
 sets ``torchx_elastic/progress/node<N>`` to a small JSON :class:`NodeReport` of its ranks
 (step, total, rate, seconds since each last spoke); the first time in a round it also takes
 a slot in the round's list of publishers (``.../publishers`` counts them, ``.../publishers/<i>``
-names each). The node-rank-0 agent reads the new slots and then every publisher's report in
-one ``multi_get``, and :func:`aggregate` makes one
+names each). The node-rank-0 agent reads the new slots (and looks for the report of up to
+:data:`PRESENCE_CHECKS` nodes without one, in turn), then every publisher's report in one
+``multi_get``, and :func:`aggregate` makes one
 :class:`~torchx_elastic.contract.job_progress.JobSummary`: the job-wide line it prints, the
 live bar of ``local_cwd`` (through the file it rewrites in its log directory) and ``torchx
 status`` all show that one summary.
@@ -16,7 +17,8 @@ The exchange interval adapts to the number of nodes (:func:`exchange_interval_s`
 agent's interval (1 s) up to :data:`REPORTS_PER_S` nodes, then N / :data:`REPORTS_PER_S`
 seconds, so that node rank 0 reads about that many reports a second and the store takes as
 many writes, whatever N (256 nodes: 1 s; 1,000: 3.9 s; 4,000: 15.6 s). Node rank 0's store
-calls per exchange: its own report, the publishers' count and one ``multi_get``, whatever N.
+calls per exchange: its own report, the publishers' count, one ``multi_get`` and the few
+presence checks, whatever N.
 
 A report carries ages, and the rank-0 agent adds how long a node's report has not changed (a
 node that stopped publishing goes quiet too). Only live nodes count: a node whose report has
@@ -54,6 +56,9 @@ DEFAULT_INTERVAL_S = 1.0
 # node rank 0 reads about that many reports a second at most: a larger job's exchange
 # interval grows with its number of nodes (exchange_interval_s)
 REPORTS_PER_S = 256
+# node rank 0 looks for that many reports of nodes without a slot per exchange (a node's
+# key written without one: an older agent's, or one written by something outside the job)
+PRESENCE_CHECKS = 32
 DEFAULT_QUIET_AFTER_S = 30.0
 STALE_AFTER_INTERVALS = 5  # a node whose report did not change for that long is not live
 DEFAULT_STALE_AFTER_S = STALE_AFTER_INTERVALS * DEFAULT_INTERVAL_S
@@ -376,6 +381,7 @@ class JobProgressExchange:
         self._published = False  # in this round
         self._publishers: set[int] = set()  # node rank 0: the nodes that publish this round
         self._slots_read = 0  # node rank 0: the publishers' slots read this round
+        self._turn = 0  # node rank 0: where its presence checks go on
         # node -> (its last report, monotonic time it was first read, its age then)
         self._seen: dict[int, tuple[NodeReport, float, float]] = {}
         self._read_s: float | None = None  # monotonic time of the round's previous read
@@ -405,6 +411,7 @@ class JobProgressExchange:
             self._published = False
             self._publishers = set()
             self._slots_read = 0
+            self._turn = 0
             self._seen.clear()
             self._read_s = None
             self._latest = None
@@ -524,10 +531,13 @@ class JobProgressExchange:
         self._record_event(PROGRESS, **dict(zip(PROGRESS_FIELDS, figures, strict=True)))
 
     def _read_publishers(self, store: KeyValueStore, num_nodes: int) -> list[int]:
-        """The nodes that published a report this round: the count, and the slots taken
-        since the last read (each read once; a slot counted but not written yet is read
-        next time: ``multi_get`` would wait for it)."""
+        """The nodes that published a report this round: the count, the slots taken since
+        the last read (each read once; a slot counted but not written yet is read next
+        time: ``multi_get`` would wait for it), and in turn, a few nodes without one whose
+        report is there all the same. Nobody published: one call."""
         count = int(store.add(PROGRESS_PUBLISHERS_KEY, 0))
+        if count == 0:
+            return []
         keys = [publisher_key(i) for i in range(self._slots_read, count)]
         while keys and not store.check(keys):
             keys.pop()
@@ -543,6 +553,13 @@ class JobProgressExchange:
                 if 0 <= node < num_nodes:
                     self._publishers.add(node)
             self._slots_read += len(keys)
+        without = [node for node in range(num_nodes) if node not in self._publishers]
+        if without:
+            start = self._turn % len(without)
+            self._turn += PRESENCE_CHECKS
+            for node in (without[start:] + without[:start])[:PRESENCE_CHECKS]:
+                if store.check([f"{PROGRESS_KEY_PREFIX}{node}"]):
+                    self._publishers.add(node)
         return sorted(self._publishers)
 
     def _read_reports(self, store: KeyValueStore, nodes: list[int]) -> list[NodeReport]:
