@@ -6,7 +6,6 @@ tests/unit/test_job_progress_units.py)."""
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 from typing import Any
 
@@ -19,13 +18,7 @@ from torch.distributed.elastic.rendezvous import (
 )
 
 from torchx_elastic.agent.console.progress.channel import RankActivity
-from torchx_elastic.agent.console.progress.exchange import (
-    PRESENCE_CHECKS,
-    REPORTS_PER_S,
-    JobProgressExchange,
-    exchange_interval_s,
-    publisher_key,
-)
+from torchx_elastic.agent.console.progress.exchange import JobProgressExchange
 from torchx_elastic.agent.rendezvous.observed import ObservedRendezvous
 from torchx_elastic.contract import JOB_PROGRESS_FILE, PROGRESS_KEY_PREFIX, PROGRESS_PUBLISHERS_KEY
 from torchx_elastic.contract.job_progress import read_file
@@ -35,8 +28,7 @@ pytestmark = pytest.mark.usefixtures("threads_ended")
 
 
 def _publish(store: Any, node: int, seq: int, step: int, sent_s: float) -> None:
-    """A node's report as its agent writes it: one rank stepping at 10 steps/s; with its
-    first (``seq`` 1), a slot in the round's list of publishers."""
+    """A node's report as its agent writes it: one rank stepping at 10 steps/s."""
     report = {
         "node": node,
         "seq": seq,
@@ -45,8 +37,6 @@ def _publish(store: Any, node: int, seq: int, step: int, sent_s: float) -> None:
         "sent": sent_s,
     }
     store.set(f"{PROGRESS_KEY_PREFIX}{node}", json.dumps(report))
-    if seq == 1:
-        store.set(publisher_key(int(store.add(PROGRESS_PUBLISHERS_KEY, 1)) - 1), str(node))
 
 
 def test_the_line_counts_live_nodes_and_shows_no_spread_in_lockstep(
@@ -283,93 +273,3 @@ def test_node_rank_0_samples_progress_into_the_event_log_at_a_bounded_rate(
     assert 10 / interval <= len(samples) <= 10 / interval + 2
     assert set(event_records.PROGRESS_FIELDS) <= set(samples[-1])
     assert (samples[-1]["slowest_rank"], samples[-1]["total"]) == (0, 100)
-
-
-class _CountedStore:
-    """A round's store (an in-process ``HashStore``) whose calls are counted by kind."""
-
-    def __init__(self) -> None:
-        from torch.distributed import HashStore  # type: ignore[attr-defined]
-
-        self.store = HashStore()
-        self.calls: dict[str, int] = {}
-
-    def _count(self, kind: str) -> None:
-        self.calls[kind] = self.calls.get(kind, 0) + 1
-
-    def set(self, key: str, value: str) -> None:
-        self._count("set")
-        self.store.set(key, value)
-
-    def add(self, key: str, value: int) -> int:
-        self._count("add")
-        return int(self.store.add(key, value))
-
-    def check(self, keys: list[str]) -> bool:
-        self._count("check")
-        return bool(self.store.check(keys))
-
-    def multi_get(self, keys: list[str]) -> list[bytes]:
-        self._count("multi_get")
-        return [bytes(v) for v in self.store.multi_get(keys)]
-
-
-@pytest.mark.parametrize("nodes", [4, 64])
-def test_node_rank_0_reads_every_report_in_one_call_whatever_the_number_of_nodes(
-    nodes: int,
-) -> None:
-    store = _CountedStore()
-    activity = RankActivity()
-    node0 = JobProgressExchange(activity, None, interval_s=60)
-    try:
-        node0.start_round(store, 0, nodes)
-        node0.set_ranks({0: 0})
-        _feed(activity, 0, 5)
-        for node in range(1, nodes):
-            _publish(store.store, node, 1, 5, time.time())
-        node0.exchange()  # the first: its own slot, every publisher's slot once
-        summary = node0.latest()
-        assert summary is not None and summary.nodes_reporting == nodes
-        store.calls.clear()
-        for seq in (2, 3):
-            for node in range(1, nodes):
-                _publish(store.store, node, seq, 5 + seq, time.time())
-            node0.exchange()
-        # each exchange: its own report, the publishers' count, one read of every report
-        assert store.calls == {"set": 2, "add": 2, "multi_get": 2}
-        summary = node0.latest()
-        assert summary is not None and summary.nodes_reporting == nodes
-    finally:
-        node0.close()
-
-
-def test_the_exchange_interval_grows_with_the_nodes_beyond_what_node_0_reads_a_second() -> None:
-    assert exchange_interval_s(1.0, 16) == 1.0
-    assert exchange_interval_s(1.0, REPORTS_PER_S) == 1.0
-    assert exchange_interval_s(1.0, 1000) == 1000 / REPORTS_PER_S
-    assert exchange_interval_s(1.0, 4000) == 4000 / REPORTS_PER_S  # 15.6 s
-
-
-def test_node_rank_0_finds_a_report_without_a_slot_looking_at_a_few_nodes_per_exchange() -> None:
-    """A node's report written without a slot (an older agent's, or not the job's at all)
-    is read too: node 0 looks for a few such reports per exchange, in turn."""
-    nodes = 100
-    store = _CountedStore()
-    activity = RankActivity()
-    node0 = JobProgressExchange(activity, None, interval_s=60)
-    try:
-        node0.start_round(store, 0, nodes)
-        node0.set_ranks({0: 0})
-        _feed(activity, 0, 5)
-        report = {"node": 77, "seq": 1, "final": False, "ranks": [[77, 5, 300, 1.0, 0.0, 0]]}
-        store.store.set(f"{PROGRESS_KEY_PREFIX}77", json.dumps(report))
-        exchanges = 0
-        while (summary := node0.latest()) is None or summary.nodes_reporting < 2:
-            store.calls.clear()
-            node0.exchange()
-            exchanges += 1
-            # a few nodes in turn, and the new slots: whatever the number of nodes
-            assert store.calls.get("check", 0) <= PRESENCE_CHECKS + 1
-            assert exchanges <= nodes // PRESENCE_CHECKS + 1
-    finally:
-        node0.close()

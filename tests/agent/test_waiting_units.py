@@ -141,34 +141,3 @@ def test_a_peer_with_another_shared_setting_is_named_with_both_values_and_hosts(
         f"nodes disagree on {flag}: {mine} on h0 (pid 5), {theirs} on h1 (pid 6); start every"
         f" node of run id 'job' with the same {flag}"
     )
-
-
-def test_the_address_checks_look_at_a_bounded_sample_of_peers_that_together_covers_all() -> None:
-    job = peers(100)
-    small = peers(waiting.SAMPLE_PEERS + 1)
-    # a job of up to the sample's size: every peer, this node left out
-    assert len(roll_call.sample_of_peers(small, small[0], waiting.SAMPLE_PEERS)) == len(small) - 1
-    samples = [roll_call.sample_of_peers(job, me, waiting.SAMPLE_PEERS) for me in job]
-    assert all(len(sample) == waiting.SAMPLE_PEERS for sample in samples)
-    assert all(me not in sample for me, sample in zip(job, samples, strict=True))
-    assert {peer for sample in samples for peer in sample} == set(job)  # each a different one
-
-
-def test_each_name_is_looked_up_once_and_one_that_did_not_resolve_again_later(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    looked_up: list[str] = []
-
-    def resolved(host: str) -> set[str]:
-        looked_up.append(host)
-        return {"10.0.0.1"} if host == "known" else set()
-
-    monkeypatch.setattr(waiting, "resolved", resolved)
-    now = [0.0]
-    names = waiting.NameCache(clock=lambda: now[0])
-    for _ in range(10):  # ten polls
-        assert names.resolves("known") and not names.resolves("late")
-    assert looked_up == ["known", "late"]
-    now[0] += waiting.RESOLVE_AGAIN_S  # the record of a pod comes late
-    assert not names.resolves("late") and names.resolves("known")
-    assert looked_up == ["known", "late", "late"]

@@ -18,16 +18,6 @@ The rest of the agent uses torch.distributed.elastic's public API only (rendezvo
   (``torch_handler()``, rendezvous/wrapped.py): the layers forward nothing private.
 - :func:`set_last_call_timeout`: the c10d handler's last call after the first round
   (rendezvous/liveness.py); private, degrades to torch's own.
-- :func:`this_node_key` / :func:`node_keys` / :func:`rendezvous_round` /
-  :func:`rendezvous_settings` / :func:`rendezvous_view` / :func:`without_nodes`: the c10d
-  rendezvous state read, and a lost node removed from it, outside torch's handler for the
-  agent's own heartbeats (rendezvous/heartbeats.py): torch's pickled ``_RendezvousState``
-  and its epilogue of a removed participant are private. :func:`has_cas_backoff`: torch's
-  random delay after a lost compare-and-set, from 2.15 on.
-- :func:`multi_get` / :func:`multi_set`: batched store calls, one call each where a store
-  has none (a ``Store`` written in Python under torch's ``PrefixStore``);
-  :func:`store_client`: a second connection to a store's server (``TCPStore.clone()``
-  from 2.5 on).
 - :func:`job_ended` / :func:`is_this_machine`: the "rendezvous closed" errors of each
   release; torch's private test of whether an endpoint names this machine.
 - :func:`accelerator_count`: ``torch.accelerator`` exists from 2.6 on; ``torch.xpu`` and a
@@ -38,8 +28,7 @@ The rest of the agent uses torch.distributed.elastic's public API only (rendezvo
 - :func:`exit_barrier`: ``torch.distributed.elastic.utils.store.barrier`` grew parameters.
 - :func:`start_file_timer`: ``FileTimerServer`` takes ``run_id`` from 2.x on.
 - :func:`assign_worker_ranks`: the ranks torch's agent gives each node's workers, with its
-  store keys and its one ``multi_get`` and one ``multi_set`` on node 0
-  (``SimpleElasticAgent._assign_worker_ranks``, private).
+  store keys (``SimpleElasticAgent._assign_worker_ranks``, private).
 - :func:`wrap_group_registry`: torch's registry of live process groups is private (a module
   global that ``_World.pg_map`` reads every time, the same from 2.4 to 2.15);
   :func:`keep_created_groups` is its fallback, through torch's public group creators.
@@ -65,11 +54,10 @@ import inspect
 import json
 import logging
 import os
-import pickle
 import socket
 import sys
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -105,85 +93,26 @@ def assign_worker_ranks(
     """This node's first global rank, the world size, its first role rank and the role's
     world size: torch's agent's algorithm and store keys (``_assign_worker_ranks``, private).
 
-    Every node writes its role and worker count; node 0 reads them all in one
-    ``multi_get`` and hands out consecutive blocks of ranks in node order in one
-    ``multi_set`` (as torch's agent does); nodes may run different numbers of workers.
+    Every node writes its role and worker count; node 0 hands out consecutive blocks of
+    ranks in node order; nodes may run different numbers of workers.
     """
     store.set(f"{ROLE_INFO_PREFIX}{group_rank}", json.dumps([role, nproc]))
     if group_rank == 0:
-        keys = [f"{ROLE_INFO_PREFIX}{i}" for i in range(group_world_size)]
-        infos = [json.loads(value) for value in multi_get(store, keys)]
+        infos = [json.loads(store.get(f"{ROLE_INFO_PREFIX}{i}")) for i in range(group_world_size)]
         world_size = sum(n for _, n in infos)
         role_sizes: dict[str, int] = {}
         for name, n in infos:
             role_sizes[name] = role_sizes.get(name, 0) + n
         base, role_bases = 0, dict.fromkeys(role_sizes, 0)
-        values = []
-        for name, n in infos:
-            values.append(json.dumps([base, world_size, role_bases[name], role_sizes[name]]))
+        for i, (name, n) in enumerate(infos):
+            value = [base, world_size, role_bases[name], role_sizes[name]]
+            store.set(f"{ASSIGNED_RANKS_PREFIX}{i}", json.dumps(value))
             base += n
             role_bases[name] += n
-        keys = [f"{ASSIGNED_RANKS_PREFIX}{i}" for i in range(group_world_size)]
-        multi_set(store, keys, values)
     base, world_size, role_base, role_world_size = json.loads(
         store.get(f"{ASSIGNED_RANKS_PREFIX}{group_rank}")
     )
     return int(base), int(world_size), int(role_base), int(role_world_size)
-
-
-def store_client(store: Any) -> Any:
-    """Another connection to the server of ``store``, for calls that must not wait behind
-    this one's: a ``TCPStore`` client serves one call at a time, and a ``get`` that waits
-    for a key (the exit barrier's, a rank waiting for its assignment) holds it until the
-    key comes. ``clone()`` where torch has it (2.5 on); a client built from the store's
-    address on releases without; ``store`` itself when it is not a ``TCPStore`` (a test's
-    ``HashStore``, a store written in Python)."""
-    from torch.distributed import TCPStore  # type: ignore[attr-defined]
-
-    if not isinstance(store, TCPStore):
-        return store
-    clone = getattr(store, "clone", None)
-    if callable(clone):
-        return clone()
-    timeout = store.timeout  # type: ignore[attr-defined]
-    return TCPStore(store.host, store.port, is_master=False, timeout=timeout)
-
-
-def _batch_unsupported(err: Exception) -> bool:
-    """Whether a batched store call failed for want of it: a store without the method, or
-    a ``Store`` written in Python under torch's ``PrefixStore`` (its C++ side answers
-    "Not implemented"), not a store that failed."""
-    return isinstance(err, AttributeError) or (
-        isinstance(err, RuntimeError) and "Not implemented" in str(err)
-    )
-
-
-def multi_get(store: Any, keys: list[str]) -> list[bytes]:
-    """The values of ``keys`` in one round trip (``Store.multi_get``, which waits for each
-    key as ``get`` does); one ``get`` each where the store has no batched read."""
-    if not keys:
-        return []
-    try:
-        return [bytes(value) for value in store.multi_get(keys)]
-    except (AttributeError, RuntimeError) as err:
-        if not _batch_unsupported(err):
-            raise
-    return [bytes(store.get(key)) for key in keys]
-
-
-def multi_set(store: Any, keys: list[str], values: Sequence[str | bytes]) -> None:
-    """Set ``keys`` to ``values`` in one round trip (``Store.multi_set``); one ``set`` each
-    where the store has no batched write."""
-    if not keys:
-        return
-    try:
-        store.multi_set(keys, list(values))
-        return
-    except (AttributeError, RuntimeError) as err:
-        if not _batch_unsupported(err):
-            raise
-    for key, value in zip(keys, values, strict=True):
-        store.set(key, value)
 
 
 def preload_compiler() -> None:
@@ -271,22 +200,10 @@ def handler_store(handler: RendezvousHandler) -> Any:
     return getattr(_torch_handler(handler), "_store", None)
 
 
-def _agent_heartbeats(handler: RendezvousHandler) -> Any:
-    """The agent's own heartbeats of the handler's rendezvous (rendezvous/heartbeats.py,
-    which its layers offer as ``heartbeats()``); None where torch's keep-alive is the
-    only one (another backend, a handler of torch's alone)."""
-    ask = getattr(handler, "heartbeats", None)
-    return ask() if callable(ask) else None
-
-
 def stop_heartbeats(handler: RendezvousHandler) -> None:
-    """Stop the heartbeats of a rendezvous this node left (its host is lost: torch's
-    handler would warn at every failed one), the agent's and torch's keep-alive, without
-    waiting: torch's timer joins its thread, which may wait on the lost host for the
-    store's whole timeout."""
-    beats = _agent_heartbeats(handler)
-    if beats is not None:
-        beats.stop()
+    """Stop the keep-alive heartbeats of a rendezvous this node left (its host is lost:
+    torch's handler would warn at every failed one), without waiting: torch's timer joins
+    its thread, which may wait on the lost host for the store's whole timeout."""
     stop = getattr(_torch_handler(handler), "_stop_heartbeats", None)
     if callable(stop):
         threading.Thread(target=stop, name="stop-heartbeats", daemon=True).start()
@@ -327,13 +244,8 @@ def heartbeats(handler: RendezvousHandler) -> dict[str, datetime.datetime]:
 
 
 def freshest_peer_heartbeat_age_s(handler: RendezvousHandler) -> float | None:
-    """Seconds since this node last saw another node's heartbeat advance through the store
-    (the agent's heartbeats: the peers it watches), or, where torch's keep-alive is the
-    heartbeat, since the newest one of another node in the handler's state (synced from
-    the store): proof that peers reached the store."""
-    beats = _agent_heartbeats(handler)
-    if beats is not None:
-        return beats.freshest_peer_beat_age_s()  # type: ignore[no-any-return]
+    """Seconds since the newest keep-alive heartbeat of another node in the handler's state
+    (synced from the store at each keep-alive): proof that peers reached the store."""
     this_node, _, _ = _participants(handler)
     own = _node_name(this_node) if this_node is not None else None
     now = datetime.datetime.now(datetime.timezone.utc)
@@ -379,109 +291,6 @@ def present_members(handler: RendezvousHandler) -> set[str]:
     this_node, participants, wait_list = _participants(handler)
     nodes = [this_node, *participants, *wait_list]
     return {_node_name(node) for node in nodes if node is not None}
-
-
-def this_node_key(handler: RendezvousHandler) -> str | None:
-    """This node's key in the handler's rendezvous (torch's node descriptor as it prints
-    it: ``addr_pid_localid``); None where the handler does not tell."""
-    this_node, _, _ = _participants(handler)
-    return None if this_node is None else repr(this_node)
-
-
-def node_keys(handler: RendezvousHandler) -> dict[str, str]:
-    """Name ("addr (agent pid N)") -> node key (:func:`this_node_key`) of the nodes the handler
-    knows to be in the rendezvous now, this node included."""
-    this_node, participants, wait_list = _participants(handler)
-    nodes = [this_node, *participants, *wait_list]
-    return {_node_name(node): repr(node) for node in nodes if node is not None}
-
-
-def rendezvous_round(handler: RendezvousHandler) -> int | None:
-    """The round of the handler's last synced rendezvous state (None: it does not tell)."""
-    state = getattr(getattr(_torch_handler(handler), "_state_holder", None), "state", None)
-    value = getattr(state, "round", None)
-    return value if isinstance(value, int) else None
-
-
-def rendezvous_settings(handler: RendezvousHandler) -> Any:
-    """torch's ``RendezvousSettings`` of the handler (what :func:`without_nodes` hands
-    torch's epilogue of a removed participant)."""
-    return getattr(_torch_handler(handler), "_settings", None)
-
-
-def has_cas_backoff() -> bool:
-    """Whether torch's dynamic rendezvous takes ``cas_backoff_max_seconds`` (2.15 on): a
-    random delay of up to that after each compare-and-set it lost."""
-    from torch.distributed.elastic.rendezvous.dynamic_rendezvous import RendezvousSettings
-
-    return "cas_backoff_max_seconds" in {f.name for f in dataclasses.fields(RendezvousSettings)}
-
-
-@dataclass(frozen=True)
-class RendezvousView:
-    """What the agent's heartbeats need of one c10d rendezvous state (torch's pickled
-    ``_RendezvousState``, private): its round, whether it is complete or closed, and its
-    nodes by key (:func:`this_node_key`)."""
-
-    round: int
-    complete: bool
-    closed: bool
-    participants: frozenset[str]
-    waiting: frozenset[str]  # the wait list and the redundancy list
-
-    @property
-    def nodes(self) -> frozenset[str]:
-        return self.participants | self.waiting
-
-
-def _state_nodes(state: Any) -> tuple[dict[Any, int], set[Any], set[Any]]:
-    return (
-        dict(getattr(state, "participants", None) or {}),
-        set(getattr(state, "wait_list", None) or ()),
-        set(getattr(state, "redundancy_list", None) or ()),
-    )
-
-
-def rendezvous_view(state_bits: bytes) -> RendezvousView | None:
-    """The view of a state as torch's c10d backend hands it out (verified by the signed
-    backend where the job has a secret: torch unpickles the same bytes); None where this
-    torch's state does not read so."""
-    try:
-        state = pickle.loads(state_bits)  # noqa: S301 (torch's own format, see above)
-    except Exception:  # noqa: BLE001 - another torch's state: no view
-        return None
-    participants, wait_list, redundancy_list = _state_nodes(state)
-    return RendezvousView(
-        round=int(getattr(state, "round", 0)),
-        complete=bool(getattr(state, "complete", False)),
-        closed=bool(getattr(state, "closed", False)),
-        participants=frozenset(repr(node) for node in participants),
-        waiting=frozenset(repr(node) for node in wait_list | redundancy_list),
-    )
-
-
-def without_nodes(state_bits: bytes, keys: set[str], settings: Any) -> bytes | None:
-    """The state without the nodes of ``keys``, as torch's own sync removes a node whose
-    heartbeat expired (``_BackendRendezvousStateHolder._sanitize``: out of the
-    participants, the wait and redundancy lists and the heartbeats, then torch's epilogue
-    of a removed participant); None when none of them is in it."""
-    state = pickle.loads(state_bits)  # noqa: S301 (as rendezvous_view)
-    participants, wait_list, redundancy_list = _state_nodes(state)
-    beats = getattr(state, "last_heartbeats", None) or {}
-    gone = [n for n in {*participants, *wait_list, *redundancy_list, *beats} if repr(n) in keys]
-    if not gone:
-        return None
-    removed_participant = False
-    for node in gone:
-        beats.pop(node, None)
-        if node in participants:
-            del state.participants[node]
-            removed_participant = True
-        state.wait_list.discard(node)
-        getattr(state, "redundancy_list", set()).discard(node)
-    if removed_participant:
-        _dynamic_rendezvous()._remove_participant_epilogue(state, settings)
-    return pickle.dumps(state)
 
 
 def set_last_call_timeout(handler: RendezvousHandler, seconds: float) -> bool:

@@ -18,19 +18,12 @@ the layer below reachable through it. From the top (the loop's calls) down::
         |                                  call: what the first round waits for (and a
         |                                  later one that takes long), mismatched peers,
         |                                  the join timeout's diagnosis
-    BeatingRendezvous     liveness.py      c10d over TCP: the agent's heartbeats
-        |                                  (heartbeats.py: a key per node, a watch of three
-        |                                  ring neighbours, a lost node removed from torch's
-        |                                  state) instead of torch's keep-alive
-    torch's DynamicRendezvousHandler       its keep-alive quiet, on torch's
-                                           C10dRendezvousBackend, its state signed
-                                           (signed_backend.py) and read again only once it
-                                           changed (state_version.py), on a store that
+    torch's DynamicRendezvousHandler       on torch's C10dRendezvousBackend, its state
+                                           signed (signed_backend.py), on a store that
                                            listens on the peers' address only (listen.py)
 
-Once the rendezvous moved (failover.py), below ``MovableRendezvous`` is a
-``BeatingRendezvous`` over torch's handler on the new host's store, under a ``StoreHost``
-on the node that hosts it. With
+Once the rendezvous moved (failover.py), below ``MovableRendezvous`` is torch's handler on
+the new host's store, under a ``StoreHost`` on the node that hosts it. With
 ``--rdzv-backend static`` the layers below ``ObservedRendezvous`` are ``CheckedStaticRanks``
 (static_ranks.py: rank 0 says what it waits for, every round checks the nodes'
 ``--node-rank``, the roll call) over torch's static handler; with any other backend,
@@ -53,7 +46,6 @@ from torch.distributed.elastic.rendezvous import (
     dynamic_rendezvous,
 )
 from torch.distributed.elastic.rendezvous.c10d_rendezvous_backend import C10dRendezvousBackend
-from torch.distributed.elastic.rendezvous.dynamic_rendezvous import RendezvousBackend
 from torch.distributed.elastic.rendezvous.registry import get_rendezvous_handler
 
 from torchx_elastic.agent import compat
@@ -67,16 +59,13 @@ from torchx_elastic.agent.rendezvous import (
     static_ranks,
     waiting,
 )
-from torchx_elastic.agent.rendezvous.heartbeats import Heartbeats
 from torchx_elastic.agent.rendezvous.parameters import (
     join_timeout_s,
     may_host,
     rendezvous_parameters,
-    torch_c10d_parameters,
 )
 from torchx_elastic.agent.rendezvous.signed_backend import SignedRendezvousBackend
 from torchx_elastic.agent.rendezvous.signed_store import StoreSigner
-from torchx_elastic.agent.rendezvous.state_version import VersionedBackend
 from torchx_elastic.agent.rendezvous.wrapped import WrappedRendezvous
 from torchx_elastic.contract import SECRET_ENV, SECRET_FILE_ENV
 
@@ -180,44 +169,19 @@ def hosts_store(handler: RendezvousHandler) -> bool:
 def handler_on_store(
     store: Any, params: RendezvousParameters, signer: StoreSigner, endpoint: Endpoint
 ) -> RendezvousHandler:
-    """torch's dynamic rendezvous on a store this node reached, its state read again only
-    when it changed (state_version.py), its liveness the agent's heartbeats
-    (liveness.BeatingRendezvous). A store that goes away now
+    """torch's dynamic rendezvous on a store this node reached. A store that goes away now
     (its host exited as this node came: the end of an elastic job) raises torch's
     ``RendezvousConnectionError``, for the caller to tell a late node from a failure
     (:func:`late_for_the_job`); other errors are a :class:`RendezvousFailure`."""
-    run_id = params.run_id
     try:
-        backend = state_backend(store, run_id, signer)
-        handler = dynamic_rendezvous.create_handler(store, backend, torch_c10d_parameters(params))
-        node = compat.this_node_key(handler)
-        if node is None:  # a torch whose handler does not tell: its own keep-alive
-            return dynamic_rendezvous.create_handler(store, backend, params)
-        # the heartbeats' own connection: a call of this node's that waits for a key (its
-        # exit barrier) holds the store's client, and must not hold its beats
-        beats_store = compat.store_client(store)
-        beats = Heartbeats(
-            beats_store,
-            state_backend(beats_store, run_id, signer),
-            run_id,
-            node,
-            compat.rendezvous_settings(handler),
-            liveness.timing(dict(params.config)),
-        )
-        return liveness.BeatingRendezvous(handler, beats)
+        backend = C10dRendezvousBackend(store, params.run_id)
+        if signer.authenticated:
+            backend = SignedRendezvousBackend(backend, signer, params.run_id)  # type: ignore[assignment]
+        return dynamic_rendezvous.create_handler(store, backend, params)
     except RendezvousConnectionError:
         raise
     except (RendezvousError, RuntimeError, TimeoutError, ValueError, OSError) as err:
         raise RendezvousFailure(endpoint, describe_error(err)) from None
-
-
-def state_backend(store: Any, run_id: str, signer: StoreSigner) -> RendezvousBackend:
-    """torch's c10d backend on ``store``, its state signed where the job has a secret, read
-    again only once it changed."""
-    backend: RendezvousBackend = C10dRendezvousBackend(store, run_id)
-    if signer.authenticated:
-        backend = SignedRendezvousBackend(backend, signer, run_id)
-    return VersionedBackend(backend, store, run_id)
 
 
 def rendezvous_store(params: RendezvousParameters, endpoint: Endpoint) -> tuple[Any, bool]:

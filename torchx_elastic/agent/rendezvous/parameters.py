@@ -15,7 +15,6 @@ from torch.distributed.elastic.rendezvous import RendezvousParameters
 from torchx_elastic.agent import compat
 from torchx_elastic.agent.config.launch import AgentConfig
 from torchx_elastic.agent.rendezvous import liveness
-from torchx_elastic.agent.rendezvous.heartbeats import DEFAULT_BACKOFF_MAX_S
 
 DEFAULT_JOIN_TIMEOUT_S = 600.0
 # how long the agent hosting the rendezvous keeps it up, closed, after an elastic job that
@@ -44,25 +43,6 @@ def rendezvous_parameters(config: AgentConfig) -> RendezvousParameters:
         min_nodes=config.min_nodes,
         max_nodes=config.max_nodes,
         local_addr=config.local_addr,
-        **conf,
-    )
-
-
-def torch_c10d_parameters(params: RendezvousParameters) -> RendezvousParameters:
-    """``params`` for torch's c10d handler under the agent's heartbeats
-    (liveness.BeatingRendezvous): torch's keep-alive quiet (liveness.TORCH_KEEP_ALIVE) and,
-    where torch takes it (2.15 on), a random delay of up to the agent's default after each
-    compare-and-set it lost, unless ``cas_backoff_max_seconds`` is given."""
-    conf = {**params.config, **liveness.TORCH_KEEP_ALIVE}
-    if compat.has_cas_backoff():
-        conf.setdefault(liveness.CAS_BACKOFF_KEY, str(DEFAULT_BACKOFF_MAX_S))
-    return RendezvousParameters(
-        backend=params.backend,
-        endpoint=params.endpoint,
-        run_id=params.run_id,
-        min_nodes=params.min_nodes,
-        max_nodes=params.max_nodes,
-        local_addr=params.local_addr,
         **conf,
     )
 

@@ -12,11 +12,9 @@ unpickled, for a warning only.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import socket
-from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -181,34 +179,13 @@ def unreachable_address(peer: NodeEntry, me: NodeEntry, port: int, timeout_s: fl
     )
 
 
-def is_me(peer: NodeEntry, me: NodeEntry) -> bool:
-    return peer.pid == me.pid and peer.host == me.host
-
-
-def sample_of_peers(entries: list[NodeEntry], me: NodeEntry, size: int) -> list[NodeEntry]:
-    """At most ``size`` peers of this job (not ``me``): an order of their own for each node
-    (a hash of both names), so that the nodes of a large job look at different peers and
-    all of them together at every peer; every peer while the job has ``size`` or fewer."""
-
-    def order(peer: NodeEntry) -> bytes:
-        pair = f"{me.host}\0{me.pid}\0{peer.host}\0{peer.pid}\0{peer.addr}"
-        return hashlib.sha1(pair.encode()).digest()  # noqa: S324 (an order, not a secret)
-
-    peers = [peer for peer in job_peers(entries, me.run_id) if not is_me(peer, me)]
-    return sorted(peers, key=order)[:size]
-
-
-def unresolvable_addresses(
-    peers: list[NodeEntry], me: NodeEntry, resolves: Callable[[str], bool] | None = None
-) -> list[Problem]:
-    """Of ``peers`` (of this job), those whose published address does not resolve from
-    this node (``resolves``: a lookup, by default a fresh one)."""
-    resolves = resolves or (lambda host: bool(resolved(host)))
+def unresolvable_addresses(entries: list[NodeEntry], me: NodeEntry) -> list[Problem]:
+    """Peers of this job whose published address does not resolve from this node."""
     problems: list[Problem] = []
-    for peer in job_peers(peers, me.run_id):
-        if is_me(peer, me):
+    for peer in job_peers(entries, me.run_id):
+        if peer.pid == me.pid and peer.host == me.host:
             continue
-        if not resolves(peer.addr):
+        if not resolved(peer.addr):
             problems.append(
                 Problem(
                     f"{peer.name} publishes its address as {peer.addr!r}, which does not"

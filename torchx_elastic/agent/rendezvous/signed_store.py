@@ -20,7 +20,6 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from torchx_elastic.agent import compat
 from torchx_elastic.agent.console.store_entry import RefusedEntry
 
 log = logging.getLogger(__name__)
@@ -93,18 +92,6 @@ class SignedStore:
     def get(self, key: str) -> bytes:
         """The verified value (waits for the key as ``Store.get``); :class:`RefusedEntry`."""
         return self.signer.open(key, bytes(self.store.get(key)))
-
-    def multi_get(self, keys: list[str]) -> list[bytes | RefusedEntry]:
-        """The verified values of ``keys`` in one round trip (it waits for each key, as
-        ``Store.multi_get``); in place of a value that is not the job's, its
-        :class:`RefusedEntry`."""
-        values: list[bytes | RefusedEntry] = []
-        for key, blob in zip(keys, compat.multi_get(self.store, keys), strict=True):
-            try:
-                values.append(self.signer.open(key, blob))
-            except RefusedEntry as err:
-                values.append(err)
-        return values
 
     def read(self, key: str, what: str) -> bytes | None:
         """The verified value, or None after one warning naming ``what`` was refused."""

@@ -9,11 +9,6 @@ restart or a lost node) that takes longer than re-forming does is said too, from
 rendezvous state: who is back, and which members of the last round are not. A
 peer started with other settings fails the rendezvous at once with a line that names both
 values and both hosts; at the join timeout the error says who came and who is missing.
-
-The first round's checks of the peers' published addresses (does each resolve, does it
-answer a connect) look at :data:`SAMPLE_PEERS` peers at most, an order of each node's own
-(roll_call.sample_of_peers: together the nodes of a large job look at every peer), and
-look each name up once (:class:`NameCache`): not every peer's name at every poll.
 """
 
 from __future__ import annotations
@@ -61,26 +56,6 @@ PEER_PROBE_S = 2.0  # a peer's published address answers a connect within this, 
 REPROBE_S = 30.0  # a peer's address that did not answer is probed again after this
 # a later round re-forms within seconds (its last call is 3 s): said once it takes longer
 LATER_ROUND_FIRST_S = 10.0
-SAMPLE_PEERS = 16  # the first round's address checks look at that many peers at most
-RESOLVE_AGAIN_S = 30.0  # a name that did not resolve is looked up again after this
-
-
-class NameCache:
-    """The first round's name lookups: each name once (again after
-    :data:`RESOLVE_AGAIN_S` while it does not resolve: a pod's record comes late)."""
-
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
-        self._clock = clock
-        self._found: dict[str, tuple[bool, float]] = {}  # name -> (resolves, when looked up)
-
-    def resolves(self, host: str) -> bool:
-        now_s = self._clock()
-        seen = self._found.get(host)
-        if seen is not None and (seen[0] or now_s - seen[1] < RESOLVE_AGAIN_S):
-            return seen[0]
-        found = bool(resolved(host))
-        self._found[host] = (found, now_s)
-        return found
 
 
 @dataclass(frozen=True)
@@ -183,7 +158,6 @@ class ExplainedRendezvous(WrappedRendezvous):
         self._reached: set[str] = set()  # published addresses that answered this node
         self._abandoned = threading.Event()
         self._probe_after_s: dict[str, float] = {}
-        self._names = NameCache()
         self._last_members: dict[int, str] = {}  # node rank -> name, of the last round
         self._read()
 
@@ -287,29 +261,28 @@ class ExplainedRendezvous(WrappedRendezvous):
             roll_call.other_jobs(entries + self._unverified, me, self._endpoint),
             roll_call.other_secret(self._unverified, me),
         ]
-        sample = roll_call.sample_of_peers(entries, me, SAMPLE_PEERS)
-        warnings += roll_call.unresolvable_addresses(sample, me, self._names.resolves)
-        warnings += self._unreachable_addresses(sample, me)
+        warnings += roll_call.unresolvable_addresses(entries, me)
+        warnings += self._unreachable_addresses(entries, me)
         for problem in warnings:
             if problem is not None and problem.cause not in self._said:
                 self._said.add(problem.cause)
                 say(f"warning: {problem.line()}")
 
     def _unreachable_addresses(
-        self, peers: list[roll_call.NodeEntry], me: roll_call.NodeEntry
+        self, entries: list[roll_call.NodeEntry], me: roll_call.NodeEntry
     ) -> list[Problem]:
-        """Of ``peers``, those whose published address resolves but does not answer from
-        this node (a TCP connect to the rendezvous port: refused is an answer), each probed
-        until it answers once, at most every :data:`REPROBE_S`."""
+        """Peers whose published address resolves but does not answer from this node (a
+        TCP connect to the rendezvous port: refused is an answer), each probed until it
+        answers once, at most every :data:`REPROBE_S`."""
         port = self._config.rdzv_endpoint.port
         problems: list[Problem] = []
-        for peer in peers:
+        for peer in roll_call.job_peers(entries, me.run_id):
             addr = peer.addr
-            own = roll_call.is_me(peer, me)
+            own = peer.pid == me.pid and peer.host == me.host
             if own or addr in self._reached or time.monotonic() < self._probe_after_s.get(addr, 0):
                 continue
             self._probe_after_s[addr] = time.monotonic() + REPROBE_S
-            if not self._names.resolves(addr):
+            if not resolved(addr):
                 continue  # said by unresolvable_addresses
             if answers(addr, port, PEER_PROBE_S):
                 self._reached.add(addr)

@@ -4,17 +4,14 @@ Each layer of the stack the agent drives (handler.py's docstring draws it) is a
 :class:`WrappedRendezvous`: torch's public ``RendezvousHandler`` interface, each call handed
 to the handler it wraps unless the layer adds to it, and nothing else of the wrapped handler
 reachable through it (no attribute forwarding). Besides torch's interface the layers answer
-four questions of the stack itself: :attr:`~WrappedRendezvous.hosts_store`,
-:meth:`~WrappedRendezvous.abandon`, :meth:`~WrappedRendezvous.heartbeats` (the agent's own
-heartbeats of a c10d rendezvous: heartbeats.py) and :meth:`~WrappedRendezvous.torch_handler`
-(torch's own handler at the bottom, whose private state ``agent/compat.py`` alone reads).
+three questions of the stack itself: :attr:`~WrappedRendezvous.hosts_store`,
+:meth:`~WrappedRendezvous.abandon` and :meth:`~WrappedRendezvous.torch_handler` (torch's own
+handler at the bottom, whose private state ``agent/compat.py`` alone reads).
 """
 
 from __future__ import annotations
 
 from torch.distributed.elastic.rendezvous import RendezvousHandler, RendezvousInfo
-
-from torchx_elastic.agent.rendezvous.heartbeats import Heartbeats
 
 
 class WrappedRendezvous(RendezvousHandler):
@@ -64,12 +61,6 @@ class WrappedRendezvous(RendezvousHandler):
         still waiting in it stops (waiting.py's first round)."""
         if isinstance(self.handler, WrappedRendezvous):
             self.handler.abandon()
-
-    def heartbeats(self) -> Heartbeats | None:
-        """The agent's heartbeats of this rendezvous (a ``BeatingRendezvous`` layer below
-        this one, liveness.py); None where torch's keep-alive is the heartbeat."""
-        inner = self.handler
-        return inner.heartbeats() if isinstance(inner, WrappedRendezvous) else None
 
     def torch_handler(self) -> RendezvousHandler:
         """torch's handler at the bottom of the stack."""

@@ -2,23 +2,12 @@
 
 Over what the job already shares, no new port: the store of the current rendezvous round
 (a ``PrefixStore`` of the c10d rendezvous ``TCPStore`` on the rank-0 host, handed out by
-torch's public ``RendezvousHandler.next_rendezvous``). Every exchange interval each agent
-sets ``torchx_elastic/progress/node<N>`` to a small JSON :class:`NodeReport` of its ranks
-(step, total, rate, seconds since each last spoke); the first time in a round it also takes
-a slot in the round's list of publishers (``.../publishers`` counts them, ``.../publishers/<i>``
-names each). The node-rank-0 agent reads the new slots (and looks for the report of up to
-:data:`PRESENCE_CHECKS` nodes without one, in turn), then every publisher's report in one
-``multi_get``, and :func:`aggregate` makes one
-:class:`~torchx_elastic.contract.job_progress.JobSummary`: the job-wide line it prints, the
-live bar of ``local_cwd`` (through the file it rewrites in its log directory) and ``torchx
-status`` all show that one summary.
-
-The exchange interval adapts to the number of nodes (:func:`exchange_interval_s`): the
-agent's interval (1 s) up to :data:`REPORTS_PER_S` nodes, then N / :data:`REPORTS_PER_S`
-seconds, so that node rank 0 reads about that many reports a second and the store takes as
-many writes, whatever N (256 nodes: 1 s; 1,000: 3.9 s; 4,000: 15.6 s). Node rank 0's store
-calls per exchange: its own report, the publishers' count, one ``multi_get`` and the few
-presence checks, whatever N.
+torch's public ``RendezvousHandler.next_rendezvous``). Every ``interval_s`` each agent sets
+``torchx_elastic/progress/node<N>`` to a small JSON :class:`NodeReport` of its ranks (step,
+total, rate, seconds since each last spoke). The node-rank-0 agent reads every node's
+report and :func:`aggregate` makes one :class:`~torchx_elastic.contract.job_progress.JobSummary`:
+the job-wide line it prints, the live bar of ``local_cwd`` (through the file it rewrites in
+its log directory) and ``torchx status`` all show that one summary.
 
 A report carries ages, and the rank-0 agent adds how long a node's report has not changed (a
 node that stopped publishing goes quiet too). Only live nodes count: a node whose report has
@@ -53,12 +42,6 @@ from torchx_elastic.contract.job_progress import JobSummary, QuietRank, write_fi
 log = logging.getLogger(__name__)
 
 DEFAULT_INTERVAL_S = 1.0
-# node rank 0 reads about that many reports a second at most: a larger job's exchange
-# interval grows with its number of nodes (exchange_interval_s)
-REPORTS_PER_S = 256
-# node rank 0 looks for that many reports of nodes without a slot per exchange (a node's
-# key written without one: an older agent's, or one written by something outside the job)
-PRESENCE_CHECKS = 32
 DEFAULT_QUIET_AFTER_S = 30.0
 STALE_AFTER_INTERVALS = 5  # a node whose report did not change for that long is not live
 DEFAULT_STALE_AFTER_S = STALE_AFTER_INTERVALS * DEFAULT_INTERVAL_S
@@ -68,32 +51,18 @@ FINAL_WAIT_S = 30.0  # node rank 0, for the other nodes' last reports (as the ex
 
 
 SKIPPED = "skipped node %d's progress report from the store: %s"
-SKIPPED_SLOT = "skipped a slot of the job progress' publishers from the store: %s"
 
 
 class KeyValueStore(Protocol):
-    """The part of ``torch.distributed.Store`` used here. ``multi_get`` waits for every
-    key, as ``get``; a value it cannot vouch for is a ``ValueError`` in its place (the
-    signed store's refused entries: rendezvous/signed_store.py)."""
+    """The part of ``torch.distributed.Store`` used here."""
 
     def set(self, key: str, value: str) -> None: ...
+
+    def get(self, key: str) -> bytes: ...
 
     def add(self, key: str, value: int) -> int: ...
 
     def check(self, keys: list[str]) -> bool: ...
-
-    def multi_get(self, keys: list[str]) -> Sequence[bytes | ValueError]: ...
-
-
-def exchange_interval_s(interval_s: float, num_nodes: int) -> float:
-    """The exchange's interval in a round of ``num_nodes``: ``interval_s``, or longer, so
-    that node rank 0 reads no more than about :data:`REPORTS_PER_S` reports a second."""
-    return max(interval_s, num_nodes / REPORTS_PER_S)
-
-
-def publisher_key(index: int) -> str:
-    """The ``index``-th slot of the round's list of publishers (it holds a node rank)."""
-    return f"{PROGRESS_PUBLISHERS_KEY}/{index}"
 
 
 @dataclass(frozen=True)
@@ -328,8 +297,7 @@ def _steps_at_one_moment(
 
 
 class JobProgressExchange:
-    """Publishes this node's report every ``interval_s`` (longer in a round of more than
-    :data:`REPORTS_PER_S` nodes: :func:`exchange_interval_s`); on node rank 0, also sums up.
+    """Publishes this node's report every ``interval_s``; on node rank 0, also sums up.
 
     :meth:`start_round` (after every rendezvous round) hands it the round's store and
     :meth:`set_ranks` (when the workers of an attempt start) this node's ranks. On node
@@ -364,24 +332,24 @@ class JobProgressExchange:
         self._interval_s = interval_s
         self._quiet_after_s = quiet_after_s
         self._final_wait_s = final_wait_s
-        self._given_stale_after_s = stale_after_s
-        self._given_same_moment_s = same_moment_s
-        self._set_round_interval(interval_s)
+        self._stale_after_s = (
+            STALE_AFTER_INTERVALS * interval_s if stale_after_s is None else stale_after_s
+        )
+        self._same_moment_s = (
+            SAME_MOMENT_INTERVALS * interval_s if same_moment_s is None else same_moment_s
+        )
         self._clock = clock
         self._wall_clock = wall_clock
         self._lock = threading.Lock()  # the fields below
         self._store_lock = threading.Lock()  # one exchange at a time
         self._store: KeyValueStore | None = None
-        self._skipped: set[tuple[object, ...]] = set()  # what was warned about
+        self._skipped: set[tuple[int, str]] = set()  # reports warned about
         self._stopped = False  # this round's exchange is over (or its store failed)
         self._node = 0
         self._num_nodes = 1
         self._global_ranks: dict[int, int] = {}
         self._seq = 0
         self._published = False  # in this round
-        self._publishers: set[int] = set()  # node rank 0: the nodes that publish this round
-        self._slots_read = 0  # node rank 0: the publishers' slots read this round
-        self._turn = 0  # node rank 0: where its presence checks go on
         # node -> (its last report, monotonic time it was first read, its age then)
         self._seen: dict[int, tuple[NodeReport, float, float]] = {}
         self._read_s: float | None = None  # monotonic time of the round's previous read
@@ -395,23 +363,11 @@ class JobProgressExchange:
         with self._lock:
             return self._store is not None
 
-    def _set_round_interval(self, interval_s: float) -> None:
-        """The round's exchange interval, and the ages it measures liveness and one moment
-        by (given ones stay as given)."""
-        self._round_interval_s = interval_s
-        stale_s, same_s = self._given_stale_after_s, self._given_same_moment_s
-        self._stale_after_s = STALE_AFTER_INTERVALS * interval_s if stale_s is None else stale_s
-        self._same_moment_s = SAME_MOMENT_INTERVALS * interval_s if same_s is None else same_s
-
     def start_round(self, store: KeyValueStore, node_rank: int, num_nodes: int) -> None:
         with self._store_lock, self._lock:
             self._store, self._node, self._num_nodes = store, node_rank, num_nodes
-            self._set_round_interval(exchange_interval_s(self._interval_s, num_nodes))
             self._stopped = False
             self._published = False
-            self._publishers = set()
-            self._slots_read = 0
-            self._turn = 0
             self._seen.clear()
             self._read_s = None
             self._latest = None
@@ -433,7 +389,7 @@ class JobProgressExchange:
             return self._latest if self._node == 0 else None
 
     def _loop(self) -> None:
-        while not self._closing.wait(self._round_interval_s):
+        while not self._closing.wait(self._interval_s):
             self.exchange()
 
     def exchange(self) -> None:
@@ -456,10 +412,8 @@ class JobProgressExchange:
         this round ends."""
         with self._store_lock:
             deadline_s = self._clock() + self._final_wait_s
-            # as often as 5 a second in a round of up to REPORTS_PER_S nodes, less in larger
-            poll_s = min(0.2 * self._round_interval_s / self._interval_s, self._round_interval_s)
             while not self._exchange(final=True) and self._clock() < deadline_s:
-                time.sleep(poll_s)
+                time.sleep(min(0.2, self._interval_s))
             with self._lock:
                 self._stopped = True
 
@@ -484,18 +438,16 @@ class JobProgressExchange:
         try:
             if spoke or final:
                 store.set(f"{PROGRESS_KEY_PREFIX}{node}", report.to_json())
-                if first:  # a slot in the round's list of publishers, after its report
-                    index = int(store.add(PROGRESS_PUBLISHERS_KEY, 1)) - 1
-                    store.set(publisher_key(index), str(node))
+                if first:
+                    store.add(PROGRESS_PUBLISHERS_KEY, 1)
                     with self._lock:
                         self._published = True
             if node != 0 or (final and not spoke):
                 return True  # node 0 waits for the others only when its ranks report
             # one call while nobody reports (scripts that never call progress())
-            publishers = self._read_publishers(store, num_nodes)
-            if not publishers:
+            if not spoke and store.add(PROGRESS_PUBLISHERS_KEY, 0) == 0:
                 return True
-            reports = self._read_reports(store, publishers)
+            reports = self._read_reports(store, num_nodes)
         except Exception as err:  # the store went away (the job is ending): best effort
             log.debug("job progress exchange failed: %s", err)
             with self._lock:
@@ -530,70 +482,31 @@ class JobProgressExchange:
         self._sampled = (now_s, figures)
         self._record_event(PROGRESS, **dict(zip(PROGRESS_FIELDS, figures, strict=True)))
 
-    def _read_publishers(self, store: KeyValueStore, num_nodes: int) -> list[int]:
-        """The nodes that published a report this round: the count, the slots taken since
-        the last read (each read once; a slot counted but not written yet is read next
-        time: ``multi_get`` would wait for it), and in turn, a few nodes without one whose
-        report is there all the same. Nobody published: one call."""
-        count = int(store.add(PROGRESS_PUBLISHERS_KEY, 0))
-        if count == 0:
-            return []
-        keys = [publisher_key(i) for i in range(self._slots_read, count)]
-        while keys and not store.check(keys):
-            keys.pop()
-        if keys:
-            for value in store.multi_get(keys):
-                try:
-                    if isinstance(value, ValueError):
-                        raise value
-                    node = int(value)
-                except ValueError as err:
-                    self._warn_once(SKIPPED_SLOT, str(err))
-                    continue
-                if 0 <= node < num_nodes:
-                    self._publishers.add(node)
-            self._slots_read += len(keys)
-        without = [node for node in range(num_nodes) if node not in self._publishers]
-        if without:
-            start = self._turn % len(without)
-            self._turn += PRESENCE_CHECKS
-            for node in (without[start:] + without[:start])[:PRESENCE_CHECKS]:
-                if store.check([f"{PROGRESS_KEY_PREFIX}{node}"]):
-                    self._publishers.add(node)
-        return sorted(self._publishers)
-
-    def _read_reports(self, store: KeyValueStore, nodes: list[int]) -> list[NodeReport]:
-        """The reports of ``nodes``, in one ``multi_get``; a forged or malformed one is
-        skipped (one warning each)."""
-        values = store.multi_get([f"{PROGRESS_KEY_PREFIX}{node}" for node in nodes])
+    def _read_reports(self, store: KeyValueStore, num_nodes: int) -> list[NodeReport]:
+        """The nodes' reports; a forged or malformed one is skipped (one warning each)."""
         reports = []
-        for node, value in zip(nodes, values, strict=True):
-            try:
-                if isinstance(value, ValueError):
-                    raise value
-                report = NodeReport.from_json(value)
-                if report.node != node:
-                    raise ValueError(f"it says it is node {report.node}'s")
-                reports.append(report)
-            except ValueError as err:
-                self._warn_once(SKIPPED, node, str(err))
+        for node in range(num_nodes):
+            key = f"{PROGRESS_KEY_PREFIX}{node}"
+            if store.check([key]):  # get() would wait for a key that is not there yet
+                try:
+                    report = NodeReport.from_json(store.get(key))
+                    if report.node != node:
+                        raise ValueError(f"it says it is node {report.node}'s")
+                    reports.append(report)
+                except ValueError as err:
+                    with self._lock:
+                        told = (node, str(err)) in self._skipped
+                        self._skipped.add((node, str(err)))
+                    if not told:
+                        log.warning(SKIPPED, node, err)
         return reports
-
-    def _warn_once(self, message: str, *args: object) -> None:
-        """One warning for each thing skipped (node rank 0 reads it again and again)."""
-        told_key = (message, *args)
-        with self._lock:
-            told = told_key in self._skipped
-            self._skipped.add(told_key)
-        if not told:
-            log.warning(message, *args)
 
     def _sum_up(self, reports: list[NodeReport], num_nodes: int) -> tuple[JobSummary | None, bool]:
         now_s, wall_s = self._clock(), self._wall_clock()
         seen: list[SeenReport] = []
         with self._lock:
             # a report read for the first time was published since the previous read
-            oldest_s = self._round_interval_s if self._read_s is None else now_s - self._read_s
+            oldest_s = self._interval_s if self._read_s is None else now_s - self._read_s
             self._read_s = now_s
             for report in reports:
                 previous = self._seen.get(report.node)
@@ -618,4 +531,4 @@ class JobProgressExchange:
             self._stopped = True
             thread = self._thread
         if thread is not None:
-            thread.join(timeout=self._round_interval_s + 1.0)
+            thread.join(timeout=self._interval_s + 1.0)
