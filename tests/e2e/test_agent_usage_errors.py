@@ -48,6 +48,20 @@ pytestmark = [pytest.mark.slow, pytest.mark.torch_lines]
         ),
         (["--no-python", "-m"], "--no-python and -m cannot be used together"),
         (
+            ["--no-retry-on", "Value Error"],
+            "--no-retry-on 'Value Error': 'Value Error' is neither an exception class"
+            " (ValueError, mypkg.ConfigError) nor an exit code (1-255)",
+        ),
+        (
+            ["--no-retry-on", "ValueError,0"],
+            "--no-retry-on 'ValueError,0': '0' is not the exit code of a failure (1-255)",
+        ),
+        (
+            ["--no-retry-on", "ValueError,"],
+            "--no-retry-on 'ValueError,': an empty entry; give exception classes and exit codes,"
+            " comma-separated",
+        ),
+        (
             ["--event-log-handler", "kafka"],
             "--event-log-handler 'kafka' is not a handler registered in"
             " torch.distributed.elastic.events.handlers (e.g. null, console)",

@@ -16,6 +16,7 @@ from torchx_elastic.contract.agent_args import (
     StartMethodError,
     check_start_method,
 )
+from torchx_elastic.contract.not_retried import NoRetryRule
 
 AGENT_MODULE = "torchx_elastic.agent"
 PYTHON = "python3"
@@ -39,6 +40,7 @@ class AgentCommand:
     rdzv_backend: str = "c10d"
     rdzv_conf: str = ""  # KEY=VALUE,... (e.g. join_timeout=600)
     max_restarts: int = 0
+    no_retry_on: str = ""  # the agent's --no-retry-on: ValueError,mypkg.ConfigError,2
     tee: int = 3
     hang_timeout_s: float = 0
     start_method: str = DEFAULT_START_METHOD
@@ -67,6 +69,12 @@ class AgentCommand:
             raise ComponentArgumentError(
                 f"invalid hang_timeout_s {self.hang_timeout_s:g}; accepted: 0 (off) or seconds > 0"
             )
+        try:
+            NoRetryRule.parse(self.no_retry_on)
+        except ValueError as err:
+            raise ComponentArgumentError(
+                f"invalid no_retry_on {self.no_retry_on!r}: {err}"
+            ) from None
         if (self.script is None) == (self.module is None):
             raise ComponentArgumentError(
                 "exactly one of --script and -m must be given"
@@ -115,6 +123,8 @@ class AgentCommand:
         ]
         if self.console != DEFAULT_CONSOLE:
             args += ["--console", self.console]
+        if self.no_retry_on:
+            args += ["--no-retry-on", _literal(self.no_retry_on)]
         if self.tee != 3:
             # the console shows the streams in --tee (torchrun's meaning: all others are
             # redirected to the log files only)

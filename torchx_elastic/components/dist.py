@@ -40,6 +40,7 @@ def torchrun(
     env: Optional[Dict[str, str]] = None,
     metadata: Optional[Dict[str, str]] = None,
     max_retries: int = 0,
+    no_retry_on: Optional[str] = None,
     rdzv_port: int = 29500,
     rdzv_backend: str = "c10d",
     rdzv_conf: Optional[str] = None,
@@ -73,6 +74,9 @@ def torchrun(
         env: environment variables for the workers (e.g. ENV1=v1,ENV2=v2)
         metadata: metadata for the scheduler (e.g. KEY1=v1,KEY2=v2)
         max_retries: in-place restarts of the worker group by the agent when a rank fails
+        no_retry_on: failures that end the job without a restart: exception classes and
+            exit codes, comma-separated (e.g. ValueError,mypkg.ConfigError,2); a rank that
+            raises torchx_elastic.NotRetried or exits with 78 is never retried
         rdzv_port: port of the rendezvous store on the rank-0 node (multi-node only;
             a single-node job picks a free port)
         rdzv_backend: rendezvous backend of torch.distributed.elastic (c10d)
@@ -108,6 +112,7 @@ def ddp(
     env: Optional[Dict[str, str]] = None,
     metadata: Optional[Dict[str, str]] = None,
     max_retries: int = 0,
+    no_retry_on: Optional[str] = None,
     rdzv_port: int = 29500,
     rdzv_backend: str = "c10d",
     rdzv_conf: Optional[str] = None,
@@ -142,6 +147,9 @@ def ddp(
         env: environment variables for the workers (e.g. ENV1=v1,ENV2=v2)
         metadata: metadata for the scheduler (e.g. KEY1=v1,KEY2=v2)
         max_retries: in-place restarts of the worker group by the agent when a rank fails
+        no_retry_on: failures that end the job without a restart: exception classes and
+            exit codes, comma-separated (e.g. ValueError,mypkg.ConfigError,2); a rank that
+            raises torchx_elastic.NotRetried or exits with 78 is never retried
         rdzv_port: port of the rendezvous store on the rank-0 node (multi-node only;
             a single-node job picks a free port)
         rdzv_backend: rendezvous backend of torch.distributed.elastic (c10d)
@@ -174,6 +182,7 @@ def spmd(
     env: Optional[Dict[str, str]] = None,
     metadata: Optional[Dict[str, str]] = None,
     max_retries: int = 0,
+    no_retry_on: Optional[str] = None,
     mounts: Optional[List[str]] = None,
     debug: bool = False,
     console: str = DEFAULT_CONSOLE,
@@ -198,6 +207,9 @@ def spmd(
         env: environment variables for the workers (e.g. ENV1=v1,ENV2=v2)
         metadata: metadata for the scheduler (e.g. KEY1=v1,KEY2=v2)
         max_retries: in-place restarts of the worker group by the agent when a rank fails
+        no_retry_on: failures that end the job without a restart: exception classes and
+            exit codes, comma-separated (e.g. ValueError,mypkg.ConfigError,2); a rank that
+            raises torchx_elastic.NotRetried or exits with 78 is never retried
         mounts: mounts for container schedulers
             (type=<bind|volume|device>,src=/host,dst=/job[,readonly])
         debug: run with torch's distributed debug flags set

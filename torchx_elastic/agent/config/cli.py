@@ -321,6 +321,13 @@ OWN_FLAGS: tuple[Row, ...] = (
         " every rank's Python stack is dumped to its log first (0: off)",
         type=float,
     ),
+    Flag(
+        "no-retry-on",
+        "",
+        "failures that end the job at once, without a restart: exception classes and exit"
+        " codes, comma-separated (e.g. ValueError,mypkg.ConfigError,2); a worker that raises"
+        " torchx_elastic.NotRetried or exits with 78 is never retried",
+    ),
 )
 
 GROUPS = ((TORCHRUN_GROUP, TORCHRUN_FLAGS), (OWN_GROUP, OWN_FLAGS))

@@ -37,6 +37,7 @@ from torchx_elastic.contract.agent_args import (
     parse_node_range,
 )
 from torchx_elastic.contract.job_secret import hide_from_workers, read_secret
+from torchx_elastic.contract.not_retried import RETRY_ALL, NoRetryRule
 
 log = logging.getLogger(__name__)
 
@@ -124,6 +125,8 @@ class AgentConfig:
     rdzv_configs: dict[str, Any]
     worker: WorkerCommand
     max_restarts: int = 0
+    no_retry: NoRetryRule = RETRY_ALL
+    """The failures that end the job without a restart (``--no-retry-on``)."""
     monitor_interval_s: float = 0.1
     start_method: str = DEFAULT_START_METHOD
     local_addr: str | None = None
@@ -365,6 +368,10 @@ def config_from_args(args: argparse.Namespace) -> AgentConfig:
         raise UsageError(f"--nnodes {err}") from None
     if args.max_restarts < 0:
         raise UsageError(f"--max-restarts {args.max_restarts} is negative; give 0 or more")
+    try:
+        no_retry = NoRetryRule.parse(args.no_retry_on)
+    except ValueError as err:
+        raise UsageError(f"--no-retry-on {args.no_retry_on!r}: {err}") from None
     rdzv = _rendezvous(args, nodes)
     rdzv.configs.setdefault("timeout", RDZV_TIMEOUT_S)  # torch's LaunchConfig adds it (torchrun)
     worker = worker_command(args)
@@ -391,6 +398,7 @@ def config_from_args(args: argparse.Namespace) -> AgentConfig:
         rdzv_configs=rdzv.configs,
         worker=worker,
         max_restarts=args.max_restarts,
+        no_retry=no_retry,
         monitor_interval_s=args.monitor_interval,
         start_method=args.start_method,
         local_addr=args.local_addr,

@@ -44,6 +44,7 @@ from torchx_elastic.contract import ERROR_FILE_ENV, FILTERED_FILE, RANK_ERROR_FI
 from torchx_elastic.contract import events as ev
 from torchx_elastic.contract.agent_args import DEFAULT_CONSOLE, ConsoleMode
 from torchx_elastic.contract.events import EventLog
+from torchx_elastic.contract.not_retried import NO_RETRY_ENV, RETRY_ALL, NoRetryRule
 
 log = logging.getLogger(__name__)
 
@@ -59,8 +60,11 @@ class ConsoleSession:
         mode: ConsoleMode = DEFAULT_CONSOLE,
         status_interval_s: float = DEFAULT_STATUS_INTERVAL_S,
         sink_options: SinkOptions = DEFAULT_SINK_OPTIONS,
+        no_retry: NoRetryRule = RETRY_ALL,
     ) -> None:
+        """``no_retry``: the failures that end the job without a restart."""
         self.log_dir = log_dir
+        self._no_retry = no_retry
         self.activity = RankActivity()
         self.channel = ActivityChannel(self.activity)
         self.events = EventLog.in_dir(log_dir)
@@ -91,8 +95,10 @@ class ConsoleSession:
         self.console.waiting_for_nodes(line)
 
     def worker_env(self) -> dict[str, str]:
-        """Extra environment of every worker (the channel's address)."""
-        return self.channel.env()
+        """Extra environment of every worker: the channel's address, and the failures not
+        retried when some are named (the bootstrap reads them)."""
+        named = self._no_retry.text()
+        return {**self.channel.env(), **({NO_RETRY_ENV: named} if named else {})}
 
     def make_sink(self, ranks: list[RankOutput]) -> OutputSink:
         attempt_dir = os.path.dirname(os.path.dirname(ranks[0].stdout_path)) if ranks else "."
@@ -208,7 +214,7 @@ class ConsoleSession:
         kills, where = oom.kills_between(self._oom_at_start, oom.read_counts())
         if kills:
             facts = report.with_oom_kills(facts, kills, where)
-        return report.classify(facts)
+        return report.classify(report.with_not_retried(facts, self._no_retry))
 
     @staticmethod
     def _write_reply_file(verdict: report.Verdict, first: FirstFailure | None = None) -> None:

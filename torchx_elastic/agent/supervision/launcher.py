@@ -87,7 +87,9 @@ def console_session(config: AgentConfig, log_dir: str) -> ConsoleSession:
             "stderr": console.duplicate_stderr_filters,
         },
     )
-    return ConsoleSession(log_dir, console.mode, console.status_interval_s, options)
+    return ConsoleSession(
+        log_dir, console.mode, console.status_interval_s, options, config.no_retry
+    )
 
 
 @dataclass

@@ -32,7 +32,11 @@ from torch.distributed.elastic.rendezvous import RendezvousError, RendezvousHand
 
 from torchx_elastic.agent import compat
 from torchx_elastic.agent.config.launch import AgentConfig
-from torchx_elastic.agent.console.failure.first_failure import FirstFailure, RestartNotice
+from torchx_elastic.agent.console.failure.first_failure import (
+    FirstFailure,
+    RestartNotice,
+    not_retried_line,
+)
 from torchx_elastic.agent.console.output.agent_line import say
 from torchx_elastic.agent.console.output.sinks import OutputSink, RankOutput
 from torchx_elastic.agent.rendezvous import listen, liveness
@@ -301,6 +305,10 @@ class Supervisor:
                 self.stop_workers()
                 on_failure = self._supervision.on_failure
                 first = on_failure(result, self.attempt) if on_failure else None
+                if first is not None and not first.retried:
+                    if first.node == (self._group.round.rank if self._group else 0):
+                        say(not_retried_line(first, self.remaining_restarts))
+                    return result
                 if last:
                     return result
                 self.remaining_restarts -= 1

@@ -8,7 +8,8 @@ would (``__main__``, ``sys.argv``, ``__file__``, ``sys.path[0]``), or executes a
 - dies with the agent: the Linux parent-death signal is set, so a SIGKILLed agent leaves no
   orphaned workers behind;
 - records an uncaught exception in ``TORCHELASTIC_ERROR_FILE`` (torch.distributed.elastic's
-  error-file format) without the user decorating anything with ``@record``;
+  error-file format) without the user decorating anything with ``@record``, its message
+  ``not retried: ...`` when the job must not restart for it (contract/not_retried.py);
 - dumps every thread's Python stack to stderr on ``DUMP_STACKS_SIGNAL`` (the hang watchdog).
 
 Standard library only: it runs before the user's first import.
@@ -30,6 +31,7 @@ from types import TracebackType
 
 from torchx_elastic.contract import AGENT_PID_ENV, ERROR_FILE_ENV
 from torchx_elastic.contract.error_file import write_error_file
+from torchx_elastic.contract.not_retried import NO_RETRY_ENV, NoRetryRule, not_retried
 
 DUMP_STACKS_SIGNAL = signal.SIGRTMIN + 4
 _CALL_MODULE = "torchx_elastic.agent.workers.function_call"
@@ -85,10 +87,16 @@ def record_error(exc: BaseException, tb: TracebackType | None) -> None:
     path = os.environ.get(ERROR_FILE_ENV)
     if not path or os.path.exists(path):
         return
+    message = f"{type(exc).__name__}: {exc}"
+    try:
+        if NoRetryRule.parse(os.environ.get(NO_RETRY_ENV, "")).exception_not_retried(exc):
+            message = not_retried(message)
+    except ValueError:
+        pass  # the agent checked the list: one set by hand is only not used
     try:
         write_error_file(
             path,
-            f"{type(exc).__name__}: {exc}",
+            message,
             "".join(traceback.format_exception(type(exc), exc, tb)),
         )
     except OSError:

@@ -22,6 +22,7 @@ from typing import Protocol
 
 from torchx_elastic.agent.console.store_entry import RefusedEntry
 from torchx_elastic.contract import FAILURE_KEY_PREFIX
+from torchx_elastic.contract.not_retried import is_not_retried
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +51,11 @@ class FirstFailure:
     how: str  # "exit code 1", "signal SIGKILL"
     message: str = ""  # the exception line ("ValueError: boom"), if its error file had one
     where: str = ""  # 'File "/abs/train.py", line 12' of the innermost traceback frame
+
+    @property
+    def retried(self) -> bool:
+        """False for a failure that ends the job at once (contract/not_retried.py)."""
+        return not is_not_retried(self.message)
 
     def describe(self) -> str:
         """``rank 2 (node 1) failed first: ValueError: boom``: what every node's error file
@@ -130,6 +136,12 @@ def leave_together(
             done = store.add(key, 0)
     except Exception as err:  # noqa: BLE001 - gone already: nothing to wait for
         log.debug("job failure exchange: %s", err)
+
+
+def not_retried_line(failed: FirstFailure, restarts_left: int) -> str:
+    """What the node whose rank failed first says when the failure is not retried."""
+    unused = f"{restarts_left} restart{'' if restarts_left == 1 else 's'} left unused"
+    return f"torchx-elastic: {failed.describe()}; the job ends without a restart ({unused})"
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,7 @@ from torchx_elastic.agent.console.output.sinks import RankOutput
 from torchx_elastic.contract.error_file import ErrorFileContent, error_data, read_error_file
 from torchx_elastic.contract.events import summary_path as summary_path
 from torchx_elastic.contract.events import write_summary as write_summary
+from torchx_elastic.contract.not_retried import NoRetryRule, is_not_retried, not_retried
 
 STDERR_TAIL_LINES = 10
 _TAIL_BYTES = 64 * 1024
@@ -122,6 +123,23 @@ def with_oom_kills(failures: Sequence[RankFailure], kills: int, where: str) -> l
     chosen = {f.rank for f in sorted(silent, key=RankFailure.sort_key)[:kills]}
     message = out_of_memory(kills, where)
     return [replace(f, message=message) if f.rank in chosen else f for f in failures]
+
+
+def with_not_retried(failures: Sequence[RankFailure], rule: NoRetryRule) -> list[RankFailure]:
+    """``failures`` where a rank that must not be retried (contract/not_retried.py) says so:
+    its exit code, or the class its error file names when the bootstrap did not decide (the
+    script wrote that file itself). A rank that only lost a peer is left as it is."""
+
+    def decided(f: RankFailure) -> RankFailure:
+        if f.exitcode <= 0 or is_not_retried(f.message) or victim_reason(f) is not None:
+            return f
+        if rule.exit_code_not_retried(f.exitcode) or rule.message_not_retried(
+            f.message, f.traceback
+        ):
+            return replace(f, message=not_retried(f.message or f.how))
+        return f
+
+    return [decided(f) for f in failures]
 
 
 def classify(failures: Sequence[RankFailure]) -> Verdict:
