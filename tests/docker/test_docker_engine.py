@@ -355,7 +355,7 @@ def test_name_clash(
         squatter.remove(force=True)
 
 
-FT_STEPS = 150
+FT_STEPS = 300  # about 30 s: group 0 still trains when group 1 is back, under load too
 FT_STEP = re.compile(r"group (\d) step (\d+) quorum (\d+) loss \S+ t ([0-9.]+)")
 FT_START = re.compile(r"group (\d) rank (\d) pid (\d+) attempt (\d+)")
 

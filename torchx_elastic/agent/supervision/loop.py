@@ -43,6 +43,7 @@ from torchx_elastic.agent.rendezvous import listen, liveness
 from torchx_elastic.agent.rendezvous.failover import HostLost
 from torchx_elastic.agent.rendezvous.signed_store import StoreSigner
 from torchx_elastic.agent.rendezvous.worker_store import WorkerStoreHost
+from torchx_elastic.agent.supervision import restart_budget
 from torchx_elastic.agent.supervision.network_watch import ABANDON_GRACE_S
 from torchx_elastic.agent.supervision.stop_signals import (
     absorb_stop_signals,
@@ -214,7 +215,7 @@ class Supervisor:
         self._extra_env = worker_extra_env
         self._supervision = supervision
         self._make_workers = make_workers
-        self.remaining_restarts = config.max_restarts
+        self.restarts_spent = 0  # the job's, agreed over the store (restart_budget.py)
         self._silent_peers = liveness.SilentPeers(config.rdzv_configs)
         self.last_round_members: dict[int, str] = {}
         self.last_round_addresses: dict[int, str] = {}  # node rank -> published address
@@ -240,8 +241,13 @@ class Supervisor:
 
     @property
     def attempt(self) -> int:
-        """0 for the first start of the workers, +1 for each restart after a failure."""
-        return self.config.max_restarts - self.remaining_restarts
+        """0 for the first start of the workers, +1 for each restart of the job after a
+        failure, whichever node failed (a node that joins late learns the count)."""
+        return self.restarts_spent
+
+    @property
+    def remaining_restarts(self) -> int:
+        return max(0, self.config.max_restarts - self.restarts_spent)
 
     # -- the loop ----------------------------------------------------------------------
 
@@ -311,7 +317,8 @@ class Supervisor:
                     return result
                 if last:
                     return result
-                self.remaining_restarts -= 1
+                self.restarts_spent += 1  # on every node alike; a late joiner reads it
+                restart_budget.raise_to(compat.handler_store(self.handler), self.restarts_spent)
                 notice = RestartNotice(
                     first, self.attempt, self.config.max_restarts, self._rounds + 1
                 )
@@ -384,9 +391,14 @@ class Supervisor:
         return True
 
     def _start_round(self) -> None:
+        # the job's restart count: raised to this node's before it joins, read once the round
+        # is complete (every member raised it by then)
+        restart_budget.raise_to(compat.handler_store(self.handler), self.restarts_spent)
         rnd = compat.next_round(
             self.handler, self.config.local_addr, single_node=self.config.max_nodes == 1
         )
+        held = restart_budget.raise_to(compat.handler_store(self.handler), self.restarts_spent)
+        self.restarts_spent = max(self.restarts_spent, held or 0)
         if self._rounds == 0:  # the first round's last call is the user's (torch's 30 s)
             liveness.shorten_reform_last_call(self.handler, self.config.rdzv_configs)
         workers = assign_ranks(rnd.store, rnd.rank, rnd.world_size, self.config)
