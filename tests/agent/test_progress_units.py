@@ -150,4 +150,3 @@ def test_status_line_without_a_total() -> None:
 @pytest.mark.parametrize(("seconds", "text"), [(4.4, "4s"), (185, "3m05s"), (7620, "2h07m")])
 def test_format_duration(seconds: float, text: str) -> None:
     assert format_duration(seconds) == text
-

@@ -97,7 +97,6 @@ def test_the_tests_and_benchmarks_import_our_names_too() -> None:
     assert repeated == set(), "import these names from torchx_elastic.contract"
 
 
-
 def test_the_event_log_reads_back_what_it_wrote(tmp_path: Path) -> None:
     log = events.EventLog.in_dir(str(tmp_path))
     log.node = 1

@@ -213,3 +213,12 @@ def test_spmd_and_ft_take_the_fields_they_do_not_name_from_dist_torchrun() -> No
             assert f.default_factory() == torchrun_defaults[f.name], f.name
         elif f.default is not dataclasses.MISSING and f.name in torchrun_defaults:
             assert f.default == torchrun_defaults[f.name], f.name
+
+
+def test_the_health_check_reaches_the_agent_as_written() -> None:
+    for component in (ddp, torchrun, spmd):
+        check = 'nvidia-smi -q | grep -q "Retired Pages" && test "$HOME"'
+        args = component(script="train.py", j="2x1", health_check=check).roles[0].args
+        # torchx's macro substitution reads "$$" as "$": the agent gets the command as written
+        assert args[args.index("--health-check") + 1] == check.replace("$", "$$")
+        assert "--health-check" not in component(script="train.py", j="2x1").roles[0].args

@@ -41,6 +41,7 @@ class AgentCommand:
     rdzv_conf: str = ""  # KEY=VALUE,... (e.g. join_timeout=600)
     max_restarts: int = 0
     no_retry_on: str = ""  # the agent's --no-retry-on: ValueError,mypkg.ConfigError,2
+    health_check: str = ""  # the agent's --health-check: a shell command
     tee: int = 3
     hang_timeout_s: float = 0
     start_method: str = DEFAULT_START_METHOD
@@ -125,6 +126,8 @@ class AgentCommand:
             args += ["--console", self.console]
         if self.no_retry_on:
             args += ["--no-retry-on", _literal(self.no_retry_on)]
+        if self.health_check:
+            args += ["--health-check", _literal(self.health_check)]
         if self.tee != 3:
             # the console shows the streams in --tee (torchrun's meaning: all others are
             # redirected to the log files only)

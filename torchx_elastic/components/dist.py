@@ -41,6 +41,7 @@ def torchrun(
     metadata: Optional[Dict[str, str]] = None,
     max_retries: int = 0,
     no_retry_on: Optional[str] = None,
+    health_check: Optional[str] = None,
     rdzv_port: int = 29500,
     rdzv_backend: str = "c10d",
     rdzv_conf: Optional[str] = None,
@@ -77,6 +78,8 @@ def torchrun(
         no_retry_on: failures that end the job without a restart: exception classes and
             exit codes, comma-separated (e.g. ValueError,mypkg.ConfigError,2); a rank that
             raises torchx_elastic.NotRetried or exits with 78 is never retried
+        health_check: a shell command each node runs before each rendezvous round it would
+            join: a node whose check fails (exit code not 0) stays out of the job, saying why
         rdzv_port: port of the rendezvous store on the rank-0 node (multi-node only;
             a single-node job picks a free port)
         rdzv_backend: rendezvous backend of torch.distributed.elastic (c10d)
@@ -113,6 +116,7 @@ def ddp(
     metadata: Optional[Dict[str, str]] = None,
     max_retries: int = 0,
     no_retry_on: Optional[str] = None,
+    health_check: Optional[str] = None,
     rdzv_port: int = 29500,
     rdzv_backend: str = "c10d",
     rdzv_conf: Optional[str] = None,
@@ -150,6 +154,8 @@ def ddp(
         no_retry_on: failures that end the job without a restart: exception classes and
             exit codes, comma-separated (e.g. ValueError,mypkg.ConfigError,2); a rank that
             raises torchx_elastic.NotRetried or exits with 78 is never retried
+        health_check: a shell command each node runs before each rendezvous round it would
+            join: a node whose check fails (exit code not 0) stays out of the job, saying why
         rdzv_port: port of the rendezvous store on the rank-0 node (multi-node only;
             a single-node job picks a free port)
         rdzv_backend: rendezvous backend of torch.distributed.elastic (c10d)
@@ -183,6 +189,7 @@ def spmd(
     metadata: Optional[Dict[str, str]] = None,
     max_retries: int = 0,
     no_retry_on: Optional[str] = None,
+    health_check: Optional[str] = None,
     mounts: Optional[List[str]] = None,
     debug: bool = False,
     console: str = DEFAULT_CONSOLE,
@@ -210,6 +217,8 @@ def spmd(
         no_retry_on: failures that end the job without a restart: exception classes and
             exit codes, comma-separated (e.g. ValueError,mypkg.ConfigError,2); a rank that
             raises torchx_elastic.NotRetried or exits with 78 is never retried
+        health_check: a shell command each node runs before each rendezvous round it would
+            join: a node whose check fails (exit code not 0) stays out of the job, saying why
         mounts: mounts for container schedulers
             (type=<bind|volume|device>,src=/host,dst=/job[,readonly])
         debug: run with torch's distributed debug flags set

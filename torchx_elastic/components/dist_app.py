@@ -50,6 +50,7 @@ class DistApp:
     metadata: Dict[str, str] = field(default_factory=dict)
     max_retries: int = 0
     no_retry_on: Optional[str] = None
+    health_check: Optional[str] = None
     rdzv_port: int = 29500
     rdzv_backend: str = "c10d"
     rdzv_conf: Optional[str] = None
@@ -93,6 +94,7 @@ class DistApp:
             rdzv_conf=self.rdzv_conf or "",
             max_restarts=self.max_retries,
             no_retry_on=self.no_retry_on or "",
+            health_check=self.health_check or "",
             tee=self.tee,
             hang_timeout_s=self.hang_timeout_s,
             start_method=self.start_method,

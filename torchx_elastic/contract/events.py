@@ -35,6 +35,9 @@ log = logging.getLogger(__name__)
 # a rendezvous round completed: attempt, round (this node's count of completed rounds),
 # group_world_size, ranks (this node's), master
 RENDEZVOUS: Final = "rendezvous"
+# the node's --health-check ran before a round it would join: round, exit_code (None: killed
+# after its timeout), passed, output (the file of its stdout and stderr), seconds
+HEALTH_CHECK: Final = "health_check"
 # the workers of an attempt started: attempt, pids (global rank -> pid)
 START: Final = "start"
 # the watchdog found ranks stalled (before their failure): attempt, ranks, message

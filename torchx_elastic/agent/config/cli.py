@@ -322,6 +322,13 @@ OWN_FLAGS: tuple[Row, ...] = (
         type=float,
     ),
     Flag(
+        "health-check",
+        "",
+        "a shell command run before each rendezvous round this node would join: any exit"
+        " code but 0 (or no exit within 120s) keeps the node out of the job, and it exits 1"
+        " saying why (the output is kept in the log directory)",
+    ),
+    Flag(
         "no-retry-on",
         "",
         "failures that end the job at once, without a restart: exception classes and exit"

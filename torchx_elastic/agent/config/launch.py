@@ -126,6 +126,7 @@ class AgentConfig:
     worker: WorkerCommand
     max_restarts: int = 0
     no_retry: NoRetryRule = RETRY_ALL
+    health_check: str = ""  # a shell command run before each round (--health-check)
     """The failures that end the job without a restart (``--no-retry-on``)."""
     monitor_interval_s: float = 0.1
     start_method: str = DEFAULT_START_METHOD
@@ -399,6 +400,7 @@ def config_from_args(args: argparse.Namespace) -> AgentConfig:
         worker=worker,
         max_restarts=args.max_restarts,
         no_retry=no_retry,
+        health_check=args.health_check,
         monitor_interval_s=args.monitor_interval,
         start_method=args.start_method,
         local_addr=args.local_addr,

@@ -36,6 +36,7 @@ from torchx_elastic.agent.rendezvous.observed import ObservedRendezvous, RoundLi
 from torchx_elastic.agent.rendezvous.parameters import finished_grace_s
 from torchx_elastic.agent.rendezvous.signed_store import StoreSigner, signed_rounds
 from torchx_elastic.agent.supervision.elastic_events import check_handler, record_agent_end
+from torchx_elastic.agent.supervision.health_check import HealthCheck, HealthCheckFailed
 from torchx_elastic.agent.supervision.loop import Supervision, Supervisor
 from torchx_elastic.agent.supervision.network_watch import NetworkWatch, watch_network
 from torchx_elastic.agent.supervision.rendezvous_move import RendezvousMove, movable_rendezvous
@@ -98,7 +99,7 @@ class RunEnd:
 
     result: RunResult | None = None
     """The workers' last result; None when the run ended otherwise (a signal, the rendezvous)."""
-    failure: RendezvousFailure | JobAlreadyFinished | NoSuccessor | None = None
+    failure: RendezvousFailure | JobAlreadyFinished | NoSuccessor | HealthCheckFailed | None = None
     code: int = 1
     shutdown_rendezvous: bool = True
     """False when the rendezvous stays open for the other nodes (a stop signal, a lost host)."""
@@ -140,6 +141,9 @@ def launch(
             signer=signer,
             move_rendezvous=move.move if move else None,
             on_rendezvous_lost=session.rendezvous_lost,
+            health_check=(
+                HealthCheck(config.health_check, session.log_dir) if config.health_check else None
+            ),
         ),
     )
     watch = network_watch(config, handler, supervisor, move)
@@ -207,7 +211,7 @@ def supervise(
         # other nodes can go on with a replacement (shutdown() would close it for all)
         end.shutdown_rendezvous = False
         end.code = 128 + int(err.sigval)
-    except NoSuccessor as err:  # the rendezvous host is lost, and the job with it
+    except (NoSuccessor, HealthCheckFailed) as err:  # the job is lost, or this node stays out
         end.shutdown_rendezvous = False
         end.failure = err
     except RendezvousError as err:
@@ -303,7 +307,13 @@ def run(config: AgentConfig, fork_server: ForkServer | None = None) -> None:
     try:
         node0_warning = apply_process_environment(config)
         code = launch(config, fork_server, node0_warning)
-    except (UsageError, RendezvousFailure, RendezvousDiagnosis, NoSuccessor) as err:
+    except (
+        UsageError,
+        RendezvousFailure,
+        RendezvousDiagnosis,
+        NoSuccessor,
+        HealthCheckFailed,
+    ) as err:
         say_error(err)
         code = 1
     except JobAlreadyFinished as err:

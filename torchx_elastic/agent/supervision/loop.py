@@ -44,6 +44,7 @@ from torchx_elastic.agent.rendezvous.failover import HostLost
 from torchx_elastic.agent.rendezvous.signed_store import StoreSigner
 from torchx_elastic.agent.rendezvous.worker_store import WorkerStoreHost
 from torchx_elastic.agent.supervision import restart_budget
+from torchx_elastic.agent.supervision.health_check import HealthCheck
 from torchx_elastic.agent.supervision.network_watch import ABANDON_GRACE_S
 from torchx_elastic.agent.supervision.stop_signals import (
     absorb_stop_signals,
@@ -130,6 +131,7 @@ class Supervision:
     # where the rendezvous went (rendezvous/failover.py); None: a lost host ends the node
     move_rendezvous: Callable[[HostLost, dict[int, str]], str] | None = None
     on_rendezvous_lost: Callable[[], None] = lambda: None  # before the workers' end
+    health_check: HealthCheck | None = None  # run before each round this node would join
 
 
 def assign_ranks(
@@ -391,6 +393,12 @@ class Supervisor:
         return True
 
     def _start_round(self) -> None:
+        check = self._supervision.health_check
+        if check is not None:
+            run = check.run(self._rounds + 1)
+            self._events.emit(ev.HEALTH_CHECK, **run.facts())
+            if not run.passed:
+                raise check.failure(run)
         # the job's restart count: raised to this node's before it joins, read once the round
         # is complete (every member raised it by then)
         restart_budget.raise_to(compat.handler_store(self.handler), self.restarts_spent)
