@@ -222,3 +222,16 @@ def test_the_health_check_reaches_the_agent_as_written() -> None:
         # torchx's macro substitution reads "$$" as "$": the agent gets the command as written
         assert args[args.index("--health-check") + 1] == check.replace("$", "$$")
         assert "--health-check" not in component(script="train.py", j="2x1").roles[0].args
+
+
+def test_spares_are_replicas_beyond_the_size_that_share_its_rendezvous() -> None:
+    for component in (ddp, torchrun, spmd):
+        role = component(script="train.py", j="2x1", spares=1).roles[0]
+        assert (role.min_replicas, role.num_replicas) == (2, 3)
+        assert role.args[role.args.index("--nnodes") + 1] == "2"  # the job's size, not 3
+    # one node and a spare: the two meet at the rank-0 host, not each on its own free port
+    args = ddp(script="train.py", j="1x2", spares=1).roles[0].args
+    assert args[args.index("--rdzv-endpoint") + 1].endswith("-localhost}:29500")
+    with pytest.raises(ValueError) as err:
+        ddp(script="train.py", j="2x1", spares=-1)
+    assert str(err.value) == "invalid spares -1; accepted: 0 (none) or more nodes standing by"

@@ -172,6 +172,16 @@ def _participants(handler: RendezvousHandler) -> tuple[Any, dict[Any, int], Any]
     )
 
 
+def standbys(handler: RendezvousHandler) -> tuple[int, bool]:
+    """(nodes standing by, whether this node is one of them): the nodes that came once the
+    job had its maximum wait in torch's redundancy list (torch 2.3 on) and take the place of
+    a lost node at the next round."""
+    torch_handler = _torch_handler(handler)
+    state = getattr(getattr(torch_handler, "_state_holder", None), "state", None)
+    waiting = set(getattr(state, "redundancy_list", None) or ())
+    return len(waiting), getattr(torch_handler, "_this_node", None) in waiting
+
+
 def _node_name(node: Any) -> str:
     return f"{getattr(node, 'addr', '?')} (agent pid {getattr(node, 'pid', '?')})"
 
@@ -313,6 +323,15 @@ def job_ended(err: BaseException) -> bool:
     ended = (rendezvous.RendezvousClosedError,)
     graceful = getattr(rendezvous, "RendezvousGracefulExitError", None)
     return isinstance(err, ended + ((graceful,) if graceful else ()))
+
+
+def stood_by(err: BaseException) -> bool:
+    """Whether the rendezvous was closed while this node waited in it as a spare (torch 2.5
+    on says so; 2.4's closed-rendezvous error reads as any node's that came late)."""
+    from torch.distributed.elastic import rendezvous
+
+    graceful = getattr(rendezvous, "RendezvousGracefulExitError", None)
+    return graceful is not None and isinstance(err, graceful)
 
 
 def is_this_machine(host: str) -> bool:

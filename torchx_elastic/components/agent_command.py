@@ -42,6 +42,7 @@ class AgentCommand:
     max_restarts: int = 0
     no_retry_on: str = ""  # the agent's --no-retry-on: ValueError,mypkg.ConfigError,2
     health_check: str = ""  # the agent's --health-check: a shell command
+    spares: int = 0  # replicas beyond the job's size, standing by at the rendezvous
     tee: int = 3
     hang_timeout_s: float = 0
     start_method: str = DEFAULT_START_METHOD
@@ -70,6 +71,10 @@ class AgentCommand:
             raise ComponentArgumentError(
                 f"invalid hang_timeout_s {self.hang_timeout_s:g}; accepted: 0 (off) or seconds > 0"
             )
+        if self.spares < 0:
+            raise ComponentArgumentError(
+                f"invalid spares {self.spares}; accepted: 0 (none) or more nodes standing by"
+            )
         try:
             NoRetryRule.parse(self.no_retry_on)
         except ValueError as err:
@@ -84,7 +89,7 @@ class AgentCommand:
 
     @property
     def rdzv_endpoint(self) -> str:
-        if self.size.max_nodes == 1 and self.rdzv_backend != "static":
+        if self.size.max_nodes == 1 and not self.spares and self.rdzv_backend != "static":
             # one agent: port 0 lets it pick a free port, so jobs never collide (static
             # rendezvous hands its port to the workers: it needs a fixed one)
             host = "localhost"

@@ -42,6 +42,7 @@ def torchrun(
     max_retries: int = 0,
     no_retry_on: Optional[str] = None,
     health_check: Optional[str] = None,
+    spares: int = 0,
     rdzv_port: int = 29500,
     rdzv_backend: str = "c10d",
     rdzv_conf: Optional[str] = None,
@@ -80,6 +81,8 @@ def torchrun(
             raises torchx_elastic.NotRetried or exits with 78 is never retried
         health_check: a shell command each node runs before each rendezvous round it would
             join: a node whose check fails (exit code not 0) stays out of the job, saying why
+        spares: extra nodes that start, wait at the rendezvous as standbys while the job
+            trains at its size, and take a lost node's place at the next round
         rdzv_port: port of the rendezvous store on the rank-0 node (multi-node only;
             a single-node job picks a free port)
         rdzv_backend: rendezvous backend of torch.distributed.elastic (c10d)
@@ -117,6 +120,7 @@ def ddp(
     max_retries: int = 0,
     no_retry_on: Optional[str] = None,
     health_check: Optional[str] = None,
+    spares: int = 0,
     rdzv_port: int = 29500,
     rdzv_backend: str = "c10d",
     rdzv_conf: Optional[str] = None,
@@ -156,6 +160,8 @@ def ddp(
             raises torchx_elastic.NotRetried or exits with 78 is never retried
         health_check: a shell command each node runs before each rendezvous round it would
             join: a node whose check fails (exit code not 0) stays out of the job, saying why
+        spares: extra nodes that start, wait at the rendezvous as standbys while the job
+            trains at its size, and take a lost node's place at the next round
         rdzv_port: port of the rendezvous store on the rank-0 node (multi-node only;
             a single-node job picks a free port)
         rdzv_backend: rendezvous backend of torch.distributed.elastic (c10d)
@@ -190,6 +196,7 @@ def spmd(
     max_retries: int = 0,
     no_retry_on: Optional[str] = None,
     health_check: Optional[str] = None,
+    spares: int = 0,
     mounts: Optional[List[str]] = None,
     debug: bool = False,
     console: str = DEFAULT_CONSOLE,
@@ -219,6 +226,8 @@ def spmd(
             raises torchx_elastic.NotRetried or exits with 78 is never retried
         health_check: a shell command each node runs before each rendezvous round it would
             join: a node whose check fails (exit code not 0) stays out of the job, saying why
+        spares: extra nodes that start, wait at the rendezvous as standbys while the job
+            trains at its size, and take a lost node's place at the next round
         mounts: mounts for container schedulers
             (type=<bind|volume|device>,src=/host,dst=/job[,readonly])
         debug: run with torch's distributed debug flags set

@@ -51,6 +51,7 @@ class DistApp:
     max_retries: int = 0
     no_retry_on: Optional[str] = None
     health_check: Optional[str] = None
+    spares: int = 0
     rdzv_port: int = 29500
     rdzv_backend: str = "c10d"
     rdzv_conf: Optional[str] = None
@@ -95,6 +96,7 @@ class DistApp:
             max_restarts=self.max_retries,
             no_retry_on=self.no_retry_on or "",
             health_check=self.health_check or "",
+            spares=self.spares,
             tee=self.tee,
             hang_timeout_s=self.hang_timeout_s,
             start_method=self.start_method,
@@ -119,7 +121,7 @@ class DistApp:
                     entrypoint=command.entrypoint(),
                     args=command.args(),
                     min_replicas=self.size.min_nodes,
-                    num_replicas=self.size.max_nodes,
+                    num_replicas=self.size.max_nodes + self.spares,
                     resource=node_resource(cpu=self.cpu, gpu=self.gpu, memMB=self.memMB, h=self.h),
                     env=env,
                     port_map={"c10d": self.rdzv_port},

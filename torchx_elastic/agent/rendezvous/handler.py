@@ -90,7 +90,12 @@ class JobAlreadyFinished(Exception):
     nothing to do."""
 
     def __init__(self, endpoint: Endpoint, run_id: str, err: BaseException) -> None:
-        if compat.job_ended(err):
+        if compat.stood_by(err):
+            what = (
+                f"its rendezvous (run id {run_id!r} at {endpoint}) is closed while this node"
+                " stood by as a spare"
+            )
+        elif compat.job_ended(err):
             what = f"its rendezvous (run id {run_id!r} at {endpoint}) is closed"
         else:
             what = (

@@ -113,6 +113,18 @@ def waiting_line(
     return text + f"; {deadline.text()}"
 
 
+def standby_line(peers: list[roll_call.NodeEntry], config: AgentConfig, hosting: bool) -> str:
+    """``standing by: the job has its 2 nodes ...``: this node came once the job had its
+    maximum of nodes, and waits (torch's redundancy list) to take a lost node's place."""
+    role = "hosting the rendezvous" if hosting else "rendezvous"
+    return (
+        f"standing by: the job has its {config.max_nodes} node"
+        f"{'s' if config.max_nodes != 1 else ''} ({len(peers)} here); this node takes the"
+        f" place of the first one lost, at the next round; {role} at {config.rdzv_endpoint},"
+        f" run id {config.run_id!r}"
+    )
+
+
 def progress_line(peers: list[roll_call.NodeEntry], config: AgentConfig) -> str:
     """``[job progress] waiting for nodes: 1 of 2 joined; missing: 1 node``: the job-wide
     progress line while the first round waits (the rendezvous host's console prints it)."""
@@ -159,6 +171,7 @@ class ExplainedRendezvous(WrappedRendezvous):
         self._abandoned = threading.Event()
         self._probe_after_s: dict[str, float] = {}
         self._last_members: dict[int, str] = {}  # node rank -> name, of the last round
+        self.standing_by = False  # this node was seen in the redundancy list (a spare)
         self._read()
 
     def abandon(self) -> None:
@@ -294,6 +307,10 @@ class ExplainedRendezvous(WrappedRendezvous):
         return roll_call.job_peers(self._entries, self._config.run_id)
 
     def _report(self, deadline: Deadline) -> None:
+        if compat.standbys(self.handler)[1]:
+            self.standing_by = True
+            say(standby_line(self._peers(), self._config, self._hosting))
+            return
         line = waiting_line(self._peers(), self._config, self._hosting, deadline)
         say(line)
         self._write_status(line)

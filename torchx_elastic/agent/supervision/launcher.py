@@ -15,6 +15,7 @@ from torch.distributed.elastic.agent.server.api import RunResult
 from torch.distributed.elastic.multiprocessing.api import LogsSpecs, SignalException, Std
 from torch.distributed.elastic.rendezvous import RendezvousClosedError, RendezvousError
 
+from torchx_elastic.agent import compat
 from torchx_elastic.agent.config.launch import AgentConfig, UsageError, apply_process_environment
 from torchx_elastic.agent.console.output.agent_line import say
 from torchx_elastic.agent.console.output.sinks import SinkOptions
@@ -276,17 +277,29 @@ def warn_on_node0(warning: str, on_round: RoundListener) -> RoundListener:
     return listener
 
 
+STANDBY_LINGER_S = 3.0  # a node standing by reads the rendezvous' state every second
+
+
 def keep_closed_rendezvous_up(config: AgentConfig, supervisor: Supervisor, hosting: bool) -> None:
-    """After an elastic job that ran with fewer than its maximum of nodes, the host of the
-    closed rendezvous stays up a little: a node still on its way (a pod that found no room
-    until now) learns that the job has finished instead of waiting for a host that is gone."""
+    """The host of the closed rendezvous stays up a little where a node may still come or
+    wait: after an elastic job that never had its maximum of nodes, a node still on its way
+    (a pod that found no room until now) learns that the job has finished instead of waiting
+    for a host that is gone (``finished_grace_s``); nodes standing by (spares) learn it
+    within :data:`STANDBY_LINGER_S`. A job that had its maximum and lost a node waits for
+    nobody: that node is gone (its replacement, if any, finds no host and exits, as a late
+    node of an elastic job does)."""
     last_round = supervisor.last_round
-    if last_round is None or last_round.world_size >= config.max_nodes:
+    if last_round is None or not hosting:
         return
-    if not hosting:
+    linger_s = 0.0
+    if supervisor.largest_world < config.max_nodes:
+        linger_s = finished_grace_s(config)
+    elif compat.standbys(supervisor.handler)[0]:
+        linger_s = STANDBY_LINGER_S
+    if linger_s <= 0:
         return
     try:
-        time.sleep(finished_grace_s(config))
+        time.sleep(linger_s)
     except SignalException:
         pass  # stopped while waiting: the job has succeeded all the same
 

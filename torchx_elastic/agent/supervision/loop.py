@@ -222,6 +222,7 @@ class Supervisor:
         self.last_round_members: dict[int, str] = {}
         self.last_round_addresses: dict[int, str] = {}  # node rank -> published address
         self._rounds = 0  # rendezvous rounds this node completed
+        self.largest_world = 0  # nodes in the largest round this node took part in
         self._exits_seen: int | None = None  # the fork server's count at the last check
         self._group: Group | None = None
         self._workers: Workers | None = None
@@ -417,6 +418,7 @@ class Supervisor:
         self._group = Group(rnd, workers, master_addr, master_port)
         self.last_round_members = compat.round_members(self.handler)
         self.last_round_addresses = compat.round_addresses(self.handler)
+        self.largest_world = max(self.largest_world, rnd.world_size)
         self._silent_peers.new_round(self.handler)
         self._rounds += 1
         self._events.node = rnd.rank
