@@ -66,6 +66,7 @@ def hosts_rendezvous(config: AgentConfig) -> bool:
 
 
 def finished_grace_s(config: AgentConfig) -> float:
-    """How long a rendezvous host keeps the closed rendezvous up for late nodes: only after
-    a round of fewer than the maximum of nodes (nobody else can be on the way otherwise)."""
+    """How long a rendezvous host keeps the closed rendezvous up for late nodes: only in a
+    job that never had its maximum of nodes (nobody else can be on the way otherwise: a
+    node the job lost is gone)."""
     return float(config.rdzv_configs.get(FINISHED_GRACE_KEY, DEFAULT_FINISHED_GRACE_S))
