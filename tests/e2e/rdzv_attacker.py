@@ -13,6 +13,7 @@ import base64
 import datetime
 import os
 import pickle
+import socket
 import sys
 import time
 from typing import Any
@@ -32,8 +33,13 @@ def main() -> None:
     host, port, run_id, marker = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
     from torch.distributed import TCPStore
 
-    try:
-        store = TCPStore(host, port, is_master=False, timeout=datetime.timedelta(seconds=5))
+    try:  # a port that refuses or does not answer is the answer, at once
+        socket.create_connection((host, port), timeout=5).close()
+    except OSError:
+        print("unreachable", flush=True)
+        return
+    try:  # it answers: the store's handshake may take seconds on a loaded machine
+        store = TCPStore(host, port, is_master=False, timeout=datetime.timedelta(seconds=60))
     except Exception:  # noqa: BLE001 - any failure to connect is the answer
         print("unreachable", flush=True)
         return

@@ -88,7 +88,7 @@ def attack(*where: tuple[str, str], port: int, run_id: str, marker: Path) -> lis
     ]
     outputs = []
     for run in runs:
-        out, err = run.communicate(timeout=60)
+        out, err = run.communicate(timeout=120)
         assert run.returncode == 0, err
         outputs.append(out)
     return outputs
