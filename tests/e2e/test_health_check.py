@@ -73,7 +73,7 @@ def test_a_node_that_fails_before_a_later_round_leaves_and_the_job_goes_on(
     flags = (
         "--nnodes", "1:2", "--max-restarts", "2", "--rdzv-backend", "c10d",
         "--rdzv-endpoint", f"localhost:{port}", "--rdzv-id", "checked",
-        "--rdzv-conf", "last_call_timeout=30",  # the first round waits for both
+        "--rdzv-conf", "last_call_timeout=60",  # round 1 waits for both (done once both came)
     )  # fmt: skip
     once = "test ! -e checked_once && touch checked_once"  # passes the first time only
     healthy_log, failing_log = tmp_path / "healthy.log", tmp_path / "failing.log"
