@@ -97,8 +97,8 @@ def _run_child(
 
 
 def _fresh_signals() -> None:
-    """The dispositions a new interpreter starts with (the server ignores SIGINT and
-    catches SIGCHLD; ignored signals would survive an exec too), and no Python handler
+    """The dispositions a new interpreter starts with (the server ignores SIGINT and SIGTERM
+    and catches SIGCHLD; ignored signals would survive an exec too), and no Python handler
     inherited from the agent (its stop signals'): a worker blocked in C++ code (a collective
     with a vanished peer) runs a Python handler only when that call returns, so SIGTERM
     would not end it until the SIGKILL that follows the shutdown timeout."""
@@ -107,6 +107,7 @@ def _fresh_signals() -> None:
         if callable(signal.getsignal(sig)):
             signal.signal(sig, signal.SIG_DFL)
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
@@ -180,7 +181,12 @@ def serve(
     os.set_blocking(wakeup_w, False)
     signal.set_wakeup_fd(wakeup_w)
     signal.signal(signal.SIGCHLD, lambda *_: None)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the agent decides what workers get
+    # the agent decides what workers get and when the server ends (it closes the server's
+    # socket, or the server dies with it): a SIGTERM to every process of the node (Slurm
+    # stopping a step) must not end the server first, whose workers would then be SIGKILLed
+    # (their parent-death signal) in the middle of their own SIGTERM handlers
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     selector = selectors.DefaultSelector()
     selector.register(sock, selectors.EVENT_READ, "request")
     selector.register(wakeup_r, selectors.EVENT_READ, "child")
