@@ -105,9 +105,10 @@ setup-torch-versions: $(foreach v,$(TORCH_VERSIONS),.venv-torch$(v)/.installed)
 setup-other-lines: setup-torch-versions setup-torchx-dev setup-kfp
 
 # the tests again on the other torch versions and on torchx's development line, then KFP's
-# compile tests: three lanes side by side
+# compile tests: three lanes, OTHER_LINES_JOBS of them side by side
+OTHER_LINES_JOBS ?= 3
 test-other-lines: setup-other-lines
-	$(MAKE) --no-print-directory -j3 -k $(foreach v,$(TORCH_VERSIONS),test-torch$(v)) \
+	$(MAKE) --no-print-directory -j$(OTHER_LINES_JOBS) -k $(foreach v,$(TORCH_VERSIONS),test-torch$(v)) \
 		test-torchx-dev-lane
 
 test-torchx-dev-lane: setup-torchx-dev setup-kfp

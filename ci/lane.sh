@@ -4,7 +4,8 @@
 #   ci/lane.sh NAME COMMAND [ARGS...]
 #   [local] ....................................................... [ 12%]
 #   lane local: passed in 1234 s
-# The exit code is the command's.
+# The exit code is the command's. With LANE_DONE_DIR set, the lane also leaves a file named
+# after it there when it ends (whatever its result): CI starts other work once a lane is done.
 set -uo pipefail
 name=$1
 shift
@@ -14,4 +15,5 @@ code=${PIPESTATUS[0]}
 verdict=passed
 [ "$code" -eq 0 ] || verdict="failed (exit $code)"
 echo "lane $name: $verdict in $(($(date +%s) - start)) s"
+[ -z "${LANE_DONE_DIR:-}" ] || echo "$verdict" >"$LANE_DONE_DIR/$name"
 exit "$code"
