@@ -40,10 +40,12 @@ def pids_in(host: str) -> list[int]:
 
 @dataclass
 class Job:
-    """One agent per host h0..h(n-1), ``--nnodes 2:n``, c10d rendezvous on h0."""
+    """One agent per host h0..h(n-1), ``--nnodes 2:n`` (or ``nnodes``), c10d rendezvous
+    on h0."""
 
     workdir: Path
     n: int = 3
+    nnodes: str = ""  # --nnodes, when not 2:n (``2``: a fixed size, the third host a spare)
     steps: int = 200
     step_s: float = 0.05
     until_world: int = 0  # a smaller world steps on until a restart makes it this big
@@ -64,7 +66,7 @@ class Job:
             "bash", str(HOSTS_SH), "exec", host,
             "env", f"GLOO_SOCKET_IFNAME=veth-{host}", f"UNTIL_WORLD={self.until_world}",
             sys.executable, "-m", "torchx_elastic.agent",
-            f"--nnodes=2:{self.n}", "--nproc-per-node=1", "--max-restarts=3",
+            f"--nnodes={self.nnodes or f'2:{self.n}'}", "--nproc-per-node=1", "--max-restarts=3",
             "--rdzv-backend=c10d", "--rdzv-endpoint=h0:29500", "--rdzv-id=job",
             *extra, str(LOOP), str(self.steps), str(self.step_s),
         ]  # fmt: skip

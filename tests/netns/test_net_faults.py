@@ -18,6 +18,7 @@ the fault is printed (``pytest -s``; docs/agent.md quotes it), not asserted: a s
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import re
 import time
@@ -38,8 +39,10 @@ WAIT_S = 150.0  # for the agents' ends after a fault: a bound on a hang, not a s
 HOSTS = ("h0", "h1", "h2")
 
 
-@pytest.fixture
-def job(tmp_path: Path) -> Iterator[Job]:
+@contextlib.contextmanager
+def netns_job(tmp_path: Path) -> Iterator[Job]:
+    """Three fresh hosts, one test at a time on this machine, and a job on them (stopped,
+    and the hosts removed, at the end)."""
     reason = available()
     if reason is not None:
         unavailable(reason)
@@ -53,6 +56,12 @@ def job(tmp_path: Path) -> Iterator[Job]:
         finally:
             job.stop()
             hosts("down", "3")
+
+
+@pytest.fixture
+def job(tmp_path: Path) -> Iterator[Job]:
+    with netns_job(tmp_path) as job:
+        yield job
 
 
 def assert_resumed(job: Job, fault_s: float) -> None:
