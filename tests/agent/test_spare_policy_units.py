@@ -66,6 +66,14 @@ def test_a_spare_holds_while_a_node_of_the_last_round_is_back_then_races() -> No
     assert len(told) == 1
 
 
+def test_the_last_round_is_remembered_whole_while_its_dead_members_are_dropped() -> None:
+    rule, told, _ = rule_after_a_round(SPARE)
+    # torch drops the lost node from the complete round (its heartbeats stopped)
+    assert not rule(view(SPARE, {HOST}, {BACK, SPARE}, complete=True, round=1, joining=False))
+    assert rule(view(SPARE, {HOST}, {BACK, SPARE}, complete=True, round=1))
+    assert told[0].startswith("standing by: h1 (agent pid 9) of the last round is back")
+
+
 def test_a_lost_node_that_is_not_back_costs_the_spare_nothing() -> None:
     rule, told, _ = rule_after_a_round(SPARE)
     assert not rule(view(SPARE, {HOST}, {SPARE}))

@@ -53,13 +53,17 @@ class ReturningFirst:
         self._window_s = window_s
         self._clock = clock
         self._tell = tell
-        self._last_members: frozenset[object] = frozenset()  # of the last complete round
+        # the members of the last complete round seen: a complete round only loses members
+        # (a dead node dropped, a node leaving to join again) until the next one opens
+        self._last_round = -1
+        self._last_members: frozenset[object] = frozenset()
         self._since: tuple[int, float] | None = None  # (round, clock) of the first hold
-        self.held_for: list[str] = []  # the nodes this node last held back for
 
     def __call__(self, view: compat.JoinView) -> bool:
         if view.complete and view.participants:
-            self._last_members = view.participants
+            if view.round != self._last_round:
+                self._last_round, self._last_members = view.round, frozenset()
+            self._last_members |= view.participants
         if not view.joining or view.node in self._last_members:
             return False
         addresses = {compat.node_address(m) for m in self._last_members}
@@ -76,8 +80,7 @@ class ReturningFirst:
         now = self._clock()
         if self._since is None or self._since[0] != view.round:
             self._since = (view.round, now)
-            self.held_for = [compat.node_name(n) for n in back]
-            self._tell(held_line(self.held_for, self._window_s))
+            self._tell(held_line([compat.node_name(n) for n in back], self._window_s))
         return now - self._since[1] < self._window_s
 
 
