@@ -152,3 +152,31 @@ def test_rounds_that_only_grow_or_shrink_replace_nobody() -> None:
     assert replacements({0: name(HOST)}, {0: name(HOST), 1: name(SPARE)}) == []
     assert replacements({0: name(HOST), 1: name(LOST)}, {0: name(HOST)}) == []
     assert teller({}, {0: name(SPARE)}) is None  # a spare's first round: it says nothing
+
+
+def test_a_held_join_waits_on_torchs_own_rendezvous_then_completes() -> None:
+    """compat.hold_joins on torch's dynamic rendezvous (an in-memory store): the hold sees the
+    join's moves, keeps the node out while it says so, and the round completes after."""
+    from torch.distributed import HashStore  # type: ignore[attr-defined]
+    from torch.distributed.elastic.rendezvous import RendezvousParameters, dynamic_rendezvous
+    from torch.distributed.elastic.rendezvous.c10d_rendezvous_backend import (
+        C10dRendezvousBackend,
+    )
+
+    store = HashStore()
+    params = RendezvousParameters("c10d", "localhost:0", "held", 1, 1, local_addr="127.0.0.1")
+    handler = dynamic_rendezvous.create_handler(store, C10dRendezvousBackend(store, "held"), params)
+    seen: list[compat.JoinView] = []
+
+    def hold(view: compat.JoinView) -> bool:
+        seen.append(view)
+        return sum(v.joining for v in seen) <= 2  # the first two moves held back
+
+    assert compat.hold_joins(handler, hold)
+    info = handler.next_rendezvous()
+    assert info.world_size == 1
+    joins = [v for v in seen if v.joining]
+    assert len(joins) == 3 and all(not v.participants for v in joins)
+    assert compat.node_address(joins[0].node) == "127.0.0.1" and joins[0].max_nodes == 1
+    assert seen[-1].complete and seen[-1].node in seen[-1].participants
+    handler.shutdown()

@@ -225,7 +225,12 @@ def hold_joins(handler: RendezvousHandler, hold: Callable[[JoinView], bool]) -> 
                 max_nodes=int(ctx.settings.max_nodes),
                 joining=chosen in moves,
             )
-            if hold(view) and view.joining:
+            try:
+                held_back = hold(view) and view.joining
+            except Exception:  # noqa: BLE001 - a policy's bug never stops the rendezvous
+                log.exception("the rendezvous join's hold failed: torch's own choice stands")
+                held_back = False
+            if held_back:
                 return action.KEEP_ALIVE if dr._should_keep_alive(ctx) else action.SYNC
             return chosen
 
