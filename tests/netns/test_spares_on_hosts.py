@@ -13,8 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.netns.hosts import Job, hosts
-from tests.netns.test_net_faults import WAIT_S, assert_nothing_left, assert_resumed, netns_job
+from tests.netns.hosts import WAIT_S, Job, assert_nothing_left, assert_resumed, hosts, netns_job
 from tests.waiting import wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.netns, pytest.mark.timeout(300)]
