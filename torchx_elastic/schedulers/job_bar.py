@@ -182,8 +182,9 @@ class TerminalBar:
         self._pipes: Dict[int, int] = {}  # read end -> the fd it replaces
         self._thread: Optional[threading.Thread] = None
         self._console: Optional[Console] = None
-        # held by the copier from reading a pipe to printing its lines
+        # held by the copier from reading a pipe to printing its lines, and to redraw the bar
         self._copying = threading.Lock()
+        self._ended = False  # the bar's last state is drawn: the copier redraws no more
 
     @property
     def active(self) -> bool:
@@ -198,6 +199,7 @@ class TerminalBar:
                 return
             sys.stdout.flush()
             sys.stderr.flush()
+            self._ended = False
             term_fd = os.dup(2)
             term = os.fdopen(term_fd, "w", buffering=1, encoding="utf-8", errors="replace")
             # a terminal of no size: rich's own fallback (80 columns), not 0 (nothing shown)
@@ -219,10 +221,13 @@ class TerminalBar:
                     self._pipes[read_end] = fd
             self._console = console
             self._bar = _Bar(self._files, console, term_fd, self._status, self._row_files)
+            # redrawn by the copier's thread only (not rich's own refresh thread): a redraw
+            # racing a line's print could erase the bar by its height before the other's
+            # and leave a second bar on screen
             self._live = Live(
                 self._bar,
                 console=console,
-                refresh_per_second=REFRESH_PER_SECOND,
+                auto_refresh=False,
                 transient=False,
                 redirect_stdout=False,
                 redirect_stderr=False,
@@ -235,18 +240,26 @@ class TerminalBar:
         atexit.register(self.stop)
 
     def _copy_lines(self) -> None:
-        """Each complete line from the pipes, printed above the bar."""
+        """Each complete line from the pipes, printed above the bar, and the bar redrawn
+        ``REFRESH_PER_SECOND`` times a second: every write to the terminal from this thread
+        (:meth:`stop` takes ``_copying`` for its last one)."""
         from rich.text import Text
 
-        assert self._console is not None
-        console = self._console
+        assert self._console is not None and self._live is not None
+        console, live = self._console, self._live
         pending: Dict[int, bytes] = dict.fromkeys(self._pipes, b"")
+        redraw_s = time.monotonic() + 1 / REFRESH_PER_SECOND
         with selectors.DefaultSelector() as selector:
             for read_end in self._pipes:
                 selector.register(read_end, selectors.EVENT_READ)
             open_ends = len(self._pipes)
             while open_ends:
-                for key, _ in selector.select():
+                if time.monotonic() >= redraw_s:
+                    redraw_s = time.monotonic() + 1 / REFRESH_PER_SECOND
+                    with self._copying:
+                        if not self._ended:
+                            live.refresh()
+                for key, _ in selector.select(max(0.0, redraw_s - time.monotonic())):
                     read_end = int(key.fd)
                     with self._copying:
                         data = os.read(read_end, _READ_BYTES)
@@ -278,10 +291,12 @@ class TerminalBar:
                 sys.stdout.flush()
                 sys.stderr.flush()
             self._wait_for_the_copier()
-            if self._bar is not None:
-                self._bar.ending = True
-            live.refresh()
-            live.stop()
+            with self._copying:  # the copier neither prints nor redraws meanwhile
+                self._ended = True
+                if self._bar is not None:
+                    self._bar.ending = True
+                live.refresh()
+                live.stop()
             for fd, saved in self._saved.items():
                 os.dup2(saved, fd)  # closes the pipe's write end: the copier drains it
                 os.close(saved)
