@@ -228,22 +228,6 @@ def test_a_retry_budget_that_runs_out_runs_the_job_exactly_twice(workdir: Path) 
     job.assert_clean_output()
 
 
-def test_a_spare_stands_by_and_ends_with_the_job(workdir: Path) -> None:
-    """-j 2x1 --spares 1: three components, two train, one stands by and exits 0 with the
-    job, which succeeds; its progress line counts the standby."""
-    job = run_job(workdir, "--spares", "1", j="2x1")
-    assert job.run.returncode == 0, job.run.stderr + job.everything()
-    assert "State: SUCCEEDED" in job.final_status()
-    outputs = [job.output(node, "out") + job.output(node, "err") for node in range(3)]
-    spares = [text for text in outputs if "standing by: the job has its 2 nodes (3 here)" in text]
-    assert len(spares) == 1, job.everything()
-    assert "stood by as a spare, so this node exits without training" in spares[0]
-    assert " of 2 on " not in spares[0], job.everything()  # it never trained
-    assert job.runs() == ["attempt 0"]
-    assert "on 2/2 nodes, 1 standby" in "".join(outputs), job.everything()
-    job.assert_clean_output()
-
-
 def test_cancel_stops_every_process_and_each_agent_reports(workdir: Path) -> None:
     submitted = run_torchx(
         "run",
