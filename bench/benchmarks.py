@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench import commands, logcheck, phases, procs, restart
+from bench import commands, logcheck, node_loss, phases, procs, restart
 from bench.report import Ratio
 from tests.timeline_jobs import generated_job, write_crash_files, write_events
 from torchx_elastic.agent.console.progress.channel import ActivityChannel, RankActivity
@@ -246,6 +246,28 @@ def _scale(nodes: int, ours: bool) -> RunVariant:
         agents = make(nodes, 1, SHORT_SCRIPT, _world(nodes), rdzv_port=procs.free_port())
         envs = [{**s.env, **SCALE_SECRET}] * nodes
         return _launch(agents, s, run_dir, nodes, envs)
+
+    return run
+
+
+# 13. a lost node ---------------------------------------------------------------------------
+
+
+def _node_loss(ours: bool, spare: bool) -> RunVariant:
+    """Two nodes of one worker (c10d), the second SIGKILLed mid-run (bench/node_loss.py)."""
+
+    def run(s: Settings, run_dir: Path) -> Sample:
+        make = commands.ours_nodes if ours else commands.torchrun_nodes
+        job_args = ["--record-file", str(run_dir / "records.txt")]
+        [agent, _] = make(2, 1, node_loss.LOCKSTEP_SCRIPT, job_args, rdzv_port=procs.free_port())
+        agent[3:3] = ["--max-restarts", str(s.max_restarts)]  # after `python -m MODULE`
+        # torch 2.13's torchrun recovers only with its opt-out of the store it keeps across
+        # restarts (benchmark 3; docs/bench.md)
+        env = {**s.env, **SCALE_SECRET, **({} if ours else {FRESH_STORE_ENV: "1"})}
+        value, note = node_loss.lost_node(
+            agent, run_dir, env, spare=spare, timeout_s=s.restart_timeout_s
+        )
+        return Sample(value, note)
 
     return run
 
@@ -675,6 +697,27 @@ BENCHMARKS: dict[str, Benchmark] = {
                 Ratio(f"ours_{n}", f"torchrun_{n}", goal_max=0.5 if n == 8 else None)
                 for n in SCALE_NODES
             ),
+        ),
+        Benchmark(
+            "node_loss",
+            "13. a lost node: kill to world 2 again (2 nodes x 1 worker, one machine)",
+            "s",
+            {
+                "ours_spare": (
+                    "ours: --nnodes 2 and a spare standing by (dist.ddp --spares 1)",
+                    _node_loss(ours=True, spare=True),
+                ),
+                "ours": (
+                    "ours: --nnodes 2, a new agent started at once in the lost one's place",
+                    _node_loss(ours=True, spare=False),
+                ),
+                "torchrun": (
+                    f"torchrun: --nnodes 2, the same instant replacement (no spares),"
+                    f" {FRESH_STORE_ENV}=1",
+                    _node_loss(ours=False, spare=False),
+                ),
+            },
+            (Ratio("ours_spare", "torchrun"), Ratio("ours", "torchrun")),
         ),
         Benchmark(
             "memory",

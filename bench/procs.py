@@ -30,6 +30,13 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def port_open(port: int, host: str = "127.0.0.1") -> bool:
+    """Whether something accepts TCP connections on ``host:port`` now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.settimeout(1.0)
+        return sock.connect_ex((host, port)) == 0
+
+
 def children(pid: int) -> list[int]:
     """Direct children of ``pid`` (all its threads'), or none once it is gone."""
     found: list[int] = []

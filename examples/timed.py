@@ -38,6 +38,12 @@ def main() -> None:
     parser.add_argument("--crash-rank", type=int, default=-1, help="rank that fails (-1: none)")
     parser.add_argument("--crash-after-s", type=float, default=1.0)
     parser.add_argument("--crash-attempts", type=int, default=-1, help="-1: every attempt")
+    parser.add_argument(
+        "--progress",
+        action="store_true",
+        help="report each step to the agent (torchx_elastic.progress: the job's progress line"
+        " and torchx status)",
+    )
     args = parser.parse_args()
 
     dist.init_process_group("gloo")
@@ -66,6 +72,10 @@ def main() -> None:
         loss.backward()
         optimizer.step()
         step += 1
+        if args.progress:
+            from torchx_elastic import progress
+
+            progress(step)
         time.sleep(0.05)
     print(f"rank {rank} done: {step} steps in {time.monotonic() - start_s:.0f} s", flush=True)
     dist.barrier()

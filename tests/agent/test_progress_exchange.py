@@ -151,6 +151,28 @@ def test_two_nodes_exchange_over_the_rendezvous_store(
         node1.close()
 
 
+def test_the_summary_counts_the_spares_once_the_job_had_one(stores: tuple[Any, Any]) -> None:
+    store0, _ = stores
+    activity = RankActivity()
+    node0 = JobProgressExchange(activity, None, interval_s=60)
+    standing_by = [0]
+    node0.count_standbys(lambda: standing_by[0])
+    try:
+        node0.start_round(store0, 0, 1)
+        node0.set_ranks({0: 0})
+        _feed(activity, 0, 10)
+        summaries = []
+        for count in (0, 1, 0):  # none yet; one came; it took a lost node's place
+            standing_by[0] = count
+            node0.exchange()
+            summaries.append(node0.latest())
+    finally:
+        node0.close()
+    assert [s.standbys if s else "no summary" for s in summaries] == [None, 1, 0]
+    assert summaries[2] is not None
+    assert "of 1/1 ranks on 1/1 nodes, 0 standby, slowest" in summaries[2].line()
+
+
 def test_node_rank_0_waits_a_bounded_time_for_a_lost_node(stores: tuple[Any, Any]) -> None:
     store0, _ = stores
     activity = RankActivity()

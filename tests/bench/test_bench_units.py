@@ -452,3 +452,13 @@ def test_a_speed_that_left_the_tests_runs_at_a_tiny_size_with_its_ratios(
     ratios = result.as_json()["ratios"]
     assert ratios and all(ratio["value"] is not None for ratio in ratios)
     assert result.notes  # what the runs did besides their time
+
+
+def test_the_lost_node_benchmark_reads_when_the_world_was_back_at_its_size() -> None:
+    from bench.node_loss import back_at_size_s, steps_at
+
+    records = "step 0 2 100.0\nstep 20 2 101.0\nstep 0 1 104.0\nstep 0 2 112.5\ndone 2 120.0\n"
+    assert steps_at(records, 2) == 20
+    assert steps_at(records, 3) == -1
+    assert back_at_size_s(records, 2, after_s=101.5) == 11.0
+    assert back_at_size_s(records, 2, after_s=113.0) is None  # never again after it

@@ -201,6 +201,35 @@ def test_status_shows_the_progress_of_the_whole_job(handles: List[str]) -> None:
     assert "State: RUNNING" in text
 
 
+def test_a_spare_stands_by_shown_in_status_and_ends_with_the_job(
+    handles: List[str], docker_client: Any
+) -> None:
+    """-j 2x1 --spares 1: three containers, two train and one stands by; torchx status counts
+    it while the job runs, and every container exits 0 with the job."""
+    handle = run_job(
+        "-j", "2x1", "--spares", "1", "--script", "examples/progress.py",
+        "--", "--steps", "1500", "--step-s", "0.02", "--log-every", "100000",
+    )  # fmt: skip
+    handles.append(handle)
+    app_id = handle.rsplit("/", 1)[1]
+    wait_until(
+        lambda: "nodes: 2 training, 1 standby" in status_text(handle),
+        what="the standby in torchx status",
+        every_s=1,
+        detail=lambda: status_text(handle),
+    )
+    text = wait_for(handle, ("SUCCEEDED", "FAILED"))
+    log = torchx("log", f"{handle}/progress").stdout  # the role is named after the script
+    assert "State: SUCCEEDED" in text, text + log
+    assert len(re.findall(r"torchx-elastic: standing by: the job has its 2 nodes", log)) >= 1, log
+    assert "stood by as a spare, so this node exits without training" in log
+    label = {"label": f"{LABEL_APP_ID}={app_id}"}
+    codes = [
+        c.attrs["State"]["ExitCode"] for c in docker_client.containers.list(all=True, filters=label)
+    ]
+    assert codes == [0, 0, 0], codes
+
+
 def test_cancel_keeps_status_and_logs_delete_leaves_nothing(
     handles: List[str], docker_client: Any
 ) -> None:

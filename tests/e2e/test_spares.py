@@ -60,12 +60,17 @@ def test_a_spare_takes_the_place_of_a_lost_node(tmp_path: Path) -> None:
     port = free_port()
     flags = (
         "--nnodes", "2", "--max-restarts", "3", "--rdzv-backend", "c10d",
-        "--rdzv-endpoint", f"localhost:{port}", "--rdzv-id", "spares", "train.py", "300",
+        "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "spares", "train.py", "300",
     )  # fmt: skip
-    logs = {name: tmp_path / f"{name}.log" for name in ("host", "lost", "spare")}
+    # each node its own address, as on separate hosts (nodes are told apart by it)
+    addresses = dict(host="127.0.0.1", lost="127.0.0.2", spare="127.0.0.3")
+    logs = {name: tmp_path / f"{name}.log" for name in addresses}
 
     def start(name: str) -> subprocess.Popen[bytes]:
-        return start_agent(*flags, cwd=tmp_path, log=logs[name], env={"SPARE_NAME": name})
+        return start_agent(
+            "--local-addr", addresses[name], *flags, cwd=tmp_path, log=logs[name],
+            env={"SPARE_NAME": name},
+        )  # fmt: skip
 
     agents = {"host": start("host")}  # the store's host: on one machine it cannot move
     try:
@@ -86,5 +91,65 @@ def test_a_spare_takes_the_place_of_a_lost_node(tmp_path: Path) -> None:
     spare = logs["spare"].read_text()
     # in the lost node's place, at the job's next attempt, in a world of 2: never alone
     assert re.search(r"spare trains as rank [01] of world 2 at 1\n", spare), spare
-    assert "done world 2" in logs["host"].read_text() + spare
+    host = logs["host"].read_text()
+    assert "done world 2" in host + spare
     assert " of world 1 " not in spare
+    # said once, by the node that stayed, with the lost agent's pid and the spare's
+    spare_pid = agents["spare"].pid
+    replaced = re.findall(
+        rf"torchx-elastic: round 2: 127.0.0.3 \(agent pid {spare_pid}\) takes the place of"
+        rf" 127.0.0.2 \(agent pid {lost.pid}\), lost; the job is back at 2 nodes\n",
+        host,
+    )
+    assert len(replaced) == 1, host
+    assert "), lost; the job is back" not in spare  # said once, not by the spare
+
+
+def test_a_lost_node_that_comes_back_takes_its_place_before_the_spare(tmp_path: Path) -> None:
+    """The returning-node rule (rendezvous/returning_first.py): each node publishes its own
+    address (--local-addr), so the node back at the lost one's address is told from the spare."""
+    (tmp_path / "train.py").write_text(SCRIPT)
+    port = free_port()
+    flags = (
+        "--nnodes", "2", "--max-restarts", "3", "--rdzv-backend", "c10d",
+        "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "returning", "train.py", "300",
+    )  # fmt: skip
+    addresses = dict(host="127.0.0.1", lost="127.0.0.2", back="127.0.0.2", spare="127.0.0.3")
+    logs = {name: tmp_path / f"{name}.log" for name in addresses}
+
+    def start(name: str) -> subprocess.Popen[bytes]:
+        return start_agent(
+            "--local-addr", addresses[name], *flags, cwd=tmp_path, log=logs[name],
+            env={"SPARE_NAME": name},
+        )  # fmt: skip
+
+    agents = {"host": start("host")}
+    try:
+        wait_for_text(logs["host"], "hosting the rendezvous")
+        agents["lost"] = start("lost")
+        wait_for_text(logs["lost"], "lost trains as rank")
+        agents["spare"] = start("spare")
+        wait_for_text(logs["spare"], STANDING_BY)
+        lost = agents["lost"]
+        for pid in [lost.pid, *descendants(lost.pid)]:
+            os.kill(pid, signal.SIGKILL)
+        agents["back"] = start("back")  # its agent comes back on the same address
+        for name in ("host", "back", "spare"):
+            assert agents[name].wait(timeout=240) == 0, logs[name].read_text()
+    finally:
+        for agent in agents.values():
+            if agent.poll() is None:
+                agent.kill()
+    text = {name: logs[name].read_text() for name in logs}
+    back_pid = agents["back"].pid
+    assert re.search(r"back trains as rank [01] of world 2 at 1\n", text["back"]), text["back"]
+    assert " trains as rank " not in text["spare"], text["spare"]  # it stood by throughout
+    assert (
+        f"torchx-elastic: standing by: 127.0.0.2 (agent pid {back_pid}) of the last round is back"
+        " and takes its place before this node, which was not in it (it waits up to 5s)"
+    ) in text["spare"]
+    assert "stood by as a spare, so this node exits without training" in text["spare"]
+    assert (
+        f"torchx-elastic: round 2: 127.0.0.2 (agent pid {back_pid}), back, takes the place of"
+        f" 127.0.0.2 (agent pid {lost.pid}), lost, before any spare; the job is back at 2 nodes"
+    ) in text["host"]

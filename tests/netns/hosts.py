@@ -3,15 +3,19 @@ namespaces on one bridge), and the faults of a real network: a host cut off, a h
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import re
 import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tests.ci import unavailable
 from tests.conftest import REPO, _env
 from tests.waiting import wait_until
 
@@ -20,6 +24,9 @@ HOSTS_SH = Path(os.environ.get("TORCHX_ELASTIC_NETNS_HOSTS", REPO.parent / "shar
 LOOP = Path(__file__).with_name("allreduce_loop.py")
 STEP_LINE = re.compile(r"step (\d+) world (\d+) at ([\d.]+)")
 DONE_LINE = re.compile(r"done world (\d+) at ([\d.]+)")
+LOCK = "/tmp/netns.lock"  # the hosts are one per machine: one test (of any checkout) at a time
+WAIT_S = 150.0  # for the agents' ends after a fault: a bound on a hang, not a speed
+HOSTS = ("h0", "h1", "h2")
 # the frames of torch's C++ warnings (a store call to a lost host prints ~25 lines each)
 CPP_FRAME = re.compile(
     r"^(\[n\d+ r\d+\] )?(frame #\d+: |Exception raised from |<omitting python frames>)"
@@ -40,10 +47,12 @@ def pids_in(host: str) -> list[int]:
 
 @dataclass
 class Job:
-    """One agent per host h0..h(n-1), ``--nnodes 2:n``, c10d rendezvous on h0."""
+    """One agent per host h0..h(n-1), ``--nnodes 2:n`` (or ``nnodes``), c10d rendezvous
+    on h0."""
 
     workdir: Path
     n: int = 3
+    nnodes: str = ""  # --nnodes, when not 2:n (``2``: a fixed size, the third host a spare)
     steps: int = 200
     step_s: float = 0.05
     until_world: int = 0  # a smaller world steps on until a restart makes it this big
@@ -64,7 +73,7 @@ class Job:
             "bash", str(HOSTS_SH), "exec", host,
             "env", f"GLOO_SOCKET_IFNAME=veth-{host}", f"UNTIL_WORLD={self.until_world}",
             sys.executable, "-m", "torchx_elastic.agent",
-            f"--nnodes=2:{self.n}", "--nproc-per-node=1", "--max-restarts=3",
+            f"--nnodes={self.nnodes or f'2:{self.n}'}", "--nproc-per-node=1", "--max-restarts=3",
             "--rdzv-backend=c10d", "--rdzv-endpoint=h0:29500", "--rdzv-id=job",
             *extra, str(LOOP), str(self.steps), str(self.step_s),
         ]  # fmt: skip
@@ -142,3 +151,39 @@ def available() -> str | None:
     if os.geteuid() != 0:
         return "the network tests need root (network namespaces)"
     return None
+
+
+@contextlib.contextmanager
+def netns_job(tmp_path: Path) -> Iterator[Job]:
+    """Three fresh hosts, one test at a time on this machine, and a job on them (stopped,
+    and the hosts removed, at the end)."""
+    reason = available()
+    if reason is not None:
+        unavailable(reason)
+    with open(LOCK, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        hosts("down", "3")  # what an interrupted run left
+        hosts("up", "3")
+        job = Job(tmp_path)
+        try:
+            yield job
+        finally:
+            job.stop()
+            hosts("down", "3")
+
+
+def assert_resumed(job: Job, fault_s: float) -> None:
+    """World 2 trained after the fault; how soon is printed (the figure docs/agent.md
+    quotes: ``pytest -s tests/netns`` shows it)."""
+    firsts = [t for _, world, t in job.steps_seen() if world == 2 and t > fault_s]
+    assert firsts, f"no step of world 2 after the fault:\n{job.shown()}"
+    print(f"\n[netns] world 2 trains {firsts[0] - fault_s:.1f}s after the fault")
+
+
+def assert_nothing_left(job: Job) -> None:
+    """Every process of the job gone from every host (soon after its agent's exit)."""
+
+    def left() -> dict[str, list[int]]:
+        return {h: pids_in(h) for h in HOSTS if pids_in(h)}
+
+    wait_until(lambda: not left(), what="no process of the job on any host", detail=left)

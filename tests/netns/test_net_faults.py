@@ -18,7 +18,6 @@ the fault is printed (``pytest -s``; docs/agent.md quotes it), not asserted: a s
 
 from __future__ import annotations
 
-import fcntl
 import re
 import time
 from collections.abc import Iterator
@@ -26,56 +25,31 @@ from pathlib import Path
 
 import pytest
 
-from tests.ci import unavailable
-from tests.netns.hosts import Job, available, hosts, pids_in
-from tests.waiting import wait_until
+from tests.netns.hosts import (
+    HOSTS,
+    WAIT_S,
+    Job,
+    assert_nothing_left,
+    assert_resumed,
+    hosts,
+    netns_job,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.netns, pytest.mark.timeout(300)]
 
-LOCK = "/tmp/netns.lock"  # the hosts are one per machine: one test (of any checkout) at a time
 STEP_BEFORE_FAULT = 60
-WAIT_S = 150.0  # for the agents' ends after a fault: a bound on a hang, not a speed
-HOSTS = ("h0", "h1", "h2")
 
 
 @pytest.fixture
 def job(tmp_path: Path) -> Iterator[Job]:
-    reason = available()
-    if reason is not None:
-        unavailable(reason)
-    with open(LOCK, "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        hosts("down", "3")  # what an interrupted run left
-        hosts("up", "3")
-        job = Job(tmp_path)
-        try:
-            yield job
-        finally:
-            job.stop()
-            hosts("down", "3")
-
-
-def assert_resumed(job: Job, fault_s: float) -> None:
-    """World 2 trained after the fault; how soon is printed (the figure docs/agent.md
-    quotes: ``pytest -s tests/netns`` shows it)."""
-    firsts = [t for _, world, t in job.steps_seen() if world == 2 and t > fault_s]
-    assert firsts, f"no step of world 2 after the fault:\n{job.shown()}"
-    print(f"\n[netns] world 2 trains {firsts[0] - fault_s:.1f}s after the fault")
+    with netns_job(tmp_path) as job:
+        yield job
 
 
 def assert_survivors_done(job: Job, codes: dict[str, int | None]) -> None:
     assert codes == {"h0": 0, "h1": 0}, job.shown()
     assert "done world 2" in job.text(), job.shown()
     assert_no_exit_errors(job)
-
-
-def assert_nothing_left(job: Job) -> None:
-    """Every process of the job gone from every host (soon after its agent's exit)."""
-
-    def left() -> dict[str, list[int]]:
-        return {h: pids_in(h) for h in HOSTS if pids_in(h)}
-
-    wait_until(lambda: not left(), what="no process of the job on any host", detail=left)
 
 
 MOVED = "and the job re-forms without the lost host"

@@ -185,6 +185,23 @@ def test_status_shows_the_newest_progress_line_with_its_age() -> None:
     assert NOW - timedelta(seconds=30) == log_timestamp("2026-11-22T10:00:00Z")
 
 
+def test_with_spares_the_line_and_status_say_the_nodes_training_and_standing_by() -> None:
+    line = _summary(standbys=1).line()
+    assert line.startswith("[job progress] 120/200 (60.0%) of 4/4 ranks on 2/2 nodes, 1 standby,")
+    figures = parse_line(line)
+    assert figures is not None and (figures.nodes, figures.standbys, figures.rate_per_s) == (
+        2, 1, 4.1,
+    )  # fmt: skip
+    stamped = [f"2026-11-22T10:00:25Z {_summary(standbys=0).line()}"]
+    assert progress_message(stamped, now=NOW, where="") == (
+        "progress 120/200 (60.0%) of 4/4 ranks, nodes: 2 training, 0 standby, 4.1 steps/s,"
+        " ETA 20s (as of 5s ago)"
+    )
+    without = parse_line(_summary().line())
+    assert without is not None and without.standbys is None  # a job that never had spares
+    assert _summary(standbys=1).figures() == figures
+
+
 def test_status_message_keeps_what_was_there() -> None:
     assert join_message("<NONE>", "progress 1/2", "<NONE>") == "progress 1/2"
     assert join_message("", "progress 1/2") == "progress 1/2"

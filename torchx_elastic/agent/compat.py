@@ -182,14 +182,86 @@ def standbys(handler: RendezvousHandler) -> tuple[int, bool]:
     return len(waiting), getattr(torch_handler, "_this_node", None) in waiting
 
 
-def _node_name(node: Any) -> str:
+@dataclass(frozen=True)
+class JoinView:
+    """What torch's join operation saw at one sync of the rendezvous state: this node, the
+    round's participants, the nodes waiting (its wait list and redundancy list), whether the
+    round is complete, its maximum of nodes, and whether this node is about to move into a
+    round (join it, wait for the next one, or leave the redundancy list for it)."""
+
+    node: Any  # torch's node descriptor: addr, pid, local_id
+    participants: frozenset[Any]
+    waiting: frozenset[Any]
+    complete: bool
+    round: int
+    max_nodes: int
+    joining: bool
+
+
+def hold_joins(handler: RendezvousHandler, hold: Callable[[JoinView], bool]) -> bool:
+    """Put ``hold`` on torch's join operation of ``handler`` (torch 2.3 on): it sees every
+    sync of the join; where it returns True for a node about to move into a round, the node
+    keeps its heartbeat and syncs again instead (torch's own keep-alive or one-second poll).
+    False when this torch has no such operation (nothing is held)."""
+    dr = _dynamic_rendezvous()
+    action: Any = getattr(dr, "_Action", None)
+    join_op = getattr(dr, "_RendezvousJoinOp", None)
+    executor = getattr(_torch_handler(handler), "_op_executor", None)
+    moves = {getattr(action, n, None) for n in _JOIN_MOVES}
+    if join_op is None or executor is None or None in moves:
+        return False
+    run = executor.run
+
+    def held(inner: Callable[[Any, float], Any]) -> Callable[[Any, float], Any]:
+        def state_handler(ctx: Any, deadline: float) -> Any:
+            chosen = inner(ctx, deadline)
+            state = ctx.state
+            view = JoinView(
+                node=ctx.node,
+                participants=frozenset(state.participants),
+                waiting=frozenset(state.wait_list) | frozenset(state.redundancy_list),
+                complete=bool(state.complete),
+                round=int(state.round),
+                max_nodes=int(ctx.settings.max_nodes),
+                joining=chosen in moves,
+            )
+            try:
+                held_back = hold(view) and view.joining
+            except Exception:  # noqa: BLE001 - a policy's bug never stops the rendezvous
+                log.exception("the rendezvous join's hold failed: torch's own choice stands")
+                held_back = False
+            if held_back:
+                return action.KEEP_ALIVE if dr._should_keep_alive(ctx) else action.SYNC
+            return chosen
+
+        return state_handler
+
+    def run_held(state_handler: Any, deadline: float, *args: Any) -> Any:
+        if isinstance(state_handler, join_op):
+            state_handler = held(state_handler)
+        return run(state_handler, deadline, *args)
+
+    executor.run = run_held
+    return True
+
+
+# the join's moves into a round that ``hold_joins`` may hold back
+_JOIN_MOVES = ("ADD_TO_PARTICIPANTS", "ADD_TO_WAIT_LIST", "REMOVE_FROM_REDUNDANCY_LIST")
+
+
+def node_address(node: Any) -> str:
+    """The address a node published (torch's node descriptor)."""
+    return str(getattr(node, "addr", "?"))
+
+
+def node_name(node: Any) -> str:
     return f"{getattr(node, 'addr', '?')} (agent pid {getattr(node, 'pid', '?')})"
 
 
 def round_members(handler: RendezvousHandler) -> dict[int, str]:
     """Node rank -> "addr (agent pid N)" of the handler's last known round, if it tells."""
     _, participants, _ = _participants(handler)
-    return {rank: _node_name(node) for node, rank in participants.items()}
+    return {rank: node_name(node) for node, rank in participants.items()}
 
 
 def round_addresses(handler: RendezvousHandler) -> dict[int, str]:
@@ -248,7 +320,7 @@ def heartbeats(handler: RendezvousHandler) -> dict[str, datetime.datetime]:
     state = getattr(getattr(_torch_handler(handler), "_state_holder", None), "state", None)
     beats = dict(getattr(state, "last_heartbeats", None) or {})
     return {
-        _node_name(node): when if when.tzinfo else when.replace(tzinfo=datetime.timezone.utc)
+        node_name(node): when if when.tzinfo else when.replace(tzinfo=datetime.timezone.utc)
         for node, when in beats.items()
     }
 
@@ -257,7 +329,7 @@ def freshest_peer_heartbeat_age_s(handler: RendezvousHandler) -> float | None:
     """Seconds since the newest keep-alive heartbeat of another node in the handler's state
     (synced from the store at each keep-alive): proof that peers reached the store."""
     this_node, _, _ = _participants(handler)
-    own = _node_name(this_node) if this_node is not None else None
+    own = node_name(this_node) if this_node is not None else None
     now = datetime.datetime.now(datetime.timezone.utc)
     beats = heartbeats(handler)
     ages = [(now - when).total_seconds() for name, when in beats.items() if name != own]
@@ -300,7 +372,7 @@ def present_members(handler: RendezvousHandler) -> set[str]:
     """Nodes the handler knows to be in the rendezvous now (this node included)."""
     this_node, participants, wait_list = _participants(handler)
     nodes = [this_node, *participants, *wait_list]
-    return {_node_name(node) for node in nodes if node is not None}
+    return {node_name(node) for node in nodes if node is not None}
 
 
 def set_last_call_timeout(handler: RendezvousHandler, seconds: float) -> bool:

@@ -35,6 +35,10 @@ log = logging.getLogger(__name__)
 # a rendezvous round completed: attempt, round (this node's count of completed rounds),
 # group_world_size, ranks (this node's), master
 RENDEZVOUS: Final = "rendezvous"
+# a re-formed round took nodes in place of lost ones (said by the first node of the round that
+# was also in the previous one): round, replaced (a list of {lost, by, back}: the names
+# "addr (agent pid N)", back: the new node has the lost one's address, its agent came back)
+REPLACED: Final = "replaced"
 # the node's --health-check ran before a round it would join: round, exit_code (None: killed
 # after its timeout), passed, output (the file of its stdout and stderr), seconds
 HEALTH_CHECK: Final = "health_check"

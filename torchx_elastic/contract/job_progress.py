@@ -28,6 +28,7 @@ LINE_PREFIX = "[job progress] "
 # the line's form while the first rendezvous round waits for nodes (no step yet)
 WAITING_LINE_PREFIX = f"{LINE_PREFIX}{WAITING_FOR_NODES}"
 MAX_QUIET_SHOWN = 4
+STANDBY = "standby"  # ``of 2/2 ranks on 2/2 nodes, 1 standby``: nodes waiting as spares
 
 
 @dataclass(frozen=True)
@@ -58,6 +59,8 @@ class JobSummary:
     nodes: int
     quiet: tuple[QuietRank, ...] = field(default=())
     time_s: float = 0.0  # wall-clock time (seconds since the epoch) of the figures
+    # nodes standing by as spares (None: the job never had one)
+    standbys: int | None = None
 
     @property
     def fraction(self) -> float | None:
@@ -82,11 +85,13 @@ class JobSummary:
         return ", ".join(parts)
 
     def counts(self) -> str:
-        """``of 4/4 ranks on 2/2 nodes`` (ranks that reported a step / ranks of the nodes)."""
-        return (
+        """``of 4/4 ranks on 2/2 nodes`` (ranks that reported a step / ranks of the nodes),
+        ``, 1 standby`` once the job has had spares."""
+        text = (
             f"of {self.ranks_reporting}/{self.ranks} ranks"
             f" on {self.nodes_reporting}/{self.nodes} nodes"
         )
+        return text if self.standbys is None else f"{text}, {self.standbys} {STANDBY}"
 
     def line(self) -> str:
         """The plain status line (no colour, no cursor movement)."""
@@ -105,6 +110,8 @@ class JobSummary:
             rate_per_s=self.rate_per_s,
             eta=None if self.eta_s is None else format_duration(self.eta_s),
             quiet=None,
+            nodes=self.nodes,
+            standbys=self.standbys,
         )
 
     def to_json(self) -> str:
@@ -171,11 +178,14 @@ class LineFigures:
     rate_per_s: float | None
     eta: str | None  # as written, e.g. ``3m05s``
     quiet: str | None  # as written, e.g. ``r5 (n1) 45s``
+    nodes: int | None = None  # of the round
+    standbys: int | None = None  # nodes standing by (None: the job never had one)
 
 
 _LINE = re.compile(
     re.escape(LINE_PREFIX) + r"(?P<step>\d+)/(?P<total>\d+|\?)(?: \([\d.]+%\))?"
-    r" of (?P<reporting>\d+)/(?P<ranks>\d+) ranks on \d+/\d+ nodes"
+    r" of (?P<reporting>\d+)/(?P<ranks>\d+) ranks on \d+/(?P<nodes>\d+) nodes"
+    r"(?:, (?P<standbys>\d+) " + STANDBY + ")?"
     r"(?:.*?, (?P<rate>[\d.e+-]+) steps/s)?"
     r"(?:.*?, ETA (?P<eta>[\dhms]+))?"
     r"(?:.*?, quiet: (?P<quiet>.*))?\s*$"
@@ -201,4 +211,6 @@ def parse_line(line: str) -> LineFigures | None:
         rate_per_s=rate_per_s,
         eta=match["eta"],
         quiet=match["quiet"],
+        nodes=int(match["nodes"]),
+        standbys=None if match["standbys"] is None else int(match["standbys"]),
     )

@@ -16,6 +16,7 @@ from typing import Iterable, List, Optional, Tuple
 from torchx_elastic.contract import WAITING_FOR_NODES
 from torchx_elastic.contract.job_progress import (
     LINE_PREFIX,
+    STANDBY,
     WAITING_LINE_PREFIX,
     LineFigures,
     format_duration,
@@ -97,9 +98,12 @@ def newest_progress(lines: Iterable[str]) -> Optional[Progress]:
 def figures_text(
     progress: Progress, now: Optional[datetime] = None, where: str = "replica 0's log"
 ) -> str:
-    """``progress 120/200 (60.0%) of 4/4 ranks, 4.1 steps/s, ETA 29s (as of 3s ago, ...)``"""
+    """``progress 120/200 (60.0%) of 4/4 ranks, 4.1 steps/s, ETA 29s (as of 3s ago, ...)``;
+    with spares, ``, nodes: 2 training, 1 standby`` after the ranks."""
     at, figures = progress
     text = f"progress {step_text(figures)} of {figures.ranks_reporting}/{figures.ranks} ranks"
+    if figures.standbys is not None:  # the job has had spares: where they are
+        text += f", nodes: {figures.nodes} training, {figures.standbys} {STANDBY}"
     text += "".join(f", {part}" for part in pace_text(figures))
     if figures.quiet:
         text += f", quiet: {figures.quiet}"

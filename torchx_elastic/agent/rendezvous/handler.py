@@ -56,6 +56,7 @@ from torchx_elastic.agent.rendezvous import (
     listen,
     liveness,
     network_checks,
+    returning_first,
     static_ranks,
     waiting,
 )
@@ -182,11 +183,13 @@ def handler_on_store(
         backend = C10dRendezvousBackend(store, params.run_id)
         if signer.authenticated:
             backend = SignedRendezvousBackend(backend, signer, params.run_id)  # type: ignore[assignment]
-        return dynamic_rendezvous.create_handler(store, backend, params)
+        handler = dynamic_rendezvous.create_handler(store, backend, params)
     except RendezvousConnectionError:
         raise
     except (RendezvousError, RuntimeError, TimeoutError, ValueError, OSError) as err:
         raise RendezvousFailure(endpoint, describe_error(err)) from None
+    returning_first.install(handler)  # back from the last round before a spare
+    return handler
 
 
 def rendezvous_store(params: RendezvousParameters, endpoint: Endpoint) -> tuple[Any, bool]:

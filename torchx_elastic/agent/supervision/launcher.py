@@ -169,7 +169,10 @@ def open_rendezvous(
             on_round = warn_on_node0(node0_warning, on_round)
         created = create_handler(config, signer, session.waiting_for_nodes)
         move = movable_rendezvous(config, signer, created)
-        return ObservedRendezvous(move.movable if move else created, on_round), move
+        observed = ObservedRendezvous(move.movable if move else created, on_round)
+        # the job's progress says how many nodes stand by as spares (node rank 0's view)
+        session.job_progress.count_standbys(lambda: compat.standbys(observed)[0])
+        return observed, move
     except RendezvousError as err:
         session.close()
         if late_for_the_job(err, config):  # its host went away as this node reached it

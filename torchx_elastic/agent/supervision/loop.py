@@ -43,7 +43,7 @@ from torchx_elastic.agent.rendezvous import listen, liveness
 from torchx_elastic.agent.rendezvous.failover import HostLost
 from torchx_elastic.agent.rendezvous.signed_store import StoreSigner
 from torchx_elastic.agent.rendezvous.worker_store import WorkerStoreHost
-from torchx_elastic.agent.supervision import restart_budget
+from torchx_elastic.agent.supervision import replacements, restart_budget
 from torchx_elastic.agent.supervision.health_check import HealthCheck
 from torchx_elastic.agent.supervision.network_watch import ABANDON_GRACE_S
 from torchx_elastic.agent.supervision.stop_signals import (
@@ -416,7 +416,9 @@ class Supervisor:
         if self._use_agent_store:
             master_addr, master_port = self._worker_store.address(rnd, master_addr, master_port)
         self._group = Group(rnd, workers, master_addr, master_port)
-        self.last_round_members = compat.round_members(self.handler)
+        members = compat.round_members(self.handler)
+        self._tell_replacements(self.last_round_members, members, rnd.rank, rnd.world_size)
+        self.last_round_members = members
         self.last_round_addresses = compat.round_addresses(self.handler)
         self.largest_world = max(self.largest_world, rnd.world_size)
         self._silent_peers.new_round(self.handler)
@@ -431,6 +433,17 @@ class Supervisor:
             master=f"{master_addr}:{master_port}",
         )
         self._start_workers(self._group)
+
+    def _tell_replacements(
+        self, before: dict[int, str], after: dict[int, str], rank: int, world: int
+    ) -> None:
+        """Which node took the place of which, on one node of the new round."""
+        pairs = replacements.replacements(before, after)
+        if pairs and replacements.teller(before, after) == rank:
+            say(replacements.replaced_line(self._rounds + 1, pairs, world))
+            self._events.emit(
+                ev.REPLACED, round=self._rounds + 1, replaced=[p.facts() for p in pairs]
+            )
 
     def _start_workers(self, group: Group) -> None:
         config = self.config

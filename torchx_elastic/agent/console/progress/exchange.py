@@ -26,6 +26,7 @@ clocks move it by one interval at most).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import threading
@@ -354,6 +355,8 @@ class JobProgressExchange:
         self._seen: dict[int, tuple[NodeReport, float, float]] = {}
         self._read_s: float | None = None  # monotonic time of the round's previous read
         self._latest: JobSummary | None = None
+        self._standbys: Callable[[], int] | None = None  # nodes standing by, as node 0 sees
+        self._had_standbys = False
         self._closing = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -377,6 +380,11 @@ class JobProgressExchange:
                     target=self._loop, name="torchx-elastic-job-progress", daemon=True
                 )
                 self._thread.start()
+
+    def count_standbys(self, count: Callable[[], int]) -> None:
+        """Where node rank 0 reads the number of nodes standing by as spares (without a
+        store call): the summary carries it once the job has had one."""
+        self._standbys = count
 
     def set_ranks(self, global_ranks: Mapping[int, int]) -> None:
         """This node's ranks in the current attempt: local rank -> global rank."""
@@ -520,6 +528,11 @@ class JobProgressExchange:
             seen, num_nodes, self._quiet_after_s, self._stale_after_s, self._same_moment_s, wall_s
         )
         all_final = len(reports) == num_nodes and all(r.final for r in reports)
+        if summary is not None and self._standbys is not None:
+            standbys = self._standbys()
+            self._had_standbys = self._had_standbys or standbys > 0
+            if self._had_standbys:
+                summary = dataclasses.replace(summary, standbys=standbys)
         return summary, all_final
 
     def close(self) -> None:
