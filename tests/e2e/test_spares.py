@@ -62,9 +62,10 @@ ADDRESSES = dict(host="127.0.0.1", lost="127.0.0.2", back="127.0.0.2", spare="12
 def lose_a_node_beside_a_spare(
     tmp_path: Path, come_back: bool
 ) -> tuple[dict[str, subprocess.Popen[bytes]], dict[str, str]]:
-    """host and lost train, spare stands by; lost's agent and worker are SIGKILLed (and with
-    ``come_back`` a new agent starts on its address at once); every agent still running
-    exits 0. The agents, and each one's log."""
+    """host and lost train, spare stands by; lost's agent and worker are SIGKILLed; every
+    agent still running exits 0. The agents, and each one's log. With ``come_back``, an agent
+    on lost's address (back) stands by too before the kill: back at the round that re-forms,
+    however long a loaded machine takes to start an agent."""
     (tmp_path / "train.py").write_text(SCRIPT)
     flags = (
         "--nnodes", "2", "--max-restarts", "3", "--rdzv-backend", "c10d",
@@ -85,11 +86,12 @@ def lose_a_node_beside_a_spare(
         wait_for_text(logs["lost"], "lost trains as rank")
         agents["spare"] = start("spare")
         wait_for_text(logs["spare"], STANDING_BY)
+        if come_back:
+            agents["back"] = start("back")
+            wait_for_text(logs["back"], "torchx-elastic: standing by: the job has its 2 nodes")
         lost = agents["lost"]
         for pid in [lost.pid, *descendants(lost.pid)]:
             os.kill(pid, signal.SIGKILL)
-        if come_back:
-            agents["back"] = start("back")  # its agent comes back on the same address
         for name in agents.keys() - {"lost"}:
             assert agents[name].wait(timeout=240) == 0, logs[name].read_text()
     finally:
