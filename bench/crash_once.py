@@ -17,16 +17,12 @@ import time
 
 import torch
 import torch.distributed as dist
+from records import append_line
 from torch.nn.parallel import DistributedDataParallel
 
 
 def record(path: str, event: str, attempt: int, rank: int) -> None:
-    line = f"{event} {attempt} {rank} {time.time():.6f}\n".encode()
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, line)  # one short O_APPEND write: records of ranks never interleave
-    finally:
-        os.close(fd)
+    append_line(path, f"{event} {attempt} {rank} {time.time():.6f}")
 
 
 def main() -> None:

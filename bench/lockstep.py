@@ -1,25 +1,21 @@
 """The lost-node benchmark's job: a gloo all_reduce loop in lockstep across the nodes.
 
-Rank 0 appends ``step STEP WORLD TIME`` to ``--record-file`` every 5 steps (one short
-``O_APPEND`` write each), and ``done WORLD TIME`` at the end. Each attempt trains
+Rank 0 appends ``step STEP WORLD TIME`` to ``--record-file`` every 5 steps, and
+``done WORLD TIME`` at the end (``bench/records.py``). Each attempt trains
 ``--steps`` steps, ``--step-s`` apart; ``bench/node_loss.py`` reads when the world was back
 at its size after a node was lost.
 """
 
 import argparse
-import os
 import time
 
 import torch
 import torch.distributed as dist
+from records import append_line
 
 
 def record(path: str, line: str) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, f"{line} {time.time():.6f}\n".encode())
-    finally:
-        os.close(fd)
+    append_line(path, f"{line} {time.time():.6f}")
 
 
 def main() -> None:

@@ -21,16 +21,22 @@ def process_start_unix_s() -> float:
     return btime + ticks / os.sysconf("SC_CLK_TCK")
 
 
+def append_line(path: str, line: str) -> None:
+    """``line`` at the end of ``path`` in one short ``O_APPEND`` write: the records of
+    several processes never interleave."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, f"{line}\n".encode())
+    finally:
+        os.close(fd)
+
+
 def record(event: str, rank: int, at: float | None = None) -> None:
     path = os.environ.get(RECORD_ENV)
     if not path:
         return
     stamp = time.time() if at is None else at
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, f"{event} {rank} {stamp:.6f} {os.getpid()}\n".encode())
-    finally:
-        os.close(fd)
+    append_line(path, f"{event} {rank} {stamp:.6f} {os.getpid()}")
 
 
 def record_first_line() -> None:

@@ -55,20 +55,27 @@ def test_through_torchx_a_spare_stands_by_and_ends_with_the_job(tmp_path: Path) 
     assert f"train/{spare} [n" not in out
 
 
-def test_a_spare_takes_the_place_of_a_lost_node(tmp_path: Path) -> None:
+# each node its own address, as on separate hosts (nodes are told apart by it)
+ADDRESSES = dict(host="127.0.0.1", lost="127.0.0.2", back="127.0.0.2", spare="127.0.0.3")
+
+
+def lose_a_node_beside_a_spare(
+    tmp_path: Path, come_back: bool
+) -> tuple[dict[str, subprocess.Popen[bytes]], dict[str, str]]:
+    """host and lost train, spare stands by; lost's agent and worker are SIGKILLed; every
+    agent still running exits 0. The agents, and each one's log. With ``come_back``, an agent
+    on lost's address (back) stands by too before the kill: back at the round that re-forms,
+    however long a loaded machine takes to start an agent."""
     (tmp_path / "train.py").write_text(SCRIPT)
-    port = free_port()
     flags = (
         "--nnodes", "2", "--max-restarts", "3", "--rdzv-backend", "c10d",
-        "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "spares", "train.py", "300",
+        "--rdzv-endpoint", f"127.0.0.1:{free_port()}", "--rdzv-id", "spares", "train.py", "300",
     )  # fmt: skip
-    # each node its own address, as on separate hosts (nodes are told apart by it)
-    addresses = dict(host="127.0.0.1", lost="127.0.0.2", spare="127.0.0.3")
-    logs = {name: tmp_path / f"{name}.log" for name in addresses}
+    logs = {name: tmp_path / f"{name}.log" for name in ADDRESSES}
 
     def start(name: str) -> subprocess.Popen[bytes]:
         return start_agent(
-            "--local-addr", addresses[name], *flags, cwd=tmp_path, log=logs[name],
+            "--local-addr", ADDRESSES[name], *flags, cwd=tmp_path, log=logs[name],
             env={"SPARE_NAME": name},
         )  # fmt: skip
 
@@ -79,26 +86,33 @@ def test_a_spare_takes_the_place_of_a_lost_node(tmp_path: Path) -> None:
         wait_for_text(logs["lost"], "lost trains as rank")
         agents["spare"] = start("spare")
         wait_for_text(logs["spare"], STANDING_BY)
+        if come_back:
+            agents["back"] = start("back")
+            wait_for_text(logs["back"], "torchx-elastic: standing by: the job has its 2 nodes")
         lost = agents["lost"]
         for pid in [lost.pid, *descendants(lost.pid)]:
             os.kill(pid, signal.SIGKILL)
-        for name in ("host", "spare"):
+        for name in agents.keys() - {"lost"}:
             assert agents[name].wait(timeout=240) == 0, logs[name].read_text()
     finally:
         for agent in agents.values():
             if agent.poll() is None:
                 agent.kill()
-    spare = logs["spare"].read_text()
+    return agents, {name: logs[name].read_text() for name in agents}
+
+
+def test_a_spare_takes_the_place_of_a_lost_node(tmp_path: Path) -> None:
+    agents, text = lose_a_node_beside_a_spare(tmp_path, come_back=False)
+    spare, host = text["spare"], text["host"]
     # in the lost node's place, at the job's next attempt, in a world of 2: never alone
     assert re.search(r"spare trains as rank [01] of world 2 at 1\n", spare), spare
-    host = logs["host"].read_text()
     assert "done world 2" in host + spare
     assert " of world 1 " not in spare
     # said once, by the node that stayed, with the lost agent's pid and the spare's
-    spare_pid = agents["spare"].pid
     replaced = re.findall(
-        rf"torchx-elastic: round 2: 127.0.0.3 \(agent pid {spare_pid}\) takes the place of"
-        rf" 127.0.0.2 \(agent pid {lost.pid}\), lost; the job is back at 2 nodes\n",
+        rf"torchx-elastic: round 2: 127.0.0.3 \(agent pid {agents['spare'].pid}\) takes the"
+        rf" place of 127.0.0.2 \(agent pid {agents['lost'].pid}\), lost; the job is back at 2"
+        r" nodes\n",
         host,
     )
     assert len(replaced) == 1, host
@@ -108,39 +122,8 @@ def test_a_spare_takes_the_place_of_a_lost_node(tmp_path: Path) -> None:
 def test_a_lost_node_that_comes_back_takes_its_place_before_the_spare(tmp_path: Path) -> None:
     """The returning-node rule (rendezvous/returning_first.py): each node publishes its own
     address (--local-addr), so the node back at the lost one's address is told from the spare."""
-    (tmp_path / "train.py").write_text(SCRIPT)
-    port = free_port()
-    flags = (
-        "--nnodes", "2", "--max-restarts", "3", "--rdzv-backend", "c10d",
-        "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "returning", "train.py", "300",
-    )  # fmt: skip
-    addresses = dict(host="127.0.0.1", lost="127.0.0.2", back="127.0.0.2", spare="127.0.0.3")
-    logs = {name: tmp_path / f"{name}.log" for name in addresses}
-
-    def start(name: str) -> subprocess.Popen[bytes]:
-        return start_agent(
-            "--local-addr", addresses[name], *flags, cwd=tmp_path, log=logs[name],
-            env={"SPARE_NAME": name},
-        )  # fmt: skip
-
-    agents = {"host": start("host")}
-    try:
-        wait_for_text(logs["host"], "hosting the rendezvous")
-        agents["lost"] = start("lost")
-        wait_for_text(logs["lost"], "lost trains as rank")
-        agents["spare"] = start("spare")
-        wait_for_text(logs["spare"], STANDING_BY)
-        lost = agents["lost"]
-        for pid in [lost.pid, *descendants(lost.pid)]:
-            os.kill(pid, signal.SIGKILL)
-        agents["back"] = start("back")  # its agent comes back on the same address
-        for name in ("host", "back", "spare"):
-            assert agents[name].wait(timeout=240) == 0, logs[name].read_text()
-    finally:
-        for agent in agents.values():
-            if agent.poll() is None:
-                agent.kill()
-    text = {name: logs[name].read_text() for name in logs}
+    agents, text = lose_a_node_beside_a_spare(tmp_path, come_back=True)
+    lost = agents["lost"]
     back_pid = agents["back"].pid
     assert re.search(r"back trains as rank [01] of world 2 at 1\n", text["back"]), text["back"]
     assert " trains as rank " not in text["spare"], text["spare"]  # it stood by throughout

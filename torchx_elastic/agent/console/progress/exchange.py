@@ -528,12 +528,23 @@ class JobProgressExchange:
             seen, num_nodes, self._quiet_after_s, self._stale_after_s, self._same_moment_s, wall_s
         )
         all_final = len(reports) == num_nodes and all(r.final for r in reports)
-        if summary is not None and self._standbys is not None:
-            standbys = self._standbys()
+        standbys = self._count_standbys() if summary is not None else None
+        if summary is not None and standbys is not None:
             self._had_standbys = self._had_standbys or standbys > 0
             if self._had_standbys:
                 summary = dataclasses.replace(summary, standbys=standbys)
         return summary, all_final
+
+    def _count_standbys(self) -> int | None:
+        """The nodes standing by (None: unknown), read from the rendezvous state that the
+        keep-alive thread may be replacing meanwhile."""
+        if self._standbys is None:
+            return None
+        try:
+            return self._standbys()
+        except Exception as err:  # noqa: BLE001 - a count, never the exchange's end
+            log.debug("cannot count the standbys: %s", err)
+            return None
 
     def close(self) -> None:
         """Stop exchanging (without waiting for a store that stopped answering)."""
