@@ -57,6 +57,7 @@ import os
 import socket
 import sys
 import threading
+import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -210,7 +211,11 @@ def hold_joins(handler: RendezvousHandler, hold: Callable[[JoinView], bool]) -> 
     moves = {getattr(action, n, None) for n in _JOIN_MOVES}
     if join_op is None or executor is None or None in moves:
         return False
-    run = executor.run
+    # the class's run and a weak reference: a closure over the executor, kept on the executor,
+    # would make a reference cycle that frees torch's handler and its store only at some
+    # later garbage collection (their sockets closed then, in whatever runs at that moment)
+    run = type(executor).run
+    executor_ref = weakref.ref(executor)
 
     def held(inner: Callable[[Any, float], Any]) -> Callable[[Any, float], Any]:
         def state_handler(ctx: Any, deadline: float) -> Any:
@@ -239,7 +244,7 @@ def hold_joins(handler: RendezvousHandler, hold: Callable[[JoinView], bool]) -> 
     def run_held(state_handler: Any, deadline: float, *args: Any) -> Any:
         if isinstance(state_handler, join_op):
             state_handler = held(state_handler)
-        return run(state_handler, deadline, *args)
+        return run(executor_ref(), state_handler, deadline, *args)
 
     executor.run = run_held
     return True

@@ -7,6 +7,7 @@ import os
 import sys
 import tempfile
 import time
+import weakref
 from dataclasses import dataclass
 from importlib import metadata
 from typing import Any
@@ -170,8 +171,10 @@ def open_rendezvous(
         created = create_handler(config, signer, session.waiting_for_nodes)
         move = movable_rendezvous(config, signer, created)
         observed = ObservedRendezvous(move.movable if move else created, on_round)
-        # the job's progress says how many nodes stand by as spares (node rank 0's view)
-        session.job_progress.count_standbys(lambda: compat.standbys(observed)[0])
+        # the job's progress says how many nodes stand by as spares (node rank 0's view); a
+        # weak reference: the session must not keep the rendezvous (its store) alive in a cycle
+        handler_ref = weakref.ref(observed)
+        session.job_progress.count_standbys(lambda: standbys_of(handler_ref()))
         return observed, move
     except RendezvousError as err:
         session.close()
@@ -181,6 +184,11 @@ def open_rendezvous(
     except BaseException:
         session.close()
         raise
+
+
+def standbys_of(handler: ObservedRendezvous | None) -> int:
+    """Nodes standing by in ``handler``'s rendezvous (0 once it is gone)."""
+    return 0 if handler is None else compat.standbys(handler)[0]
 
 
 def network_watch(
