@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import pytest
+
 from torchx_elastic.agent import compat
 from torchx_elastic.agent.rendezvous.returning_first import ReturningFirst
 from torchx_elastic.agent.supervision.replacements import replaced_line, replacements, teller
@@ -179,4 +181,27 @@ def test_a_held_join_waits_on_torchs_own_rendezvous_then_completes() -> None:
     assert len(joins) == 3 and all(not v.participants for v in joins)
     assert compat.node_address(joins[0].node) == "127.0.0.1" and joins[0].max_nodes == 1
     assert seen[-1].complete and seen[-1].node in seen[-1].participants
+    handler.shutdown()
+
+
+def test_a_failing_hold_leaves_torchs_choice_and_says_so(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from torch.distributed import HashStore  # type: ignore[attr-defined]
+    from torch.distributed.elastic.rendezvous import RendezvousParameters, dynamic_rendezvous
+    from torch.distributed.elastic.rendezvous.c10d_rendezvous_backend import (
+        C10dRendezvousBackend,
+    )
+
+    store = HashStore()
+    params = RendezvousParameters("c10d", "localhost:0", "bad", 1, 1, local_addr="127.0.0.1")
+    handler = dynamic_rendezvous.create_handler(store, C10dRendezvousBackend(store, "bad"), params)
+
+    def hold(view: compat.JoinView) -> bool:
+        raise RuntimeError("a bug in the policy")
+
+    assert compat.hold_joins(handler, hold)
+    with caplog.at_level("ERROR"):
+        assert handler.next_rendezvous().world_size == 1
+    assert "the rendezvous join's hold failed: torch's own choice stands" in caplog.text
     handler.shutdown()
