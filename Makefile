@@ -19,7 +19,7 @@ OTHER_TORCH_SUITE := torch_lines or torchrun_sample
 # the real backends: `make test` runs them in a lane of their own, one at a time (each starts
 # its cluster or hosts), beside the lane of everything else
 BACKENDS := docker or kubernetes or slurm or netns
-PYTEST := pytest -q -rs -p no:cacheprovider --durations=15
+PYTEST := pytest -q -rfEs -p no:cacheprovider --durations=15
 LANE := ci/lane.sh
 export PIP_CACHE_DIR ?= $(HOME)/.cache/pip
 
