@@ -54,6 +54,7 @@ import inspect
 import json
 import logging
 import os
+import secrets
 import socket
 import sys
 import threading
@@ -252,6 +253,26 @@ def hold_joins(handler: RendezvousHandler, hold: Callable[[JoinView], bool]) -> 
 
 # the join's moves into a round that ``hold_joins`` may hold back
 _JOIN_MOVES = ("ADD_TO_PARTICIPANTS", "ADD_TO_WAIT_LIST", "REMOVE_FROM_REDUNDANCY_LIST")
+
+
+def number_nodes_apart() -> None:
+    """Number this process's rendezvous nodes from a random start, not 0 (once per process).
+    torch tells nodes apart by address, process id and that number: a replacement container
+    (the lost one's host name, its agent the same pid, 1 in a container) would otherwise be
+    taken for the node it replaces, still in the round."""
+    global _numbered_apart
+    handler_class = getattr(_dynamic_rendezvous(), "DynamicRendezvousHandler", None)
+    generator = getattr(handler_class, "_node_desc_generator", None)
+    lock = getattr(generator, "_lock", None)
+    if lock is None or not isinstance(getattr(generator, "_local_id", None), int):
+        return
+    with lock:
+        if not _numbered_apart:
+            generator._local_id += secrets.randbelow(2**31)
+            _numbered_apart = True
+
+
+_numbered_apart = False
 
 
 def node_address(node: Any) -> str:
