@@ -36,11 +36,13 @@ from torchx_elastic.agent.rendezvous.handler import (
 from torchx_elastic.agent.rendezvous.job_secret import job_secret
 from torchx_elastic.agent.rendezvous.observed import ObservedRendezvous, RoundListener
 from torchx_elastic.agent.rendezvous.parameters import finished_grace_s
+from torchx_elastic.agent.rendezvous.presence import PresencePort
 from torchx_elastic.agent.rendezvous.signed_store import StoreSigner, signed_rounds
 from torchx_elastic.agent.supervision.elastic_events import check_handler, record_agent_end
 from torchx_elastic.agent.supervision.health_check import HealthCheck, HealthCheckFailed
 from torchx_elastic.agent.supervision.loop import Supervision, Supervisor
 from torchx_elastic.agent.supervision.network_watch import NetworkWatch, watch_network
+from torchx_elastic.agent.supervision.peer_presence import PeerPresence
 from torchx_elastic.agent.supervision.rendezvous_move import RendezvousMove, movable_rendezvous
 from torchx_elastic.agent.supervision.stop_signals import (
     absorb_stop_signals,
@@ -128,6 +130,7 @@ def launch(
     watchdog = None
     if config.hang_timeout_s > 0:
         watchdog = HangWatchdog(session.activity, config.hang_timeout_s)
+    presence = peer_presence(config, handler, signer)
     supervisor = Supervisor(
         config,
         handler,
@@ -146,6 +149,7 @@ def launch(
             health_check=(
                 HealthCheck(config.health_check, session.log_dir) if config.health_check else None
             ),
+            presence=presence,
         ),
     )
     watch = network_watch(config, handler, supervisor, move)
@@ -155,6 +159,23 @@ def launch(
     finally:
         if move is not None:  # its beacon tells late nodes where the job went until now
             move.close()
+        if presence is not None:
+            presence.close()
+
+
+def peer_presence(
+    config: AgentConfig, handler: ObservedRendezvous, signer: StoreSigner
+) -> PeerPresence | None:
+    """This node's presence port where the job may have several nodes (None: a port at the
+    address its peers use cannot be had, said in the agent's log)."""
+    host = compat.this_node_address(handler)
+    if config.max_nodes <= 1 or host is None:
+        return None
+    try:
+        return PeerPresence(PresencePort(host), signer)
+    except OSError as err:
+        log.info("no presence port at %s (%s): a lost peer is known by its heartbeats", host, err)
+        return None
 
 
 def open_rendezvous(
