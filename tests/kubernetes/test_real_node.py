@@ -361,6 +361,12 @@ def _wait_done(scheduler: KubernetesScheduler, handle: str) -> AppState:
     return _wait(f"{handle} to end", done)
 
 
+def _succeeded(cluster: Cluster, scheduler: KubernetesScheduler, handle: str, job: str) -> str:
+    """The job's logs once it SUCCEEDED (its logs in the error where it did not end so)."""
+    logs = _succeeded(cluster, scheduler, handle, job)
+    return logs
+
+
 def _log_has(cluster: Cluster, pod: str, text: str) -> Optional[bool]:
     return True if text in cluster.pod_log(pod) else None
 
@@ -513,12 +519,7 @@ def test_a_deleted_rendezvous_pod_leaves_the_job_to_the_other_which_it_rejoins(
     job = _app_id(handle).partition(":")[2]
     first = _wait("pod 0 to train with pod 1", lambda: _world_of_2(cluster, job, 0))
     cluster.delete_pod(first)
-    try:
-        state = _wait_done(scheduler, handle)
-    except AssertionError as err:
-        raise AssertionError(f"{err}\n{cluster.logs_of(job)}") from None
-    logs = cluster.logs_of(job)
-    assert state == AppState.SUCCEEDED, logs
+    _succeeded(cluster, scheduler, handle, job)
     survivor = cluster.pod_log(_pod_of(cluster, job, 1))
     assert "torchx-elastic: the rendezvous host is lost: " in survivor, survivor
     assert "(this node hosts it) and the job re-forms without the lost host" in survivor
@@ -574,12 +575,7 @@ def test_a_spare_pod_takes_the_place_of_a_deleted_one(
     )
     _wait("the replacement to stand by", lambda: _log_has(cluster, replacement, STANDING_BY))
     _status_once(cluster, handle, "nodes: 2 training, 1 standby", timeout_s=120)
-    try:
-        state = _wait_done(scheduler, handle)
-    except AssertionError as err:
-        raise AssertionError(f"{err}\n{cluster.logs_of(job)}") from None
-    logs = cluster.logs_of(job)
-    assert state == AppState.SUCCEEDED, logs
+    logs = _succeeded(cluster, scheduler, handle, job)
     pods = {str(p["metadata"]["name"]): p for p in cluster.pods(job)}
     assert lost not in pods and replacement in pods
     assert {str(p["status"]["phase"]) for p in pods.values()} == {"Succeeded"}, logs
