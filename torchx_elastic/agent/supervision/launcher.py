@@ -21,6 +21,7 @@ from torchx_elastic.agent.config.launch import AgentConfig, UsageError, apply_pr
 from torchx_elastic.agent.console.output.agent_line import say
 from torchx_elastic.agent.console.output.sinks import SinkOptions
 from torchx_elastic.agent.console.session import ConsoleSession
+from torchx_elastic.agent.rendezvous import listen
 from torchx_elastic.agent.rendezvous.closing import leave_last
 from torchx_elastic.agent.rendezvous.diagnosis import RendezvousDiagnosis
 from torchx_elastic.agent.rendezvous.failover import NoSuccessor
@@ -167,10 +168,13 @@ def peer_presence(
     config: AgentConfig, handler: ObservedRendezvous, signer: StoreSigner
 ) -> PeerPresence | None:
     """This node's presence port where the job may have several nodes (None: a port at the
-    address its peers use cannot be had, said in the agent's log)."""
+    address its peers use cannot be had, said in the agent's log). On loopback where the
+    nodes meet there (one host), as the stores: nothing of a one-host job listens beyond."""
     host = compat.this_node_address(handler)
     if config.max_nodes <= 1 or host is None:
         return None
+    if listen.is_loopback_host(config.rdzv_endpoint.host) and not listen.is_loopback_host(host):
+        host = listen.LOOPBACK
     try:
         return PeerPresence(PresencePort(host), signer)
     except OSError as err:
