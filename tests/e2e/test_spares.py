@@ -117,6 +117,14 @@ def test_a_spare_takes_the_place_of_a_lost_node(tmp_path: Path) -> None:
     )
     assert len(replaced) == 1, host
     assert "), lost; the job is back" not in spare  # said once, not by the spare
+    # its agent's port refused a connection: named at once, not after its heartbeats' 10 s
+    assert re.search(
+        rf"torchx-elastic: rank 1 \(node 1\) failed: node 1 \(127.0.0.2 \(agent pid"
+        rf" {agents['lost'].pid}\)\) was lost: its agent is gone \(nothing listens on its port"
+        r" 127.0.0.2:\d+ any more\); restarting every node: attempt 2 of 4 \(2 restarts left\),"
+        r" rendezvous round 2 next\n",
+        host,
+    ), host
 
 
 def test_a_lost_node_that_comes_back_takes_its_place_before_the_spare(tmp_path: Path) -> None:

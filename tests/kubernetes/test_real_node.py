@@ -361,6 +361,12 @@ def _wait_done(scheduler: KubernetesScheduler, handle: str) -> AppState:
     return _wait(f"{handle} to end", done)
 
 
+def _succeeded(cluster: Cluster, scheduler: KubernetesScheduler, handle: str, job: str) -> str:
+    """The job's logs once it SUCCEEDED (its logs in the error where it did not end so)."""
+    logs = _succeeded(cluster, scheduler, handle, job)
+    return logs
+
+
 def _log_has(cluster: Cluster, pod: str, text: str) -> Optional[bool]:
     return True if text in cluster.pod_log(pod) else None
 
@@ -513,12 +519,7 @@ def test_a_deleted_rendezvous_pod_leaves_the_job_to_the_other_which_it_rejoins(
     job = _app_id(handle).partition(":")[2]
     first = _wait("pod 0 to train with pod 1", lambda: _world_of_2(cluster, job, 0))
     cluster.delete_pod(first)
-    try:
-        state = _wait_done(scheduler, handle)
-    except AssertionError as err:
-        raise AssertionError(f"{err}\n{cluster.logs_of(job)}") from None
-    logs = cluster.logs_of(job)
-    assert state == AppState.SUCCEEDED, logs
+    _succeeded(cluster, scheduler, handle, job)
     survivor = cluster.pod_log(_pod_of(cluster, job, 1))
     assert "torchx-elastic: the rendezvous host is lost: " in survivor, survivor
     assert "(this node hosts it) and the job re-forms without the lost host" in survivor
@@ -526,6 +527,79 @@ def test_a_deleted_rendezvous_pod_leaves_the_job_to_the_other_which_it_rejoins(
     assert _pod_of(cluster, job, 0) != first
     assert "; this node joins the job there" in back, back
     assert "of world size 2" in back and "rank 1 done" in survivor + back, (back, survivor)
+
+
+# (how many are "here" counts the roll call, the lost pod's entry too)
+STANDING_BY = "torchx-elastic: standing by: the job has its 2 nodes ("
+
+
+def test_a_spare_pod_takes_the_place_of_a_deleted_one(
+    cluster: Cluster, scheduler: KubernetesScheduler
+) -> None:
+    """-j 2x1 --spares 1: three pods, two train and one stands by (--cpu 0.5: the node's two
+    CPUs hold three such pods, not three of --cpu 1), and torchx status says so. A training
+    pod other than the rendezvous host is deleted: the spare takes its place at the next
+    round, the Job's replacement pod becomes the new spare, and the job succeeds with no pod
+    left running. How soon, and when the replacement was scheduled, is printed."""
+    handle = cluster.run(
+        "-j", "2x1", "--spares", "1", "--cpu", "0.5", "--max_retries", "1", *ONE_THREAD,
+        "--script", "examples/timed.py", "--", "--seconds", "45", "--progress",
+    )  # fmt: skip
+    job = _app_id(handle).partition(":")[2]
+
+    def spare_pod() -> Optional[str]:
+        return next(
+            (n for n in _job_pod_names(cluster, job) if _log_has(cluster, n, STANDING_BY)), None
+        )
+
+    spare = _wait("a pod to stand by", spare_pod)
+    _status_once(cluster, handle, "nodes: 2 training, 1 standby", timeout_s=120)
+    lost = next(
+        n for n in _job_pod_names(cluster, job) if n != spare and not n.startswith(f"{job}-0-")
+    )
+    deleted_s = time.time()
+    cluster.delete_pod(lost)
+    _wait("the spare to train", lambda: _log_has(cluster, spare, "of world size 2, attempt 1"))
+    trained_s = time.time() - deleted_s
+    index = lost.split("-")[-2]
+    replacement = _wait(
+        "the replacement pod",
+        lambda: next(
+            (
+                n
+                for n in _job_pod_names(cluster, job)
+                if n.startswith(f"{job}-{index}-") and n != lost
+            ),
+            None,
+        ),
+    )
+    _wait("the replacement to stand by", lambda: _log_has(cluster, replacement, STANDING_BY))
+    _status_once(cluster, handle, "nodes: 2 training, 1 standby", timeout_s=120)
+    logs = _succeeded(cluster, scheduler, handle, job)
+    pods = {str(p["metadata"]["name"]): p for p in cluster.pods(job)}
+    assert lost not in pods and replacement in pods
+    assert {str(p["status"]["phase"]) for p in pods.values()} == {"Succeeded"}, logs
+    spare_log = cluster.pod_log(spare)
+    # it never trained alone, nor before the loss
+    assert not re.search(r"of world size (1|\d+, attempt 0)", spare_log), spare_log
+    assert "stood by as a spare, so this node exits without training" in cluster.pod_log(
+        replacement
+    )
+    assert re.search(
+        rf"torchx-elastic: round 2: \S+ \(agent pid \d+\) takes the place of {job}-{index}\S*"
+        r" \(agent pid \d+\), lost; the job is back at 2 nodes",
+        logs,
+    ), logs
+    scheduled = next(
+        c["lastTransitionTime"]
+        for c in pods[replacement]["status"]["conditions"]
+        if c["type"] == "PodScheduled"
+    )
+    print(
+        f"\n[kubernetes] the spare trained at world 2 {trained_s:.1f}s after the delete;"
+        f" the replacement pod was scheduled at {scheduled}, deleted at"
+        f" {time.strftime('%H:%M:%S', time.gmtime(deleted_s))} UTC"
+    )
 
 
 def _world_of_2(cluster: Cluster, job: str, index: int) -> Optional[str]:

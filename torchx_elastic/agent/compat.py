@@ -54,9 +54,11 @@ import inspect
 import json
 import logging
 import os
+import secrets
 import socket
 import sys
 import threading
+import time
 import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -114,6 +116,11 @@ def assign_worker_ranks(
         store.get(f"{ASSIGNED_RANKS_PREFIX}{group_rank}")
     )
     return int(base), int(world_size), int(role_base), int(role_world_size)
+
+
+def first_rank_of(store: Store, group_rank: int) -> int:
+    """The first global rank of node ``group_rank`` in a round (:func:`assign_worker_ranks`)."""
+    return int(json.loads(store.get(f"{ASSIGNED_RANKS_PREFIX}{group_rank}"))[0])
 
 
 def preload_compiler() -> None:
@@ -254,6 +261,26 @@ def hold_joins(handler: RendezvousHandler, hold: Callable[[JoinView], bool]) -> 
 _JOIN_MOVES = ("ADD_TO_PARTICIPANTS", "ADD_TO_WAIT_LIST", "REMOVE_FROM_REDUNDANCY_LIST")
 
 
+def number_nodes_apart() -> None:
+    """Number this process's rendezvous nodes from a random start, not 0 (once per process).
+    torch tells nodes apart by address, process id and that number: a replacement container
+    (the lost one's host name, its agent the same pid, 1 in a container) would otherwise be
+    taken for the node it replaces, still in the round."""
+    global _numbered_apart
+    handler_class = getattr(_dynamic_rendezvous(), "DynamicRendezvousHandler", None)
+    generator: Any = getattr(handler_class, "_node_desc_generator", None)
+    lock = getattr(generator, "_lock", None)
+    if lock is None or not isinstance(getattr(generator, "_local_id", None), int):
+        return
+    with lock:
+        if not _numbered_apart:
+            generator._local_id += secrets.randbelow(2**31)
+            _numbered_apart = True
+
+
+_numbered_apart = False
+
+
 def node_address(node: Any) -> str:
     """The address a node published (torch's node descriptor)."""
     return str(getattr(node, "addr", "?"))
@@ -261,6 +288,54 @@ def node_address(node: Any) -> str:
 
 def node_name(node: Any) -> str:
     return f"{getattr(node, 'addr', '?')} (agent pid {getattr(node, 'pid', '?')})"
+
+
+def node_id(node: Any) -> str:
+    """torch's id of a node (``addr_pid_localid``): unique, unlike its address and pid."""
+    return str(node)
+
+
+def round_node_ids(handler: RendezvousHandler) -> dict[int, str]:
+    """Node rank -> torch's id of each member of the handler's last known round."""
+    _, participants, _ = _participants(handler)
+    return {rank: node_id(node) for node, rank in participants.items()}
+
+
+def this_node_id(handler: RendezvousHandler) -> str | None:
+    this_node, _, _ = _participants(handler)
+    return None if this_node is None else node_id(this_node)
+
+
+def expire_nodes(handler: RendezvousHandler, node_ids: set[str]) -> bool:
+    """Drop the nodes ``node_ids`` from the rendezvous now, as torch drops a node whose
+    heartbeats are stale: their last heartbeat is set to the epoch and the state written
+    back (every node's next sync then removes them). False when this torch's handler does
+    not offer what it takes (nothing is changed)."""
+    dr = _dynamic_rendezvous()
+    torch_handler = _torch_handler(handler)
+    executor: Any = getattr(torch_handler, "_op_executor", None)
+    holder: Any = getattr(torch_handler, "_state_holder", None)
+    lock: Any = getattr(torch_handler, "_heartbeat_lock", None)
+    action: Any = getattr(dr, "_Action", None)
+    if None in (executor, holder, lock, action) or not hasattr(holder, "mark_dirty"):
+        return False
+    epoch = datetime.datetime.fromtimestamp(0, datetime.timezone.utc)
+
+    def expire(ctx: Any, deadline: float) -> Any:
+        beats = ctx.state.last_heartbeats
+        doomed = [n for n in beats if node_id(n) in node_ids]
+        if not doomed:
+            return action.FINISH  # dropped (this sync's own clean-up, or another node's)
+        for node in doomed:
+            # the state's own kind of time: naive UTC before torch 2.5, aware after
+            beats[node] = epoch if beats[node].tzinfo else epoch.replace(tzinfo=None)
+        holder.mark_dirty()
+        # written at once with this node's own heartbeat where it has one (a sync waits 1 s)
+        return action.KEEP_ALIVE if ctx.node in beats else action.SYNC
+
+    with lock:
+        executor.run(expire, time.monotonic() + 10.0)
+    return True
 
 
 def round_members(handler: RendezvousHandler) -> dict[int, str]:

@@ -83,6 +83,9 @@ PROGRESS_PUBLISHERS_KEY = "torchx_elastic/progress/publishers"  # nodes this rou
 FAILURE_KEY_PREFIX = "torchx_elastic/failure/attempt"  # + attempt: the first failure
 LEFT_KEY = "torchx_elastic/left"  # in a round's store: its nodes done with it (closing.py)
 WORKER_STORE_KEY = "torchx_elastic/worker_store/"  # + round: the workers' store
+# + torch's node id: "<addr>:<port>" where the node's agent listens while it runs, or "left"
+# once it was stopped by a signal (rendezvous/presence.py)
+PRESENCE_KEY_PREFIX = "torchx_elastic/presence/"
 MASTER_KEY = "torchx_elastic/master_addr_port"  # "<addr> <port>" of rank 0
 ROLL_CALL_KEY_PREFIX = "torchx_elastic/roll_call/"  # + index, "count": who came (roll_call.py)
 # + round "/" rank "/count" and "/" claim: who took which --node-rank (static_ranks.py)

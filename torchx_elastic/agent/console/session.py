@@ -183,13 +183,20 @@ class ConsoleSession:
             print(text, file=out or sys.stderr, end="", flush=True)
         return verdict
 
-    def attempt_failed(self, result: RunResult, attempt: int) -> FirstFailure | None:
-        """This node's ranks failed: the job's first failure, agreed with the other nodes."""
+    def attempt_failed(
+        self,
+        result: RunResult,
+        attempt: int,
+        lost_peer: Callable[[], FirstFailure | None] | None = None,
+    ) -> FirstFailure | None:
+        """This node's ranks failed: the job's first failure, agreed with the other nodes
+        (``lost_peer``: a peer found lost while waiting for it, see ``agree``)."""
         verdict = self._verdict(result)
         own = _own_first_failure(verdict)
         first = own
         if self._round is not None and self._round[2] > 1:
-            first = agree(self._round[0], attempt, None if verdict.root_is_victim else own)
+            offered = None if verdict.root_is_victim else own
+            first = agree(self._round[0], attempt, offered, lost_peer=lost_peer)
         self._failed = (result, verdict, first, attempt)
         return first
 

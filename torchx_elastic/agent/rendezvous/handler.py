@@ -183,6 +183,7 @@ def handler_on_store(
         backend = C10dRendezvousBackend(store, params.run_id)
         if signer.authenticated:
             backend = SignedRendezvousBackend(backend, signer, params.run_id)  # type: ignore[assignment]
+        compat.number_nodes_apart()
         handler = dynamic_rendezvous.create_handler(store, backend, params)
     except RendezvousConnectionError:
         raise

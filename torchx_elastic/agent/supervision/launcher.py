@@ -21,6 +21,7 @@ from torchx_elastic.agent.config.launch import AgentConfig, UsageError, apply_pr
 from torchx_elastic.agent.console.output.agent_line import say
 from torchx_elastic.agent.console.output.sinks import SinkOptions
 from torchx_elastic.agent.console.session import ConsoleSession
+from torchx_elastic.agent.rendezvous import listen
 from torchx_elastic.agent.rendezvous.closing import leave_last
 from torchx_elastic.agent.rendezvous.diagnosis import RendezvousDiagnosis
 from torchx_elastic.agent.rendezvous.failover import NoSuccessor
@@ -36,11 +37,13 @@ from torchx_elastic.agent.rendezvous.handler import (
 from torchx_elastic.agent.rendezvous.job_secret import job_secret
 from torchx_elastic.agent.rendezvous.observed import ObservedRendezvous, RoundListener
 from torchx_elastic.agent.rendezvous.parameters import finished_grace_s
+from torchx_elastic.agent.rendezvous.presence import PresencePort
 from torchx_elastic.agent.rendezvous.signed_store import StoreSigner, signed_rounds
 from torchx_elastic.agent.supervision.elastic_events import check_handler, record_agent_end
 from torchx_elastic.agent.supervision.health_check import HealthCheck, HealthCheckFailed
 from torchx_elastic.agent.supervision.loop import Supervision, Supervisor
 from torchx_elastic.agent.supervision.network_watch import NetworkWatch, watch_network
+from torchx_elastic.agent.supervision.peer_presence import PeerPresence
 from torchx_elastic.agent.supervision.rendezvous_move import RendezvousMove, movable_rendezvous
 from torchx_elastic.agent.supervision.stop_signals import (
     absorb_stop_signals,
@@ -128,6 +131,7 @@ def launch(
     watchdog = None
     if config.hang_timeout_s > 0:
         watchdog = HangWatchdog(session.activity, config.hang_timeout_s)
+    presence = peer_presence(config, handler, signer)
     supervisor = Supervisor(
         config,
         handler,
@@ -146,6 +150,7 @@ def launch(
             health_check=(
                 HealthCheck(config.health_check, session.log_dir) if config.health_check else None
             ),
+            presence=presence,
         ),
     )
     watch = network_watch(config, handler, supervisor, move)
@@ -155,6 +160,26 @@ def launch(
     finally:
         if move is not None:  # its beacon tells late nodes where the job went until now
             move.close()
+        if presence is not None:
+            presence.close()
+
+
+def peer_presence(
+    config: AgentConfig, handler: ObservedRendezvous, signer: StoreSigner
+) -> PeerPresence | None:
+    """This node's presence port where the job may have several nodes (None: a port at the
+    address its peers use cannot be had, said in the agent's log). On loopback where the
+    nodes meet there (one host), as the stores: nothing of a one-host job listens beyond."""
+    host = compat.this_node_address(handler)
+    if config.max_nodes <= 1 or host is None:
+        return None
+    if listen.is_loopback_host(config.rdzv_endpoint.host) and not listen.is_loopback_host(host):
+        host = listen.LOOPBACK
+    try:
+        return PeerPresence(PresencePort(host), signer)
+    except OSError as err:
+        log.info("no presence port at %s (%s): a lost peer is known by its heartbeats", host, err)
+        return None
 
 
 def open_rendezvous(

@@ -46,6 +46,7 @@ from torchx_elastic.agent.rendezvous.worker_store import WorkerStoreHost
 from torchx_elastic.agent.supervision import replacements, restart_budget
 from torchx_elastic.agent.supervision.health_check import HealthCheck
 from torchx_elastic.agent.supervision.network_watch import ABANDON_GRACE_S
+from torchx_elastic.agent.supervision.peer_presence import PeerPresence
 from torchx_elastic.agent.supervision.stop_signals import (
     absorb_stop_signals,
     stopped_before_joining,
@@ -117,6 +118,11 @@ class Group:
     master_port: int
 
 
+OnFailure = Callable[
+    [RunResult, int, Callable[[], FirstFailure | None] | None], FirstFailure | None
+]
+
+
 @dataclass
 class Supervision:
     """How the agent watches its workers beyond their exit codes."""
@@ -125,13 +131,15 @@ class Supervision:
     watchdog: HangWatchdog | None = None
     fork_server: ForkServer | None = None
     signer: StoreSigner | None = None  # of the job's store entries; None: unauthenticated
-    # (result, attempt) -> the job's first failure, agreed with the other nodes
-    on_failure: Callable[[RunResult, int], FirstFailure | None] | None = None
+    # (result, attempt, a lost peer found while waiting) -> the job's first failure, agreed
+    # with the other nodes
+    on_failure: OnFailure | None = None
     # (the lost host's news, the last round's addresses by node rank) -> the line that says
     # where the rendezvous went (rendezvous/failover.py); None: a lost host ends the node
     move_rendezvous: Callable[[HostLost, dict[int, str]], str] | None = None
     on_rendezvous_lost: Callable[[], None] = lambda: None  # before the workers' end
     health_check: HealthCheck | None = None  # run before each round this node would join
+    presence: PeerPresence | None = None  # this node's presence port, its peers' (multi-node)
 
 
 def assign_ranks(
@@ -266,6 +274,8 @@ class Supervisor:
                 grace_s = self.config.shutdown_timeout_s if self._workers is not None else None
                 line = stopping(sig, grace_s)
             say(line)
+            if self._supervision.presence is not None:
+                self._supervision.presence.leave()  # before its ranks' end reaches the peers
             self.stop_workers(sig)  # the workers get the same signal
             raise
         finally:
@@ -312,8 +322,9 @@ class Supervisor:
                 self._record_failure(result)
                 last = self.remaining_restarts <= 0
                 self.stop_workers()
-                on_failure = self._supervision.on_failure
-                first = on_failure(result, self.attempt) if on_failure else None
+                on_failure, presence = self._supervision.on_failure, self._supervision.presence
+                lost_peer = presence.lost_peer if presence is not None else None
+                first = on_failure(result, self.attempt, lost_peer) if on_failure else None
                 if first is not None and not first.retried:
                     if first.node == (self._group.round.rank if self._group else 0):
                         say(not_retried_line(first, self.remaining_restarts))
@@ -422,6 +433,8 @@ class Supervisor:
         self.last_round_addresses = compat.round_addresses(self.handler)
         self.largest_world = max(self.largest_world, rnd.world_size)
         self._silent_peers.new_round(self.handler)
+        if self._supervision.presence is not None:
+            self._supervision.presence.new_round(self.handler, rnd)
         self._rounds += 1
         self._events.node = rnd.rank
         self._events.emit(

@@ -28,6 +28,8 @@ log = logging.getLogger(__name__)
 
 DEFAULT_WAIT_S = 10.0
 _POLL_S = 0.05
+LOST_PROBE_S = 0.5  # between two looks for a lost peer while waiting for the first failure
+LOST_NODE = "node lost"  # the ``how`` of a node whose agent is gone with its ranks
 
 
 class FailureStore(Protocol):
@@ -98,16 +100,24 @@ def agree(
     own: FirstFailure | None,
     wait_s: float = DEFAULT_WAIT_S,
     clock: Callable[[], float] = time.monotonic,
+    lost_peer: Callable[[], FirstFailure | None] | None = None,
 ) -> FirstFailure | None:
     """The job's first failure of ``attempt``: ``own`` offered (None: this node's ranks only
     lost peers), the winner read back; None when nobody offered one within ``wait_s`` or the
-    store is gone."""
+    store is gone. While it waits, ``lost_peer`` is asked every :data:`LOST_PROBE_S`: a
+    node it finds lost (its agent gone, which never names a failure) is offered instead."""
     key = f"{FAILURE_KEY_PREFIX}{attempt}"
     deadline_s = clock() + wait_s
+    probe_s = clock()
     try:
         if own is not None:
             return FirstFailure.from_json(store.compare_set(key, "", own.to_json())) or own
         while not store.check([key]) and clock() < deadline_s:
+            if lost_peer is not None and clock() >= probe_s:
+                lost = lost_peer()
+                if lost is not None:
+                    return agree(store, attempt, lost)
+                probe_s = clock() + LOST_PROBE_S
             time.sleep(_POLL_S)
         return FirstFailure.from_json(store.get(key)) if store.check([key]) else None
     except RefusedEntry as err:  # not written by a node of the job: what this node knows
@@ -154,8 +164,13 @@ class RestartNotice:
     next_round: int  # this node's rendezvous rounds so far, +1
 
     def said_by(self, node: int) -> bool:
-        """Once per job: by the node whose rank failed first (node 0 when none is known)."""
-        return node == (self.failed.node if self.failed is not None else 0)
+        """Once per job: by the node whose rank failed first (node 0 when none is known, the
+        first other node when that node was lost)."""
+        if self.failed is None:
+            return node == 0
+        if self.failed.how == LOST_NODE:
+            return node == (1 if self.failed.node == 0 else 0)
+        return node == self.failed.node
 
     def line(self) -> str:
         failed = "a rank failed"

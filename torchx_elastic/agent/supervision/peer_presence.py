@@ -1,0 +1,87 @@
+"""A lost peer named within a second (rendezvous/presence.py), round by round.
+
+At each round the agent publishes its presence port under its node's id; when its ranks
+fail and no node names the job's first failure, it asks the members that follow it whether
+their agent is there. A member whose agent is gone is dropped from torch's rendezvous at
+once and offered as the first failure: ``rank 2 (node 1) failed first: node 1 (h1 (agent
+pid 512)) was lost: its agent is gone (...)``. The restart is counted as for any failure
+(what the workers see does not change: torchrun counts it too); only the wait goes.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from torch.distributed.elastic.rendezvous import RendezvousHandler
+
+from torchx_elastic.agent import compat
+from torchx_elastic.agent.console.failure.first_failure import LOST_NODE, FirstFailure
+from torchx_elastic.agent.rendezvous import presence
+from torchx_elastic.agent.rendezvous.signed_store import SignedStore, StoreSigner
+
+log = logging.getLogger(__name__)
+
+
+class PeerPresence:
+    """This node's presence port, and what it knows of the current round's members."""
+
+    def __init__(self, port: presence.PresencePort, signer: StoreSigner) -> None:
+        self._port = port
+        self._signer = signer
+        self._handler: RendezvousHandler | None = None
+        self._round: compat.Round | None = None
+        self._ids: dict[int, str] = {}  # node rank -> torch's node id
+        self._names: dict[int, str] = {}  # node rank -> "addr (agent pid N)"
+
+    def _store(self) -> SignedStore | None:
+        store = None if self._handler is None else compat.handler_store(self._handler)
+        return None if store is None else SignedStore(store, self._signer)
+
+    def new_round(self, handler: RendezvousHandler, rnd: compat.Round) -> None:
+        """A round is complete: publish this node's port, remember the members."""
+        self._handler, self._round = handler, rnd
+        self._ids = compat.round_node_ids(handler)
+        self._names = compat.round_members(handler)
+        own, store = compat.this_node_id(handler), self._store()
+        if len(self._ids) < 2 or own is None or store is None:
+            return
+        try:
+            presence.publish(store, own, self._port)
+        except Exception as err:  # noqa: BLE001 - a hint for the peers; the heartbeats remain
+            log.debug("cannot publish this node's presence port: %s", err)
+
+    def lost_peer(self) -> FirstFailure | None:
+        """A member of the round that follows this node whose agent is gone, dropped from the
+        rendezvous, as the job's first failure; None when none is found."""
+        store, handler, rnd = self._store(), self._handler, self._round
+        if store is None or handler is None or rnd is None or len(self._ids) < 2:
+            return None
+        ranks = presence.probed(list(self._ids), rnd.rank)
+        gone = presence.gone_peers(store, {rank: self._ids[rank] for rank in ranks})
+        if not gone:
+            return None
+        try:
+            compat.expire_nodes(handler, {self._ids[rank] for rank in gone})
+        except Exception as err:  # noqa: BLE001 - the heartbeats drop it a few seconds later
+            log.debug("cannot drop the lost nodes from the rendezvous: %s", err)
+        node = min(gone)
+        try:
+            rank = compat.first_rank_of(rnd.store, node)
+        except Exception:  # noqa: BLE001 - the round's store may be gone with the node
+            rank = -1
+        return FirstFailure(
+            rank=rank,
+            node=node,
+            how=LOST_NODE,
+            message=f"node {node} ({self._names.get(node, '?')}) was lost: {gone[node]}",
+        )
+
+    def leave(self) -> None:
+        """This agent was stopped by a signal: its peers need not wait for its heartbeats."""
+        store = self._store()
+        own = None if self._handler is None else compat.this_node_id(self._handler)
+        if store is not None and own is not None and len(self._ids) > 1:
+            presence.say_left(store, own)
+
+    def close(self) -> None:
+        self._port.close()
