@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -41,6 +42,29 @@ def wait_for_text(path: Path, text: str, timeout_s: float = DEADLINE_S, count: i
         every_s=0.1,
         detail=lambda: path.read_text(errors="replace") if path.exists() else "(no such file)",
     )
+
+
+# an agent started with this in its environment writes every thread's stack to its log on
+# SIGABRT: what wait_for_exit shows of an agent that does not end
+DUMPS_STACKS = {"PYTHONFAULTHANDLER": "1"}
+
+
+def wait_for_exit(agent: subprocess.Popen[bytes], log: Path, timeout_s: float = 60) -> int:
+    """``agent``'s exit code once it ends; if it has not within ``timeout_s``, an
+    AssertionError with its log (its threads' stacks first, where it was started with
+    :data:`DUMPS_STACKS`): a hang is shown where it is, not as a bare timeout."""
+    try:
+        return agent.wait(timeout_s)
+    except subprocess.TimeoutExpired:
+        agent.send_signal(signal.SIGABRT)
+        try:
+            agent.wait(10)
+        except subprocess.TimeoutExpired:
+            agent.kill()
+        raise AssertionError(
+            f"agent pid {agent.pid} did not end within {timeout_s:g} s; its log:\n"
+            + log.read_text(errors="replace")
+        ) from None
 
 
 def descendants(pid: int) -> set[int]:

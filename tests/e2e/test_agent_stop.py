@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.agents import free_port, start_agent, wait_for_text
+from tests.e2e.agents import DUMPS_STACKS, free_port, start_agent, wait_for_exit, wait_for_text
 from tests.waiting import wait_until
 from torchx_elastic.agent.supervision.stop_signals import stopping
 
@@ -52,6 +52,7 @@ def test_the_store_host_stopped_says_so_and_nobody_prints_cpp_frames(tmp_path: P
             str(script),
             cwd=tmp_path,
             log=log,
+            env=DUMPS_STACKS,
         )
         for log in logs
     ]
@@ -60,7 +61,7 @@ def test_the_store_host_stopped_says_so_and_nobody_prints_cpp_frames(tmp_path: P
             wait_for_text(log, "training")
         host = next(n for n, log in enumerate(logs) if "[n0 r0] training 0" in log.read_text())
         agents[host].send_signal(signal.SIGTERM)
-        assert agents[host].wait(60) == 128 + signal.SIGTERM
+        assert wait_for_exit(agents[host], logs[host]) == 128 + signal.SIGTERM
         # the other node fails (its store is gone) or, by timing, takes the rendezvous over
         # and waits for a second node: then it is stopped too
         other = agents[1 - host]
@@ -72,7 +73,7 @@ def test_the_store_host_stopped_says_so_and_nobody_prints_cpp_frames(tmp_path: P
         )
         if other.poll() is None:
             other.send_signal(signal.SIGTERM)
-            assert other.wait(60) == 128 + signal.SIGTERM
+            assert wait_for_exit(other, logs[1 - host]) == 128 + signal.SIGTERM
             assert logs[1 - host].read_text().count("torchx-elastic: stopped by SIGTERM") == 1
     finally:
         for agent in agents:
