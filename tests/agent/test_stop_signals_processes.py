@@ -1,5 +1,6 @@
 """The agent's stop signals before its launch: one line and 128 + signal in the agent, the
-default action in a process forked from it (its fork server and the workers)."""
+default action in a process forked from it (its fork server and the workers); once it runs,
+a stop that a broad ``except`` swallowed is raised again."""
 
 from __future__ import annotations
 
@@ -53,3 +54,36 @@ def test_a_forked_process_takes_the_default_action() -> None:
     assert done.returncode == 0, done
     assert done.stdout == f"child {-int(signal.SIGTERM)}\n"
     assert done.stderr == ""
+
+
+SWALLOWED = textwrap.dedent(
+    """
+    import os, signal, time
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+    from torchx_elastic.agent.supervision.stop_signals import (
+        absorb_stop_signals, raise_on_stop_signals,
+    )
+    raise_on_stop_signals()
+    try:
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)
+    except Exception:  # as a broad except in the agent's main thread would (a store call)
+        print("swallowed", flush=True)
+    try:
+        time.sleep(30)  # the agent waits on (for a rendezvous round, say)
+    except SignalException as err:
+        absorb_stop_signals()  # the stop is taken
+        print("raised again", err.sigval.name, flush=True)
+    time.sleep(3)  # and no more deliveries once it is taken
+    print("done", flush=True)
+    """
+)
+
+
+def test_a_swallowed_stop_is_raised_again_until_it_is_taken() -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", SWALLOWED], capture_output=True, text=True, timeout=60,
+        env={**os.environ, SIGNALS_ENV: "SIGTERM"},
+    )  # fmt: skip
+    assert done.returncode == 0, done
+    assert done.stdout == "swallowed\nraised again SIGTERM\ndone\n", done

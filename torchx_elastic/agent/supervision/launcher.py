@@ -370,6 +370,7 @@ def run(config: AgentConfig, fork_server: ForkServer | None = None) -> None:
         code = 0
     except SignalException as err:  # stopped before its rendezvous started (a Job that
         # succeeded removes its pods still waiting for the rank-0 host's name)
+        absorb_stop_signals()
         say(stopped_before_joining(err.sigval))
         code = 128 + int(err.sigval)
     finally:

@@ -8,6 +8,13 @@ with one line and 128 + signal), and once the agent is stopping, further signals
 a scheduler signals every process of a node (Slurm: the whole step, on cancel, on requeue,
 on a peer's failure under ``srun --kill-on-bad-exit``) and often more than once, and a
 second exception in the middle of the shutdown would skip the summary and the report.
+
+A stop is never lost: ``SignalException`` is an ``Exception``, so a broad ``except`` that
+happens to run in the main thread when the signal lands (a store call around a lost host)
+would swallow it, and the agent would wait on (seen in CI: a node stopped while it re-formed
+waited out its join timeout). Until the stop is taken (:func:`absorb_stop_signals`, the first
+thing its handlers do), the signal is delivered again to the main thread every
+:data:`REDELIVER_S`.
 """
 
 from __future__ import annotations
@@ -64,9 +71,42 @@ def _exit_handler(agent_pid: int) -> Callable[[int, FrameType | None], None]:
     return handler
 
 
+REDELIVER_S = 1.0
+
+
+class _Redelivery:
+    """Delivers a stop signal again to the main thread until the stop is taken."""
+
+    def __init__(self) -> None:
+        self._taken = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self, signum: int) -> None:
+        if self._thread is not None or self._taken.is_set():
+            return
+        self._thread = threading.Thread(
+            target=self._run, args=(signum, threading.main_thread().ident), daemon=True,
+            name="stop-signal-redelivery",
+        )  # fmt: skip
+        self._thread.start()
+
+    def _run(self, signum: int, main_thread: int | None) -> None:
+        while main_thread is not None and not self._taken.wait(REDELIVER_S):
+            name = signal.Signals(signum).name
+            log.info("%s not taken yet (an except caught it): delivered again", name)
+            signal.pthread_kill(main_thread, signum)
+
+    def taken(self) -> None:
+        self._taken.set()
+
+
+_redelivery = _Redelivery()
+
+
 def _raise(signum: int, frame: FrameType | None) -> None:
     from torch.distributed.elastic.multiprocessing.api import SignalException  # imported by now
 
+    _redelivery.start(signum)
     raise SignalException(f"Process {os.getpid()} got signal: {signum}", signal.Signals(signum))
 
 
@@ -93,5 +133,7 @@ def raise_on_stop_signals() -> None:
 
 
 def absorb_stop_signals() -> None:
-    """The agent is stopping: later stop signals are logged and otherwise ignored."""
+    """The agent is stopping (the stop is taken): later stop signals are logged and otherwise
+    ignored."""
+    _redelivery.taken()
     _install(_absorb)
