@@ -17,11 +17,18 @@ pytestmark = pytest.mark.slow
 
 SYSTEM_PYTHON = shutil.which("python3", path="/usr/bin:/bin") or "/usr/bin/python3"
 
+# rank 1 fails once rank 0 wrote what it saw (its failure stops rank 0, which a loaded machine
+# may start later)
 SCRIPT = """
-import json, os, sys
-json.dump({"executable": sys.executable, "path": sys.path, "argv": sys.argv},
-          open("seen_%s.json" % os.environ["RANK"], "w"))
-if os.environ["RANK"] == "1":
+import json, os, sys, time
+rank = os.environ["RANK"]
+with open("seen_%s.json.part" % rank, "w") as out:
+    json.dump({"executable": sys.executable, "path": sys.path, "argv": sys.argv}, out)
+os.replace("seen_%s.json.part" % rank, "seen_%s.json" % rank)
+if rank == "1":
+    deadline = time.monotonic() + 120
+    while not os.path.exists("seen_0.json") and time.monotonic() < deadline:
+        time.sleep(0.05)
     raise ValueError("rank one fails on purpose")
 """
 
