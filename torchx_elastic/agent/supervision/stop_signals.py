@@ -128,7 +128,11 @@ def exit_on_stop_signals() -> None:
 
 
 def raise_on_stop_signals() -> None:
-    """The next stop signal raises ``SignalException`` in the main thread."""
+    """The next stop signal raises ``SignalException`` in the main thread (again, until the
+    stop is taken)."""
+    global _redelivery
+    _redelivery.taken()  # a process that launches again (a function launch) starts afresh
+    _redelivery = _Redelivery()
     _install(_raise)
 
 
