@@ -148,6 +148,7 @@ def test_static_multi_node_defaults_to_torchruns_master() -> None:
         (["--nproc-per-node", "gpu"], "--nproc-per-node gpu: Cuda is not available."),
         (["--nproc-per-node", "many"], "--nproc-per-node 'many' is not a whole number >= 1"),
         (["--max-restarts", "-1"], "--max-restarts -1 is negative"),
+        (["--spares", "-1"], "--spares -1 is negative; give 0 or more"),
         (["--local-ranks-filter", "a,b"], "--local_ranks_filter 'a,b': must be a comma"),
         (["-r", "7"], "--redirects '7' is not 0-3 or LOCAL_RANK:0-3"),
         (["--numa-binding", "node"], "--numa-binding node: NUMA binding is not supported"),

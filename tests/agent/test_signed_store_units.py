@@ -128,7 +128,7 @@ def test_the_secret_from_the_environment_or_a_file(
         assert job_secret.job_secret(b"given", 2) == b"given"
         assert len(job_secret.job_secret(None, 1) or b"") == 32  # a single node makes its own
         assert caplog.records == []
-        assert job_secret.job_secret(None, 2) is None
+        assert job_secret.job_secret(None, 2) is None  # two nodes, or one node and a spare
     assert [r.getMessage() for r in caplog.records] == [job_secret.UNAUTHENTICATED_WARNING]
     assert (
         caplog.records[0]

@@ -229,6 +229,8 @@ def test_spares_are_replicas_beyond_the_size_that_share_its_rendezvous() -> None
         role = component(script="train.py", j="2x1", spares=1).roles[0]
         assert (role.min_replicas, role.num_replicas) == (2, 3)
         assert role.args[role.args.index("--nnodes") + 1] == "2"  # the job's size, not 3
+        assert role.args[role.args.index("--spares") + 1] == "1"  # the agents know of them
+        assert "--spares" not in component(script="train.py", j="2x1").roles[0].args
     # one node and a spare: the two meet at the rank-0 host, not each on its own free port
     args = ddp(script="train.py", j="1x2", spares=1).roles[0].args
     assert args[args.index("--rdzv-endpoint") + 1].endswith("-localhost}:29500")

@@ -133,6 +133,8 @@ class AgentCommand:
             args += ["--no-retry-on", _literal(self.no_retry_on)]
         if self.health_check:
             args += ["--health-check", _literal(self.health_check)]
+        if self.spares:
+            args += ["--spares", str(self.spares)]
         if self.tee != 3:
             # the console shows the streams in --tee (torchrun's meaning: all others are
             # redirected to the log files only)

@@ -329,6 +329,14 @@ OWN_FLAGS: tuple[Row, ...] = (
         " saying why (the output is kept in the log directory)",
     ),
     Flag(
+        "spares",
+        0,
+        "nodes that stand by at the rendezvous beyond --nnodes' maximum (dist.ddp --spares"
+        " passes it): a job of one node with spares has several agents, so without a job"
+        " secret it runs unauthenticated rather than each agent making its own",
+        type=int,
+    ),
+    Flag(
         "no-retry-on",
         "",
         "failures that end the job at once, without a restart: exception classes and exit"

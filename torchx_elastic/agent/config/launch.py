@@ -127,6 +127,7 @@ class AgentConfig:
     max_restarts: int = 0
     no_retry: NoRetryRule = RETRY_ALL
     health_check: str = ""  # a shell command run before each round (--health-check)
+    spares: int = 0  # nodes standing by beyond max_nodes (--spares)
     """The failures that end the job without a restart (``--no-retry-on``)."""
     monitor_interval_s: float = 0.1
     start_method: str = DEFAULT_START_METHOD
@@ -369,6 +370,8 @@ def config_from_args(args: argparse.Namespace) -> AgentConfig:
         raise UsageError(f"--nnodes {err}") from None
     if args.max_restarts < 0:
         raise UsageError(f"--max-restarts {args.max_restarts} is negative; give 0 or more")
+    if args.spares < 0:
+        raise UsageError(f"--spares {args.spares} is negative; give 0 or more")
     try:
         no_retry = NoRetryRule.parse(args.no_retry_on)
     except ValueError as err:
@@ -401,6 +404,7 @@ def config_from_args(args: argparse.Namespace) -> AgentConfig:
         max_restarts=args.max_restarts,
         no_retry=no_retry,
         health_check=args.health_check,
+        spares=args.spares,
         monitor_interval_s=args.monitor_interval,
         start_method=args.start_method,
         local_addr=args.local_addr,

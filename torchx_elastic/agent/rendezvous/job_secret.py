@@ -23,12 +23,13 @@ UNAUTHENTICATED_WARNING = (
 )
 
 
-def job_secret(given: bytes | None, max_nodes: int) -> bytes | None:
-    """The secret this node uses: the one given; a fresh one for a single-node job (its
-    agent is the only member); None, said once, for a multi-node job without one."""
+def job_secret(given: bytes | None, agents: int) -> bytes | None:
+    """The secret this node uses: the one given; a fresh one where the job has one agent
+    (one node, no spares: it is the only member); None, said once, for a job of several
+    agents without one."""
     if given:
         return given
-    if max_nodes == 1:
+    if agents == 1:
         return secrets.token_bytes(32)
     log.warning(UNAUTHENTICATED_WARNING)
     return None

@@ -125,7 +125,7 @@ def launch(
     raise_on_stop_signals()
     specs = logs_specs(config, log_dir)
     session = console_session(config, log_dir)
-    signer = StoreSigner(job_secret(config.job_secret, config.max_nodes))
+    signer = StoreSigner(job_secret(config.job_secret, config.max_nodes + config.spares))
     handler, move = open_rendezvous(config, session, signer, node0_warning)
     janitor = Janitor()
     watchdog = None
