@@ -353,21 +353,27 @@ def _app_id(handle: str) -> str:
     return handle.rpartition("/")[2]
 
 
-def _wait_done(scheduler: KubernetesScheduler, handle: str) -> AppState:
-    def done() -> Optional[AppState]:
-        desc = scheduler.describe(_app_id(handle))
-        assert desc is not None, f"{handle} is gone"
-        return desc.state if desc.state in (AppState.SUCCEEDED, AppState.FAILED) else None
+def _ended(scheduler: KubernetesScheduler, handle: str) -> Optional[AppState]:
+    desc = scheduler.describe(_app_id(handle))
+    assert desc is not None, f"{handle} is gone"
+    return desc.state if desc.state in (AppState.SUCCEEDED, AppState.FAILED) else None
 
-    return _wait(f"{handle} to end", done)
+
+def _wait_done(scheduler: KubernetesScheduler, handle: str) -> AppState:
+    return _wait(f"{handle} to end", lambda: _ended(scheduler, handle))
+
+
+def _wait_in(cluster: Cluster, job: str, what: str, check: Callable[[], Optional[T]]) -> T:
+    """:func:`_wait`, with the logs of ``job``'s pods in the error where it times out."""
+    try:
+        return _wait(what, check)
+    except AssertionError as err:
+        raise AssertionError(f"{err}\n{cluster.logs_of(job)}") from None
 
 
 def _succeeded(cluster: Cluster, scheduler: KubernetesScheduler, handle: str, job: str) -> str:
     """The job's logs once it SUCCEEDED (its logs in the error where it did not end so)."""
-    try:
-        state = _wait_done(scheduler, handle)
-    except AssertionError as err:
-        raise AssertionError(f"{err}\n{cluster.logs_of(job)}") from None
+    state = _wait_in(cluster, job, f"{handle} to end", lambda: _ended(scheduler, handle))
     logs = cluster.logs_of(job)
     assert state == AppState.SUCCEEDED, logs
     return logs
@@ -558,17 +564,24 @@ def test_a_spare_pod_takes_the_place_of_a_deleted_one(
             (n for n in _job_pod_names(cluster, job) if _log_has(cluster, n, STANDING_BY)), None
         )
 
-    spare = _wait("a pod to stand by", spare_pod)
+    spare = _wait_in(cluster, job, "a pod to stand by", spare_pod)
     _status_once(cluster, handle, "nodes: 2 training, 1 standby", timeout_s=120)
     lost = next(
         n for n in _job_pod_names(cluster, job) if n != spare and not n.startswith(f"{job}-0-")
     )
     deleted_s = time.time()
     cluster.delete_pod(lost)
-    _wait("the spare to train", lambda: _log_has(cluster, spare, "of world size 2, attempt 1"))
+    _wait_in(
+        cluster,
+        job,
+        "the spare to train",
+        lambda: _log_has(cluster, spare, "of world size 2, attempt 1"),
+    )
     trained_s = time.time() - deleted_s
     index = lost.split("-")[-2]
-    replacement = _wait(
+    replacement = _wait_in(
+        cluster,
+        job,
         "the replacement pod",
         lambda: next(
             (
@@ -579,7 +592,12 @@ def test_a_spare_pod_takes_the_place_of_a_deleted_one(
             None,
         ),
     )
-    _wait("the replacement to stand by", lambda: _log_has(cluster, replacement, STANDING_BY))
+    _wait_in(
+        cluster,
+        job,
+        "the replacement to stand by",
+        lambda: _log_has(cluster, replacement, STANDING_BY),
+    )
     _status_once(cluster, handle, "nodes: 2 training, 1 standby", timeout_s=120)
     logs = _succeeded(cluster, scheduler, handle, job)
     pods = {str(p["metadata"]["name"]): p for p in cluster.pods(job)}

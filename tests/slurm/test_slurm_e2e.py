@@ -280,3 +280,41 @@ def test_cancel_stops_every_process_and_each_agent_reports(workdir: Path) -> Non
     batch = (workdir / f"slurm-{job.app_id}.out").read_text()
     for host in HOSTS:
         assert f"srun: error: {host}: task 0: Exited with exit code 143" in batch, batch
+
+
+def test_a_one_node_job_trains_beside_a_spare_that_stands_by_and_ends_with_it(
+    workdir: Path,
+) -> None:
+    """-j 1x1 --spares 1 --cpu 1 (torchx's Slurm hetjob gives each replica nodes of its own:
+    the two 2-CPU nodes here hold one node and a spare, not -j 2x1's three). torchx's Slurm
+    scheduler hands the nodes no job secret: the two agents share the rendezvous
+    unauthenticated, said once each (before the agent knew of spares, each agent of a
+    one-node job made its own secret and refused the other's rendezvous state)."""
+    submitted = run_torchx(
+        "run", "-s", "slurm", "dist.ddp", "-j", "1x1", "--spares", "1", "--cpu", "1",
+        "--rdzv_port", str(free_port()),
+        "--env", f"PET_LOG_DIR={workdir / 'agent_logs'},PET_STATUS_INTERVAL_S=1,STEPS=150",
+        "--script", SCRIPT,
+        cwd=workdir,
+    )  # fmt: skip
+    assert submitted.returncode == 0, submitted.stderr
+    job = Job(re.findall(r"^slurm://\S+", submitted.stdout, re.MULTILINE)[0], workdir, submitted)
+    job.status_once("nodes: 1 training, 1 standby", "the spare in torchx status")
+    assert "State: SUCCEEDED" in job.final_status(), job.everything()
+    wait_until(
+        lambda: job.processes_left() == "",
+        what="the end of every process of the job",
+        detail=job.processes_left,
+    )
+    outputs = [job.output(node, "out") + job.output(node, "err") for node in (0, 1)]
+    standing_by = "torchx-elastic: standing by: the job has its 1 node ("
+    spares = [node for node, text in enumerate(outputs) if standing_by in text]
+    assert len(spares) == 1, job.everything()
+    trained, spare = outputs[1 - spares[0]], outputs[spares[0]]
+    assert "rank 0 of 1 on " in trained and "rank 0 done" in trained, job.everything()
+    assert "rank 0 of" not in spare, job.everything()  # it never trained
+    assert "stood by as a spare, so this node exits without training" in spare, job.everything()
+    for text in outputs:
+        assert text.count("this multi-node rendezvous is NOT authenticated") == 1, text
+    assert job.runs() == ["attempt 0"]
+    job.assert_clean_output()

@@ -126,9 +126,9 @@ class AgentConfig:
     worker: WorkerCommand
     max_restarts: int = 0
     no_retry: NoRetryRule = RETRY_ALL
+    """The failures that end the job without a restart (``--no-retry-on``)."""
     health_check: str = ""  # a shell command run before each round (--health-check)
     spares: int = 0  # nodes standing by beyond max_nodes (--spares)
-    """The failures that end the job without a restart (``--no-retry-on``)."""
     monitor_interval_s: float = 0.1
     start_method: str = DEFAULT_START_METHOD
     local_addr: str | None = None

@@ -58,6 +58,9 @@ class ReturningFirst:
         self._last_round = -1
         self._last_members: frozenset[object] = frozenset()
         self._since: tuple[int, float] | None = None  # (round, clock) of the first hold
+        # what was said, for which last round: a round that opens again while the same nodes
+        # are back opens a new window, and says nothing new
+        self._told: tuple[int, list[str]] | None = None
 
     def __call__(self, view: compat.JoinView) -> bool:
         if view.complete and view.participants:
@@ -80,7 +83,10 @@ class ReturningFirst:
         now = self._clock()
         if self._since is None or self._since[0] != view.round:
             self._since = (view.round, now)
-            self._tell(held_line([compat.node_name(n) for n in back], self._window_s))
+            names = [compat.node_name(n) for n in back]
+            if self._told != (self._last_round, names):
+                self._told = (self._last_round, names)
+                self._tell(held_line(names, self._window_s))
         return now - self._since[1] < self._window_s
 
 
