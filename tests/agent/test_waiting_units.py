@@ -141,3 +141,28 @@ def test_a_peer_with_another_shared_setting_is_named_with_both_values_and_hosts(
         f"nodes disagree on {flag}: {mine} on h0 (pid 5), {theirs} on h1 (pid 6); start every"
         f" node of run id 'job' with the same {flag}"
     )
+
+
+def test_a_first_round_left_for_the_moved_job_says_nothing_more() -> None:
+    """A node that follows the job to its moved rendezvous (failover.py) while its first
+    round waits makes no report of that round after it left: CI once printed "waiting for
+    nodes ... hosting the rendezvous at h0:29500" after "this node joins the job there"."""
+    release = threading.Event()
+
+    class Waits:
+        def next_rendezvous(self) -> None:
+            release.wait(30)
+
+    explained = object.__new__(waiting.ExplainedRendezvous)
+    explained.handler = Waits()  # type: ignore[assignment]
+    explained._abandoned = threading.Event()
+    ticks: list[bool] = []
+    leaving = threading.Timer(0.1, explained.abandon)  # within the first poll
+    leaving.start()
+    try:
+        with pytest.raises(waiting.RendezvousError, match="left the rendezvous"):
+            explained._join(ticks.append)
+    finally:
+        release.set()
+        leaving.cancel()
+    assert ticks == []

@@ -196,6 +196,8 @@ class ExplainedRendezvous(WrappedRendezvous):
         joiner.start()
         while joiner.is_alive() and not self._abandoned.is_set():
             joiner.join(POLL_S)
+            if self._abandoned.is_set():  # left while it waited: its report would be stale
+                break
             tick(joiner.is_alive())
         if self._abandoned.is_set():
             raise RendezvousError("this node left the rendezvous for the job's moved one")
