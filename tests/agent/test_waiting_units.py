@@ -153,16 +153,24 @@ def test_a_first_round_left_for_the_moved_job_says_nothing_more() -> None:
         def next_rendezvous(self) -> None:
             release.wait(30)
 
+    class LeftDuringTheFirstPoll(threading.Event):
+        """Not left when the wait starts; left from then on (the move came during a poll)."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.asked = 0
+
+        def is_set(self) -> bool:
+            self.asked += 1
+            return self.asked > 1
+
     explained = object.__new__(waiting.ExplainedRendezvous)
     explained.handler = Waits()  # type: ignore[assignment]
-    explained._abandoned = threading.Event()
+    explained._abandoned = LeftDuringTheFirstPoll()
     ticks: list[bool] = []
-    leaving = threading.Timer(0.1, explained.abandon)  # within the first poll
-    leaving.start()
     try:
         with pytest.raises(waiting.RendezvousError, match="left the rendezvous"):
             explained._join(ticks.append)
     finally:
         release.set()
-        leaving.cancel()
     assert ticks == []
