@@ -57,7 +57,6 @@ import os
 import secrets
 import socket
 import sys
-import threading
 import time
 import weakref
 from collections.abc import Iterator
@@ -363,12 +362,22 @@ def handler_store(handler: RendezvousHandler) -> Any:
 
 
 def stop_heartbeats(handler: RendezvousHandler) -> None:
-    """Stop the keep-alive heartbeats of a rendezvous this node left (its host is lost:
-    torch's handler would warn at every failed one), without waiting: torch's timer joins
-    its thread, which may wait on the lost host for the store's whole timeout."""
-    stop = getattr(_torch_handler(handler), "_stop_heartbeats", None)
-    if callable(stop):
-        threading.Thread(target=stop, name="stop-heartbeats", daemon=True).start()
+    """Stop the keep-alive heartbeats of a rendezvous this node leaves without closing it
+    (its host is lost, or the agent stops on a signal), without waiting for them.
+
+    torch's timer stops through a finalizer that joins its thread: its ``cancel()`` may wait
+    on a lost host for the store's whole timeout, and where the garbage collector drops the
+    handler on the timer's own thread the join fails ("cannot join current thread", printed
+    at the end of an agent stopped by a signal). Here the finalizer is detached (nothing
+    joins the thread any more) and the thread told to end after its current heartbeat."""
+    timer = getattr(_torch_handler(handler), "_keep_alive_timer", None)
+    finalizer = getattr(timer, "_finalizer", None)
+    if not isinstance(finalizer, weakref.finalize):
+        return  # no timer started, or another release's: it ends with the process
+    detached = finalizer.detach()
+    if detached is not None:  # (timer, _stop_thread, (thread, stop_event), {})
+        _, _, (_, stop_event), _ = detached
+        stop_event.set()
 
 
 KEEP_ALIVE_FAILED = "has failed to send a keep-alive heartbeat"

@@ -269,6 +269,8 @@ def supervise(
         janitor.close()
         if end.shutdown_rendezvous:
             handler.shutdown()
+        else:  # left open for the others: its heartbeats end here, not at the process's exit
+            compat.stop_heartbeats(handler)
         session.close()
     return end
 
