@@ -10,6 +10,8 @@ Every attempt starts the clock again. ``--crash-rank R`` makes rank R raise an e
 ``--crash-after-s`` seconds in the first ``--crash-attempts`` attempts of its node (the
 agent's ``TORCHELASTIC_RESTART_COUNT``; -1: every attempt). ``--seconds-alone S``: a world of
 one rank trains S seconds instead, so that an elastic job waits for a node that comes later.
+``--until-file PATH``: the job ends once PATH exists on any of its nodes (``kubectl exec POD
+-- touch PATH``), at the same step on every rank; --seconds stays the longest it trains.
 """
 
 import argparse
@@ -39,6 +41,11 @@ def main() -> None:
     parser.add_argument("--crash-after-s", type=float, default=1.0)
     parser.add_argument("--crash-attempts", type=int, default=-1, help="-1: every attempt")
     parser.add_argument(
+        "--until-file",
+        default=None,
+        help="end the job once this file exists on any of its nodes (--seconds at most)",
+    )
+    parser.add_argument(
         "--progress",
         action="store_true",
         help="report each step to the agent (torchx_elastic.progress: the job's progress line"
@@ -61,9 +68,12 @@ def main() -> None:
         elapsed_s = time.monotonic() - start_s
         if crashes and elapsed_s >= args.crash_after_s:
             raise CrashOnPurpose(f"rank {rank} crashes on purpose at step {step}")
-        # rank 0's clock decides for everyone, so that every rank stops at the same step
-        stop = torch.tensor([1.0 if elapsed_s >= seconds else 0.0])
-        dist.broadcast(stop, src=0)
+        # rank 0's clock, or the file on any node, decides for everyone: every rank stops at
+        # the same step
+        timed_out = rank == 0 and elapsed_s >= seconds
+        told = args.until_file is not None and os.path.exists(args.until_file)
+        stop = torch.tensor([1.0 if timed_out or told else 0.0])
+        dist.all_reduce(stop, op=dist.ReduceOp.MAX)
         if stop.item():
             break
         inputs = torch.randn(16, 8)

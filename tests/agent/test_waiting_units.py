@@ -113,6 +113,37 @@ def test_a_later_round_that_waits_says_who_is_back_and_who_is_not(
     ), lines[0]
 
 
+def test_a_node_dropped_while_the_job_went_on_at_its_maximum_says_it_stands_by(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The others dropped n0 (its heartbeats late: a starved host) and re-formed at the job's
+    maximum of 2 nodes with a spare: n0 waits in torch's redundancy list, a spare now, not a
+    round short of nodes ("3 of 2 here" before)."""
+    monkeypatch.setattr(waiting, "LATER_ROUND_FIRST_S", 0.2)
+    monkeypatch.setattr(waiting, "POLL_S", 0.05)
+    handler = LaterRounds()
+    me = NodeEntry("n0", 5, "job", "n0", "2", 1, 0, "c10d")
+    call = RollCall(HashStore(), me, StoreSigner(None))
+    explained = waiting.ExplainedRendezvous(handler, call, config("2"), True, 600)  # type: ignore[arg-type]
+    assert explained.next_rendezvous() == "round 1"
+    capsys.readouterr()
+    state = handler._state_holder.state
+    state.participants = {Node("n1", 7): 0, Node("n2", 8): 1}
+    state.redundancy_list = (Node("n0", 5),)
+
+    def say_then_complete_the_round(line: str) -> None:
+        diagnosis.say(line)
+        handler.release.set()
+
+    monkeypatch.setattr(waiting, "say", say_then_complete_the_round)
+    assert explained.next_rendezvous() == "round 2"
+    assert capsys.readouterr().err.splitlines()[0] == (
+        "torchx-elastic: standing by: the job has its 2 nodes (3 here); this node takes the"
+        " place of the first one lost, at the next round; hosting the rendezvous at n0:29500,"
+        " run id 'job'"
+    )
+
+
 @pytest.mark.parametrize(
     ("setting", "flag", "mine", "theirs"),
     [

@@ -543,6 +543,7 @@ def test_a_deleted_rendezvous_pod_leaves_the_job_to_the_other_which_it_rejoins(
 
 # (how many are "here" counts the roll call, the lost pod's entry too)
 STANDING_BY = "torchx-elastic: standing by: the job has its 2 nodes ("
+END_FILE = "/tmp/torchx-elastic-test-end"  # examples/timed.py --until-file
 
 
 def test_a_spare_pod_takes_the_place_of_a_deleted_one(
@@ -552,10 +553,16 @@ def test_a_spare_pod_takes_the_place_of_a_deleted_one(
     CPUs hold three such pods, not three of --cpu 1), and torchx status says so. A training
     pod other than the rendezvous host is deleted: the spare takes its place at the next
     round, the Job's replacement pod becomes the new spare, and the job succeeds with no pod
-    left running. How soon, and when the replacement was scheduled, is printed."""
+    left running. How soon, and when the replacement was scheduled, is printed. The job trains
+    until the test tells it to end (a file in the rendezvous host's pod): a fixed time raced
+    the replacement's start on a loaded machine, and the late replacement found the job over.
+    A node is dropped after 30 s without heartbeats, not the agent's 10 s: on a busy 2-core
+    machine a half-CPU pod hosting the rendezvous stalled that long, and the others dropped it
+    (what a dropped node says: tests/agent/test_supervisor_units.py, test_waiting_units.py)."""
     handle = cluster.run(
         "-j", "2x1", "--spares", "1", "--cpu", "0.5", "--max_retries", "1", *ONE_THREAD,
-        "--script", "examples/timed.py", "--", "--seconds", "45", "--progress",
+        "--rdzv_conf", "keep_alive_max_attempt=15", "--script", "examples/timed.py",
+        "--", "--seconds", "600", "--until-file", END_FILE, "--progress",
     )  # fmt: skip
     job = _app_id(handle).partition(":")[2]
 
@@ -603,7 +610,9 @@ def test_a_spare_pod_takes_the_place_of_a_deleted_one(
         "the replacement to stand by",
         lambda: _log_has(cluster, replacement, STANDING_BY),
     )
+    replaced_s = time.time() - deleted_s
     _status_once(cluster, handle, "nodes: 2 training, 1 standby", timeout_s=120)
+    _end_the_job(cluster, job)
     logs = _succeeded(cluster, scheduler, handle, job)
     pods = {str(p["metadata"]["name"]): p for p in cluster.pods(job)}
     assert lost not in pods and replacement in pods
@@ -627,11 +636,26 @@ def test_a_spare_pod_takes_the_place_of_a_deleted_one(
     scheduled_s = calendar.timegm(time.strptime(scheduled, "%Y-%m-%dT%H:%M:%SZ"))
     print(
         f"\n[kubernetes] the spare trained at world 2 {trained_s:.1f}s after the delete;"
-        f" the replacement pod was scheduled {scheduled_s - deleted_s:.0f}s after it"
+        f" the replacement pod was scheduled {scheduled_s - deleted_s:.0f}s after it and"
+        f" stood by {replaced_s:.0f}s after it"
     )
     assert deleted_s + trained_s < scheduled_s, (
         "the job was back at 2 nodes only after the replacement was scheduled"
     )
+
+
+def _end_the_job(cluster: Cluster, job: str) -> None:
+    """The file that ends examples/timed.py --until-file, in every running pod of the job:
+    whichever nodes train see it (a pod whose container just ended refuses the exec)."""
+    touched = [
+        subprocess.run(
+            ["kubectl", "exec", str(pod["metadata"]["name"]), "--", "touch", END_FILE],
+            env=cluster.env, capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        for pod in cluster.pods(job)
+        if pod["status"]["phase"] == "Running"
+    ]
+    assert any(t.returncode == 0 for t in touched), [t.stderr for t in touched]
 
 
 def _world_of_2(cluster: Cluster, job: str, index: int) -> Optional[str]:

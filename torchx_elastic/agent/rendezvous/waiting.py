@@ -113,13 +113,14 @@ def waiting_line(
     return text + f"; {deadline.text()}"
 
 
-def standby_line(peers: list[roll_call.NodeEntry], config: AgentConfig, hosting: bool) -> str:
-    """``standing by: the job has its 2 nodes ...``: this node came once the job had its
-    maximum of nodes, and waits (torch's redundancy list) to take a lost node's place."""
+def standby_line(here: int, config: AgentConfig, hosting: bool) -> str:
+    """``standing by: the job has its 2 nodes ...``: this node came (or came back) once the
+    job had its maximum of nodes, and waits (torch's redundancy list) to take a lost node's
+    place."""
     role = "hosting the rendezvous" if hosting else "rendezvous"
     return (
         f"standing by: the job has its {config.max_nodes} node"
-        f"{'s' if config.max_nodes != 1 else ''} ({len(peers)} here); this node takes the"
+        f"{'s' if config.max_nodes != 1 else ''} ({here} here); this node takes the"
         f" place of the first one lost, at the next round; {role} at {config.rdzv_endpoint},"
         f" run id {config.run_id!r}"
     )
@@ -171,7 +172,6 @@ class ExplainedRendezvous(WrappedRendezvous):
         self._abandoned = threading.Event()
         self._probe_after_s: dict[str, float] = {}
         self._last_members: dict[int, str] = {}  # node rank -> name, of the last round
-        self.standing_by = False  # this node was seen in the redundancy list (a spare)
         self._read()
 
     def abandon(self) -> None:
@@ -213,9 +213,13 @@ class ExplainedRendezvous(WrappedRendezvous):
                 try:
                     here = sorted(compat.present_members(self.handler))
                     missing = liveness.absent_members(last, self.handler)
+                    standing_by = compat.standbys(self.handler)[1]
                 except RuntimeError:  # the state changed as it was read: the next report
                     return
-                say(later_round_line(self._rounds, here, missing, self._config, deadline))
+                if standing_by:  # dropped (or back) once the job had its nodes again
+                    say(standby_line(len(here), self._config, self._hosting))
+                else:
+                    say(later_round_line(self._rounds, here, missing, self._config, deadline))
 
         outcome = self._join(tick)
         if "error" in outcome:
@@ -310,8 +314,7 @@ class ExplainedRendezvous(WrappedRendezvous):
 
     def _report(self, deadline: Deadline) -> None:
         if compat.standbys(self.handler)[1]:
-            self.standing_by = True
-            say(standby_line(self._peers(), self._config, self._hosting))
+            say(standby_line(len(self._peers()), self._config, self._hosting))
             return
         line = waiting_line(self._peers(), self._config, self._hosting, deadline)
         say(line)
