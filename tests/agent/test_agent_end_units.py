@@ -1,6 +1,7 @@
 """What an agent's end leaves of its rendezvous (supervision/launcher.py ``supervise``): a run
 stopped by a signal leaves the rendezvous open for the other nodes, as torchrun's does, and
-ends its own heartbeats there; compat.stop_heartbeats waits for none of them."""
+ends its own heartbeats there; compat.stop_heartbeats waits for none of them. A node that
+never joined a round leaves it as it found it, unless its join timed out."""
 
 from __future__ import annotations
 
@@ -11,10 +12,16 @@ from typing import Any
 import pytest
 from torch.distributed import HashStore  # type: ignore[attr-defined]
 from torch.distributed.elastic.multiprocessing.api import SignalException
-from torch.distributed.elastic.rendezvous import RendezvousParameters, dynamic_rendezvous
+from torch.distributed.elastic.rendezvous import (
+    RendezvousParameters,
+    RendezvousTimeoutError,
+    dynamic_rendezvous,
+)
 from torch.distributed.elastic.rendezvous.c10d_rendezvous_backend import C10dRendezvousBackend
 
 from torchx_elastic.agent import compat
+from torchx_elastic.agent.config.endpoint import Endpoint
+from torchx_elastic.agent.rendezvous.diagnosis import Problem, RendezvousDiagnosis
 from torchx_elastic.agent.supervision import launcher
 
 
@@ -51,16 +58,17 @@ def test_heartbeats_of_a_rendezvous_left_open_stop_without_waiting_and_nothing_j
     assert not timer._thread.is_alive()
 
 
-class _Stopped:
-    """A supervisor whose run a stop signal ended."""
+class _Ended:
+    """A supervisor of a node that never joined a round, whose run raised ``error``."""
 
-    def __init__(self, handler: Any) -> None:
+    def __init__(self, handler: Any, error: BaseException) -> None:
         self.handler = handler
+        self.error = error
         self.last_round = None
         self.attempt = 0
 
     def run(self) -> Any:
-        raise SignalException("stopped", signal.SIGTERM)
+        raise self.error
 
 
 class _Closes:
@@ -77,7 +85,7 @@ def test_a_run_stopped_by_a_signal_leaves_the_rendezvous_open_and_ends_its_heart
     monkeypatch.setattr(launcher, "absorb_stop_signals", lambda: None)  # pytest's own stay
     handler = _one_node_round()
     no_config: Any = None  # supervise reads none of it on this path
-    stopped: Any = _Stopped(handler)
+    stopped: Any = _Ended(handler, SignalException("stopped", signal.SIGTERM))
     closes: Any = _Closes()
     end = launcher.supervise(no_config, stopped, closes, closes, None)
     assert (end.code, end.shutdown_rendezvous) == (128 + signal.SIGTERM, False)
@@ -85,3 +93,29 @@ def test_a_run_stopped_by_a_signal_leaves_the_rendezvous_open_and_ends_its_heart
     assert not handler._state_holder.state.closed  # the other nodes go on without it
     handler._keep_alive_timer._thread.join(30)
     assert not handler._keep_alive_timer._thread.is_alive()
+
+
+MISMATCH = Problem("nodes disagree on --nnodes: 3 on h1 (pid 6), 2 on h0 (pid 5)", "start ...")
+
+
+@pytest.mark.parametrize(
+    ("cause", "closed"), [(None, False), (RendezvousTimeoutError("join timeout"), True)]
+)
+def test_a_node_that_never_joined_closes_the_rendezvous_only_where_its_join_timed_out(
+    cause: BaseException | None, closed: bool
+) -> None:
+    """A node started with other settings (or at another job's endpoint) closed the
+    rendezvous as it failed: a job already running ended at its next round, and the peer
+    that would have named the mismatch found the rendezvous closed and said "the job this
+    node came for has finished" (CI). A join that timed out closes it, as torchrun's does."""
+    handler = _one_node_round()
+    diagnosis = RendezvousDiagnosis(Endpoint("localhost", 29500), MISMATCH)
+    diagnosis.__cause__ = cause
+    no_config: Any = None
+    ended: Any = _Ended(handler, diagnosis)
+    closes: Any = _Closes()
+    with pytest.raises(RendezvousDiagnosis):
+        launcher.supervise(no_config, ended, closes, closes, None)
+    handler._state_holder.sync()
+    assert handler._state_holder.state.closed is closed
+    assert not handler._keep_alive_timer._finalizer.alive

@@ -174,6 +174,23 @@ def test_a_peer_with_another_shared_setting_is_named_with_both_values_and_hosts(
     )
 
 
+def test_a_peer_that_said_the_mismatch_first_and_left_is_still_named() -> None:
+    """Both nodes of a mismatch name it: the one that saw it first leaves the roll call as it
+    fails; the other, checking after, still finds its entry (CI: it found none, and said its
+    job had finished)."""
+    store = HashStore()
+    me = NodeEntry("h0", 5, "job", "h0", "3", 1, 0, "c10d")
+    peer = RollCall(store, NodeEntry("h1", 6, "job", "h1", "2", 1, 0, "c10d"), StoreSigner(None))
+    peer.leave()
+    call = RollCall(store, me, StoreSigner(None))
+    problem = roll_call.settings_mismatch(call.entries()[0], me)
+    assert problem is not None
+    assert problem.line() == (
+        "nodes disagree on --nnodes: 3 on h0 (pid 5), 2 on h1 (pid 6); start every node of run"
+        " id 'job' with the same --nnodes"
+    )
+
+
 def test_a_first_round_left_for_the_moved_job_says_nothing_more() -> None:
     """A node that follows the job to its moved rendezvous (failover.py) while its first
     round waits makes no report of that round after it left: CI once printed "waiting for

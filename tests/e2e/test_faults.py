@@ -469,6 +469,43 @@ def test_a_node_that_arrives_after_the_job_finished_exits_at_once_saying_so(
     assert first.wait(timeout=120) == 0, logs[0].read_text()
 
 
+UNTIL_TOLD = """
+import os, time
+import torch.distributed as dist
+dist.init_process_group("gloo")
+attempt = os.environ["TORCHELASTIC_RESTART_COUNT"]
+print(f"attempt {attempt} world {dist.get_world_size()}", flush=True)
+while not os.path.exists("stop"):
+    time.sleep(0.1)
+print(f"done attempt {attempt} world {dist.get_world_size()}", flush=True)
+dist.destroy_process_group()
+"""
+
+
+def test_a_late_node_with_other_settings_fails_alone_and_the_running_job_goes_on(
+    tmp_path: Path,
+) -> None:
+    """A node started with another --nnodes comes to a running elastic job: it fails naming
+    both values, and the job it found trains on to its end (the failing node closed the
+    rendezvous: the job ended at its next round)."""
+    (tmp_path / "steps.py").write_text(UNTIL_TOLD)
+    port = free_port()
+    logs = [tmp_path / "host.log", tmp_path / "other.log"]
+    host = start_agent(
+        *_two_node_args(port, "1:2", host=True), cwd=tmp_path, log=logs[0], env=SECRET
+    )
+    wait_for_text(logs[0], "attempt 0 world 1")
+    other = start_agent(
+        *_two_node_args(port, "1:3", host=False), cwd=tmp_path, log=logs[1], env=SECRET
+    )
+    assert other.wait(timeout=120) == 1, logs[1].read_text()
+    assert "failed: nodes disagree on --nnodes: 1:3 on " in logs[1].read_text()
+    assert host.poll() is None, logs[0].read_text()
+    (tmp_path / "stop").touch()
+    assert host.wait(timeout=120) == 0, logs[0].read_text()
+    assert re.search(r"done attempt \d+ world 1", logs[0].read_text()), logs[0].read_text()
+
+
 def _agent_of_an_unresolvable_host(tmp_path: Path, log: Path) -> subprocess.Popen[bytes]:
     """An elastic node whose rank-0 host never resolves (it waits up to 600 s)."""
     return start_agent(

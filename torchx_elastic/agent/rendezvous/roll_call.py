@@ -131,8 +131,9 @@ def job_peers(entries: list[NodeEntry], run_id: str) -> list[NodeEntry]:
 
 
 def settings_mismatch(entries: list[NodeEntry], me: NodeEntry) -> Problem | None:
-    """The first shared setting on which a node of this job differs from this one."""
-    for peer in job_peers(entries, me.run_id):
+    """The first shared setting on which a node of this job differs from this one, that node
+    gone or not (it may have seen the mismatch first, said it and left)."""
+    for peer in (e for e in entries if e.run_id == me.run_id):
         for field_name, flag in SHARED_SETTINGS.items():
             mine, theirs = getattr(me, field_name), getattr(peer, field_name)
             if mine != theirs:

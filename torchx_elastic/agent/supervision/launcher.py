@@ -14,7 +14,11 @@ from typing import Any
 
 from torch.distributed.elastic.agent.server.api import RunResult
 from torch.distributed.elastic.multiprocessing.api import LogsSpecs, SignalException, Std
-from torch.distributed.elastic.rendezvous import RendezvousClosedError, RendezvousError
+from torch.distributed.elastic.rendezvous import (
+    RendezvousClosedError,
+    RendezvousError,
+    RendezvousTimeoutError,
+)
 
 from torchx_elastic.agent import compat
 from torchx_elastic.agent.config.launch import AgentConfig, UsageError, apply_process_environment
@@ -251,6 +255,13 @@ def supervise(
     except (NoSuccessor, HealthCheckFailed) as err:  # the job is lost, or this node stays out
         end.shutdown_rendezvous = False
         end.failure = err
+    except RendezvousDiagnosis as err:
+        # a node that never joined (other settings, another job at its endpoint, ...) leaves
+        # the others' rendezvous as it found it: closing it would end a job already running.
+        # Its join timing out closes it, as torchrun's does.
+        timed_out = isinstance(err.__cause__, RendezvousTimeoutError)
+        end.shutdown_rendezvous = timed_out or supervisor.last_round is not None
+        raise
     except RendezvousError as err:
         if supervisor.last_round is None and late_for_the_job(err, config):
             # arrived after the job's end: nothing to do, and nothing of the job to close
