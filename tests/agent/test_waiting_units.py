@@ -81,9 +81,15 @@ class LaterRounds:
         return f"round {self.rounds}"
 
 
-def test_a_later_round_that_waits_says_who_is_back_and_who_is_not(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
+def first_line_of_the_second_round(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    participants: dict[Node, int],
+    **lists: tuple[Node, ...],
+) -> str:
+    """n0 (the rendezvous host, of a 2-node job) joins round 1 with n1, then waits in round 2
+    with torch's state as given; the first line it says then (the round completes once it
+    said one: a round that said nothing times out)."""
     monkeypatch.setattr(waiting, "LATER_ROUND_FIRST_S", 0.2)
     monkeypatch.setattr(waiting, "POLL_S", 0.05)
     handler = LaterRounds()
@@ -92,11 +98,10 @@ def test_a_later_round_that_waits_says_who_is_back_and_who_is_not(
     explained = waiting.ExplainedRendezvous(handler, call, config("2"), True, 600)  # type: ignore[arg-type]
     assert explained.next_rendezvous() == "round 1"
     capsys.readouterr()
-    # a restart: n1 does not come back; torch dropped it, n0 waits in the next round, which
-    # completes only once the wait was said (a round that said nothing times out)
     state = handler._state_holder.state
-    state.participants = {}
-    state.wait_list = (Node("n0", 5),)
+    state.participants = participants
+    for name, nodes in lists.items():
+        setattr(state, name, nodes)
 
     def say_then_complete_the_round(line: str) -> None:
         diagnosis.say(line)
@@ -104,13 +109,20 @@ def test_a_later_round_that_waits_says_who_is_back_and_who_is_not(
 
     monkeypatch.setattr(waiting, "say", say_then_complete_the_round)
     assert explained.next_rendezvous() == "round 2"
-    lines = capsys.readouterr().err.splitlines()
+    return capsys.readouterr().err.splitlines()[0]
+
+
+def test_a_later_round_that_waits_says_who_is_back_and_who_is_not(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A restart: n1 does not come back; torch dropped it, n0 waits in the next round."""
+    line = first_line_of_the_second_round(monkeypatch, capsys, {}, wait_list=(Node("n0", 5),))
     assert re.fullmatch(
         r"torchx-elastic: waiting for nodes \(round 2\): 1 of 2 here \(n0 \(agent pid 5\)\);"
         r" not back since the last round: node 1: n1 \(agent pid 7\); at n0:29500, gives up at"
         r" \d\d:\d\d:\d\d \(join timeout 600s\)",
-        lines[0],
-    ), lines[0]
+        line,
+    ), line
 
 
 def test_a_node_dropped_while_the_job_went_on_at_its_maximum_says_it_stands_by(
@@ -119,25 +131,13 @@ def test_a_node_dropped_while_the_job_went_on_at_its_maximum_says_it_stands_by(
     """The others dropped n0 (its heartbeats late: a starved host) and re-formed at the job's
     maximum of 2 nodes with a spare: n0 waits in torch's redundancy list, a spare now, not a
     round short of nodes ("3 of 2 here" before)."""
-    monkeypatch.setattr(waiting, "LATER_ROUND_FIRST_S", 0.2)
-    monkeypatch.setattr(waiting, "POLL_S", 0.05)
-    handler = LaterRounds()
-    me = NodeEntry("n0", 5, "job", "n0", "2", 1, 0, "c10d")
-    call = RollCall(HashStore(), me, StoreSigner(None))
-    explained = waiting.ExplainedRendezvous(handler, call, config("2"), True, 600)  # type: ignore[arg-type]
-    assert explained.next_rendezvous() == "round 1"
-    capsys.readouterr()
-    state = handler._state_holder.state
-    state.participants = {Node("n1", 7): 0, Node("n2", 8): 1}
-    state.redundancy_list = (Node("n0", 5),)
-
-    def say_then_complete_the_round(line: str) -> None:
-        diagnosis.say(line)
-        handler.release.set()
-
-    monkeypatch.setattr(waiting, "say", say_then_complete_the_round)
-    assert explained.next_rendezvous() == "round 2"
-    assert capsys.readouterr().err.splitlines()[0] == (
+    line = first_line_of_the_second_round(
+        monkeypatch,
+        capsys,
+        {Node("n1", 7): 0, Node("n2", 8): 1},
+        redundancy_list=(Node("n0", 5),),
+    )
+    assert line == (
         "torchx-elastic: standing by: the job has its 2 nodes (3 here); this node takes the"
         " place of the first one lost, at the next round; hosting the rendezvous at n0:29500,"
         " run id 'job'"
