@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from types import SimpleNamespace
@@ -181,3 +182,51 @@ def test_a_node_that_joins_is_heard_from_while_its_round_forms(
     wait_until(lambda: probes[0] >= 12 or calls, what="ten probes of the silent late node")
     watch_.close()
     assert calls == []
+
+
+def test_the_rendezvous_port_is_not_probed_while_the_store_answers_the_nodes_calls(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Every node probing the store's port each second would load its one accepting thread
+    with the job's size: while the agent's rendezvous calls reach the store, only the peers'
+    hosts are probed, and the node is not cut off though no probe of the endpoint answers."""
+    monkeypatch.setattr(network_watch, "PROBE_INTERVAL_S", 0.02)
+    probed: list[str] = []
+
+    def answers(host: str, port: int, timeout_s: float) -> bool:
+        probed.append(host)
+        return host != "h0"
+
+    monkeypatch.setattr(network_watch, "answers", answers)
+    store_age_s: list[float | None] = [0.5]
+    calls: list[str] = []
+    watch_ = NetworkWatch(
+        ENDPOINT,
+        False,
+        lambda: ["h1"],
+        0.1,
+        calls.append,
+        store_answer_age_s=lambda: store_age_s[0],
+    )
+    watch_.start()
+    try:
+        wait_until(lambda: probed.count("h1") >= 15, what="15 probes of the peer")
+        assert "h0" not in probed and calls == []
+        store_age_s[0] = None  # unknown (or too old): the endpoint is probed, and is silent
+        wait_until(lambda: calls, what="the lost rendezvous host")
+    finally:
+        watch_.close()
+    assert "h0" in probed
+    assert calls == [watch_.host_lost_message(network_watch.NO_MOVE)]
+
+
+def test_the_store_answer_is_the_handlers_last_sync_of_the_rendezvous_state() -> None:
+    from torchx_elastic.agent import compat
+
+    holder = SimpleNamespace(_last_sync_time=time.monotonic() - 3.0)
+    torch_handler = SimpleNamespace(_state_holder=holder)
+    age_s = compat.store_answer_age_s(torch_handler)  # type: ignore[arg-type]
+    assert age_s is not None and 3.0 <= age_s < 60.0
+    holder._last_sync_time = -1  # never synced
+    assert compat.store_answer_age_s(torch_handler) is None  # type: ignore[arg-type]
+    assert compat.store_answer_age_s(SimpleNamespace()) is None  # type: ignore[arg-type]

@@ -18,7 +18,11 @@ from torch.distributed.elastic.rendezvous import (
 )
 
 from torchx_elastic.agent.console.progress.channel import RankActivity
-from torchx_elastic.agent.console.progress.exchange import JobProgressExchange
+from torchx_elastic.agent.console.progress.exchange import (
+    MAX_REPORTS_PER_S,
+    JobProgressExchange,
+    exchange_interval_s,
+)
 from torchx_elastic.agent.rendezvous.observed import ObservedRendezvous
 from torchx_elastic.contract import JOB_PROGRESS_FILE, PROGRESS_KEY_PREFIX, PROGRESS_PUBLISHERS_KEY
 from torchx_elastic.contract.job_progress import read_file
@@ -295,3 +299,81 @@ def test_node_rank_0_samples_progress_into_the_event_log_at_a_bounded_rate(
     assert 10 / interval <= len(samples) <= 10 / interval + 2
     assert set(event_records.PROGRESS_FIELDS) <= set(samples[-1])
     assert (samples[-1]["slowest_rank"], samples[-1]["total"]) == (0, 100)
+
+
+class _CountedCalls:
+    """The round's store, each call the exchange makes counted by its name."""
+
+    def __init__(self, store: Any) -> None:
+        self.store = store
+        self.calls: list[str] = []
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self.store, name)
+
+        def counted(*args: Any) -> Any:
+            self.calls.append(name)
+            return method(*args)
+
+        return counted
+
+
+def test_node_rank_0_reads_every_report_in_one_call(stores: tuple[Any, Any]) -> None:
+    """However many nodes publish, node rank 0's exchange is three store calls once their
+    reports are in: its own report, the count of publishers and one read of all reports."""
+    store0, store1 = stores
+    counted = _CountedCalls(store0)
+    activity = RankActivity()
+    node0 = JobProgressExchange(activity, None, interval_s=60)
+    nodes = 64
+    try:
+        node0.start_round(counted, 0, nodes)
+        node0.set_ranks({0: 0})
+        _feed(activity, 0, 10)
+        for node in range(1, nodes):  # as their agents publish: the report, then the count
+            _publish(store1, node, 1, 10, 0.0)
+            store1.add(PROGRESS_PUBLISHERS_KEY, 1)
+        node0.exchange()  # the first: node 0 finds the reports (a check of each key)
+        assert counted.calls.count("check") == nodes
+        counted.calls.clear()
+        for node in range(1, nodes):
+            _publish(store1, node, 2, 20, 0.0)
+        node0.exchange()
+        assert counted.calls == ["set", "add", "multi_get"]
+        summary = node0.latest()
+        assert summary is not None and (summary.nodes_reporting, summary.nodes) == (64, 64)
+        assert (summary.step, summary.fastest_step) == (10, 20)
+    finally:
+        node0.close()
+
+
+def test_the_interval_grows_with_the_nodes_so_that_node_rank_0_reads_a_bounded_rate(
+    stores: tuple[Any, Any],
+) -> None:
+    """Past MAX_REPORTS_PER_S nodes every node publishes less often, and a node counts as live
+    for as many of the longer intervals."""
+    assert [exchange_interval_s(1.0, n) for n in (2, 16, 256)] == [1.0, 1.0, 1.0]
+    assert exchange_interval_s(1.0, 1000) == 1000 / MAX_REPORTS_PER_S == 3.90625
+    assert exchange_interval_s(1.0, 4000) == 15.625
+    store0, store1 = stores
+    live, now = [], [0.0]
+    for nodes in (2, 256 * 120):  # intervals of 60 s and of 120 s
+        now[0] = 0.0
+        activity = RankActivity(clock=lambda: now[0])
+        node0 = JobProgressExchange(activity, None, interval_s=60, clock=lambda: now[0])
+        try:
+            node0.start_round(store0, 0, nodes)
+            node0.set_ranks({0: 0})
+            _feed(activity, 0, 10)
+            _publish(store1, 1, 1, 10, 0.0)
+            store1.add(PROGRESS_PUBLISHERS_KEY, 1)
+            node0.exchange()
+            now[0] += 400.0  # node 1's report unchanged: over 5 intervals of 60 s, not of 120 s
+            _feed(activity, 0, 20)
+            node0.exchange()
+            summary = node0.latest()
+            assert summary is not None
+            live.append(summary.nodes_reporting)
+        finally:
+            node0.close()
+    assert live == [1, 2]  # node 0, and node 1 where it is still live

@@ -178,3 +178,16 @@ def test_the_jobs_first_failure_is_agreed_on_signed_entries_only(
     assert [r.getMessage() for r in caplog.records] == [
         f"skipped the job's first failure from the store: '{FAILURE_KEY_PREFIX}1' is not signed"
     ]
+
+
+def test_many_entries_are_read_in_one_call_and_a_forged_one_does_not_hide_the_others() -> None:
+    store = HashStore()
+    signed = SignedStore(store, StoreSigner(b"s"))
+    signed.set("a", "1")
+    store.set("b", b"forged")
+    signed.set("c", "3")
+    a, b, c = signed.multi_get(["a", "b", "c"])
+    assert (a, c) == (b"1", b"3")
+    assert isinstance(b, RefusedEntry) and str(b) == "'b' is not signed"
+    unsigned = SignedStore(store, StoreSigner(None))  # an unauthenticated job: as stored
+    assert unsigned.multi_get(["b"]) == [b"forged"]

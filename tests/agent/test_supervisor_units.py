@@ -418,3 +418,30 @@ def test_a_rank_silent_past_the_hang_timeout_dumps_stacks_and_fails_the_attempt(
     assert content is not None and content.message == message
     (hang,) = h.events(ev.HANG)
     assert (hang["ranks"], hang["message"]) == ([1], message)
+
+
+def test_node_0_assigns_every_nodes_ranks_in_two_store_calls_whatever_the_job_size() -> None:
+    """Blocks of consecutive ranks in node order (nodes may run different numbers of
+    workers), read and written by node 0 with one multi_get and one multi_set."""
+    from torchx_elastic.agent import compat
+
+    calls: list[str] = []
+
+    class Counted(HashStore):  # type: ignore[misc]
+        def __getattribute__(self, name: str) -> Any:
+            if name in ("set", "get", "multi_get", "multi_set"):
+                calls.append(name)
+            return super().__getattribute__(name)
+
+    store = Counted()
+    nodes = [("trainer", 2), ("trainer", 1), ("reader", 3), ("trainer", 2)]
+    for rank, (role, nproc) in enumerate(nodes[1:], start=1):  # the peers wrote theirs
+        store.set(f"{ROLE_INFO_PREFIX}{rank}", json.dumps([role, nproc]))
+    calls.clear()
+    assert compat.assign_worker_ranks(store, 0, 4, "trainer", 2) == (0, 8, 0, 5)
+    assert calls == ["set", "multi_get", "multi_set", "get"]
+    assert [compat.assign_worker_ranks(store, r, 4, *nodes[r]) for r in (1, 2, 3)] == [
+        (2, 8, 2, 5),
+        (3, 8, 0, 3),
+        (6, 8, 3, 5),
+    ]

@@ -222,3 +222,30 @@ def test_a_first_round_left_for_the_moved_job_says_nothing_more() -> None:
     finally:
         release.set()
     assert ticks == []
+
+
+def test_each_node_checks_the_addresses_of_a_bounded_sample_of_peers_and_looks_each_up_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """While the first round waits every node checks, each tick, that its peers' published
+    addresses resolve and answer: with 20 nodes, n5 checks the 8 after it in the roll call
+    (each peer is checked by 8 nodes, whatever the job's size), looks each name up once, and
+    probes each once it answered."""
+    store = HashStore()
+    entries = [NodeEntry(f"h{i}", 7, "job", f"n{i}", "20", 1, 0, "c10d") for i in range(20)]
+    calls = [RollCall(store, entry, StoreSigner(None)) for entry in entries]
+    looked_up: list[str] = []
+    probed: list[str] = []
+    monkeypatch.setattr(waiting, "resolved", lambda host: looked_up.append(host) or {"10.0.0.9"})
+    monkeypatch.setattr(
+        waiting, "answers", lambda host, port, timeout_s: probed.append(host) or True
+    )
+    explained = waiting.ExplainedRendezvous(None, calls[5], config("20"), False, 600)  # type: ignore[arg-type]
+    for _ in range(3):  # three ticks
+        explained._check()
+    sample = [f"n{i}" for i in range(6, 14)]
+    assert looked_up == sample and probed == sample
+    assert [p.addr for p in roll_call.sampled_peers(entries, entries[18])] == [
+        f"n{i}" for i in (19, 0, 1, 2, 3, 4, 5, 6)
+    ]
+    assert [p.addr for p in roll_call.sampled_peers(entries[:4], entries[2])] == ["n3", "n0", "n1"]

@@ -10,12 +10,13 @@ The rest of the agent uses torch.distributed.elastic's public API only (rendezvo
   ``(store, rank, world_size)``; from 2.5 on it hosts a store shared by every round unless
   told not to.
 - :func:`round_members` / :func:`present_members` / :func:`heartbeats` /
-  :func:`peer_hosts`: who took part in the c10d rendezvous and when each was last heard,
-  for the "lost since the last round" message, the peers that stopped answering and those
-  a cut-off node probes. No public API tells: this reads the c10d
-  handler's private state, and degrades to nothing when that state changes. Given one of
-  the agent's rendezvous layers, these read torch's handler at its bottom
-  (``torch_handler()``, rendezvous/wrapped.py): the layers forward nothing private.
+  :func:`peer_hosts` / :func:`store_answer_age_s`: who took part in the c10d rendezvous
+  and when each was last heard, for the "lost since the last round" message, the peers that
+  stopped answering, those a cut-off node probes and when the store last answered it. No
+  public API tells: this reads the c10d handler's private state, and degrades to nothing
+  when that state changes. Given one of the agent's rendezvous layers, these read torch's
+  handler at its bottom (``torch_handler()``, rendezvous/wrapped.py): the layers forward
+  nothing private.
 - :func:`set_last_call_timeout`: the c10d handler's last call after the first round
   (rendezvous/liveness.py); private, degrades to torch's own.
 - :func:`job_ended` / :func:`is_this_machine`: the "rendezvous closed" errors of each
@@ -96,21 +97,26 @@ def assign_worker_ranks(
     world size: torch's agent's algorithm and store keys (``_assign_worker_ranks``, private).
 
     Every node writes its role and worker count; node 0 hands out consecutive blocks of
-    ranks in node order; nodes may run different numbers of workers.
+    ranks in node order; nodes may run different numbers of workers. Node 0 reads and writes
+    every node's entry in one round trip each (``multi_get``, ``multi_set``: as torch's agent
+    since 2.4), every other node makes two calls.
     """
     store.set(f"{ROLE_INFO_PREFIX}{group_rank}", json.dumps([role, nproc]))
     if group_rank == 0:
-        infos = [json.loads(store.get(f"{ROLE_INFO_PREFIX}{i}")) for i in range(group_world_size)]
+        keys = [f"{ROLE_INFO_PREFIX}{i}" for i in range(group_world_size)]
+        infos = [json.loads(info) for info in store.multi_get(keys)]
         world_size = sum(n for _, n in infos)
         role_sizes: dict[str, int] = {}
         for name, n in infos:
             role_sizes[name] = role_sizes.get(name, 0) + n
         base, role_bases = 0, dict.fromkeys(role_sizes, 0)
-        for i, (name, n) in enumerate(infos):
-            value = [base, world_size, role_bases[name], role_sizes[name]]
-            store.set(f"{ASSIGNED_RANKS_PREFIX}{i}", json.dumps(value))
+        values = []
+        for name, n in infos:
+            values.append(json.dumps([base, world_size, role_bases[name], role_sizes[name]]))
             base += n
             role_bases[name] += n
+        keys = [f"{ASSIGNED_RANKS_PREFIX}{i}" for i in range(group_world_size)]
+        store.multi_set(keys, values)  # type: ignore[attr-defined]
     base, world_size, role_base, role_world_size = json.loads(
         store.get(f"{ASSIGNED_RANKS_PREFIX}{group_rank}")
     )
@@ -423,6 +429,18 @@ def freshest_peer_heartbeat_age_s(handler: RendezvousHandler) -> float | None:
     beats = heartbeats(handler)
     ages = [(now - when).total_seconds() for name, when in beats.items() if name != own]
     return min(ages) if ages else None
+
+
+def store_answer_age_s(handler: RendezvousHandler) -> float | None:
+    """Seconds since the handler last read or wrote its rendezvous state in the store
+    (torch's ``_BackendRendezvousStateHolder._last_sync_time``, monotonic; a read served from
+    its one-second cache does not count): proof that the store answered this node. None
+    before the first sync, or where this torch's handler does not tell."""
+    holder = getattr(_torch_handler(handler), "_state_holder", None)
+    synced_s = getattr(holder, "_last_sync_time", None)
+    if isinstance(synced_s, bool) or not isinstance(synced_s, (int, float)) or synced_s < 0:
+        return None
+    return max(0.0, time.monotonic() - synced_s)
 
 
 def peer_hosts(handler: RendezvousHandler) -> list[str]:

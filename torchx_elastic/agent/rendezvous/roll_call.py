@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -180,13 +181,34 @@ def unreachable_address(peer: NodeEntry, me: NodeEntry, port: int, timeout_s: fl
     )
 
 
-def unresolvable_addresses(entries: list[NodeEntry], me: NodeEntry) -> list[Problem]:
-    """Peers of this job whose published address does not resolve from this node."""
+PEERS_SAMPLED = 8  # each node checks the published addresses of this many peers
+
+
+def is_me(peer: NodeEntry, me: NodeEntry) -> bool:
+    return peer.pid == me.pid and peer.host == me.host
+
+
+def sampled_peers(entries: list[NodeEntry], me: NodeEntry) -> list[NodeEntry]:
+    """The peers of this job whose published address this node checks: the
+    :data:`PEERS_SAMPLED` after it in the roll call's order, which every node reads alike, so
+    that each peer is checked by as many nodes whatever the job's size (all of them in a job
+    of up to 9 nodes)."""
+    peers = job_peers(entries, me.run_id)
+    mine = next((i for i, peer in enumerate(peers) if is_me(peer, me)), None)
+    others = peers if mine is None else peers[mine + 1 :] + peers[:mine]
+    return others[:PEERS_SAMPLED]
+
+
+def unresolvable_addresses(
+    entries: list[NodeEntry],
+    me: NodeEntry,
+    resolves: Callable[[str], bool] = lambda host: bool(resolved(host)),
+) -> list[Problem]:
+    """Sampled peers (:func:`sampled_peers`) whose published address does not resolve from
+    this node (``resolves``: a lookup, or a cache of them)."""
     problems: list[Problem] = []
-    for peer in job_peers(entries, me.run_id):
-        if peer.pid == me.pid and peer.host == me.host:
-            continue
-        if not resolved(peer.addr):
+    for peer in sampled_peers(entries, me):
+        if not resolves(peer.addr):
             problems.append(
                 Problem(
                     f"{peer.name} publishes its address as {peer.addr!r}, which does not"

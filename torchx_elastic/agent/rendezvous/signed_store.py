@@ -4,8 +4,8 @@ Anyone who reaches the store's port can read and write it. Every entry an agent 
 written through :meth:`StoreSigner.seal` (an HMAC-SHA256 of the key and the value, keyed by
 the job's secret) and read through :meth:`StoreSigner.open`, which refuses what it cannot
 verify. :class:`SignedStore` does both around a torch ``Store`` (or a ``PrefixStore`` of a
-round): ``set`` and ``compare_set`` sign, ``get`` and ``compare_set`` verify (the caller says
-what it skipped), ``read`` verifies and logs one warning per refused entry.
+round): ``set`` and ``compare_set`` sign, ``get``, ``multi_get`` and ``compare_set`` verify (the
+caller says what it skipped), ``read`` verifies and logs one warning per refused entry.
 :func:`signed_rounds` hands every rendezvous round's store, signed, to a round listener: every
 exchange of the agents over the store goes through it. Without a secret (an unauthenticated
 job) values pass through unchanged.
@@ -109,6 +109,18 @@ class SignedStore:
         expected = signer.seal(key, expected_value.encode()) if expected_value else b""
         desired = signer.seal(key, desired_value.encode())
         return signer.open(key, bytes(self.store.compare_set(key, expected, desired)))
+
+    def multi_get(self, keys: list[str]) -> list[bytes | RefusedEntry]:
+        """The verified values of ``keys`` in one round trip (each waits as ``Store.get``): a
+        value that fails verification is its :class:`RefusedEntry`, returned, not raised (one
+        forged entry does not hide the others)."""
+        values: list[bytes | RefusedEntry] = []
+        for key, blob in zip(keys, self.store.multi_get(keys), strict=True):
+            try:
+                values.append(self.signer.open(key, bytes(blob)))
+            except RefusedEntry as err:
+                values.append(err)
+        return values
 
     def add(self, key: str, value: int) -> int:
         return int(self.store.add(key, value))

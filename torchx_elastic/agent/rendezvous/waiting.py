@@ -169,6 +169,7 @@ class ExplainedRendezvous(WrappedRendezvous):
         self._unverified: list[roll_call.NodeEntry] = []
         self._said: set[str] = set()
         self._reached: set[str] = set()  # published addresses that answered this node
+        self._resolved: set[str] = set()  # published names that resolved here
         self._abandoned = threading.Event()
         self._probe_after_s: dict[str, float] = {}
         self._last_members: dict[int, str] = {}  # node rank -> name, of the last round
@@ -280,28 +281,36 @@ class ExplainedRendezvous(WrappedRendezvous):
             roll_call.other_jobs(entries + self._unverified, me, self._endpoint),
             roll_call.other_secret(self._unverified, me),
         ]
-        warnings += roll_call.unresolvable_addresses(entries, me)
+        warnings += roll_call.unresolvable_addresses(entries, me, self._resolves)
         warnings += self._unreachable_addresses(entries, me)
         for problem in warnings:
             if problem is not None and problem.cause not in self._said:
                 self._said.add(problem.cause)
                 say(f"warning: {problem.line()}")
 
+    def _resolves(self, host: str) -> bool:
+        """Whether ``host`` resolves here; a name that resolved once is not looked up again
+        (every tick checks the sampled peers)."""
+        if host not in self._resolved:
+            if not resolved(host):
+                return False
+            self._resolved.add(host)
+        return True
+
     def _unreachable_addresses(
         self, entries: list[roll_call.NodeEntry], me: roll_call.NodeEntry
     ) -> list[Problem]:
-        """Peers whose published address resolves but does not answer from this node (a
-        TCP connect to the rendezvous port: refused is an answer), each probed until it
-        answers once, at most every :data:`REPROBE_S`."""
+        """Sampled peers (``roll_call.sampled_peers``) whose published address resolves but
+        does not answer from this node (a TCP connect to the rendezvous port: refused is an
+        answer), each probed until it answers once, at most every :data:`REPROBE_S`."""
         port = self._config.rdzv_endpoint.port
         problems: list[Problem] = []
-        for peer in roll_call.job_peers(entries, me.run_id):
+        for peer in roll_call.sampled_peers(entries, me):
             addr = peer.addr
-            own = peer.pid == me.pid and peer.host == me.host
-            if own or addr in self._reached or time.monotonic() < self._probe_after_s.get(addr, 0):
+            if addr in self._reached or time.monotonic() < self._probe_after_s.get(addr, 0):
                 continue
             self._probe_after_s[addr] = time.monotonic() + REPROBE_S
-            if not resolved(addr):
+            if not self._resolves(addr):
                 continue  # said by unresolvable_addresses
             if answers(addr, port, PEER_PROBE_S):
                 self._reached.add(addr)

@@ -4,7 +4,11 @@ A host whose link died (a dead switch port, a preempted VM's network, a partitio
 nothing and gets no TCP reset: its collectives and its rendezvous calls just wait, so its
 agent would keep its workers (and their GPUs) forever. A thread probes, every second, the
 rendezvous endpoint and the hosts of the last round's peers with a TCP connect (a refused
-connection proves the host answers as well as an accepted one). Once, for ``lost_after_s``,
+connection proves the host answers as well as an accepted one). The endpoint is probed only
+while the agent's own rendezvous calls did not reach its store within
+``STORE_ANSWERED_WITHIN_S`` (they sync the state about once a second): the store's server
+accepts connections on one thread, so a connect a second from every node would load it with
+the job's size. Once, for ``lost_after_s``,
 
 - none answered: the node is cut off;
 - the rendezvous host did not, though a peer did: the rendezvous is lost for every node;
@@ -49,6 +53,8 @@ PROBE_TIMEOUT_S = 2.0
 # cut off after twice the time that makes a silent peer dead (20 s by default)
 LOST_AFTER_HEARTBEATS = 2
 ABANDON_GRACE_S = 2.0  # for the workers of a node that gives up, between SIGTERM and SIGKILL
+# the rendezvous store answered this node's own calls this recently: no probe of its port
+STORE_ANSWERED_WITHIN_S = 2 * PROBE_INTERVAL_S
 PEERS_PER_PROBE = 3  # a few peers a second, in turn: a round of many nodes probes in time
 NO_MOVE = "the agent does not move the rendezvous to another node (docs/agent.md)"
 
@@ -82,9 +88,12 @@ class NetworkWatch:
         give_up: Callable[[str], None],
         peer_heartbeat_age_s: Callable[[], float | None] = lambda: None,
         on_host_lost: Callable[[str], str | None] = lambda what: NO_MOVE,
+        store_answer_age_s: Callable[[], float | None] = lambda: None,
     ) -> None:
         """``on_host_lost(what)``: None once the rendezvous moves (the watch then waits for
-        :meth:`follow`), else why it cannot (the node gives up)."""
+        :meth:`follow`), else why it cannot (the node gives up). ``store_answer_age_s``:
+        seconds since this node's rendezvous calls last reached the store (None: unknown)."""
+        self._store_answer_age_s = store_answer_age_s
         self._endpoint = endpoint
         self._on_host_lost = on_host_lost
         self._moving = False
@@ -124,8 +133,7 @@ class NetworkWatch:
             if not known_peers or self._moving:  # no round yet, or moving: nothing to lose
                 heard_endpoint_s = heard_peer_s = now_s
                 continue
-            endpoint = self._endpoint
-            if self._endpoint_is_local or answers(endpoint.host, endpoint.port, PROBE_TIMEOUT_S):
+            if self._endpoint_is_local or self._endpoint_answers(now_s):
                 heard_endpoint_s = now_s
             if self._a_peer_answers(known_peers):
                 heard_peer_s = now_s
@@ -147,6 +155,18 @@ class NetworkWatch:
             if why_not is not None:
                 self._give_up(self.host_lost_message(why_not))
                 return
+
+    def _endpoint_answers(self, now_s: float) -> bool:
+        """Whether the rendezvous store answered this node's own calls lately, or else its
+        host a probe now."""
+        try:
+            store_age_s = self._store_answer_age_s()
+        except Exception:  # noqa: BLE001 - a torch release's state we cannot read: probe
+            log.debug("store's last answer unknown", exc_info=True)
+            store_age_s = None
+        if store_age_s is not None and store_age_s <= STORE_ANSWERED_WITHIN_S:
+            return True
+        return answers(self._endpoint.host, self._endpoint.port, PROBE_TIMEOUT_S)
 
     def _cut_off(self, endpoint_silent_s: float, peers_silent_s: float) -> bool:
         return peers_silent_s >= self.lost_after_s and (
@@ -228,6 +248,7 @@ def watch_network(
         give_up,
         lambda: compat.freshest_peer_heartbeat_age_s(handler),
         on_host_lost,
+        lambda: compat.store_answer_age_s(handler),
     )
     watch.start()
     return watch

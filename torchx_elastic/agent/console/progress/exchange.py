@@ -9,6 +9,12 @@ report and :func:`aggregate` makes one :class:`~torchx_elastic.contract.job_prog
 the job-wide line it prints, the live bar of ``local_cwd`` (through the file it rewrites in
 its log directory) and ``torchx status`` all show that one summary.
 
+The store's load stays flat per node as the job grows: node rank 0 reads every published report
+in one ``multi_get`` (it looks for a node's key only when the round's count of publishers says
+a new one published), and the exchange's interval grows with the number of nodes, so that node
+rank 0 reads at most ``MAX_REPORTS_PER_S`` reports a second (1 s up to 256 nodes, 4 s at 1,000):
+every node publishes once an interval, whatever the job's size.
+
 A report carries ages, and the rank-0 agent adds how long a node's report has not changed (a
 node that stopped publishing goes quiet too). Only live nodes count: a node whose report has
 not changed for ``STALE_AFTER_INTERVALS`` exchange intervals (its agent is gone or cut off,
@@ -43,6 +49,7 @@ from torchx_elastic.contract.job_progress import JobSummary, QuietRank, write_fi
 log = logging.getLogger(__name__)
 
 DEFAULT_INTERVAL_S = 1.0
+MAX_REPORTS_PER_S = 256.0  # node rank 0 reads no more reports a second: the interval grows
 DEFAULT_QUIET_AFTER_S = 30.0
 STALE_AFTER_INTERVALS = 5  # a node whose report did not change for that long is not live
 DEFAULT_STALE_AFTER_S = STALE_AFTER_INTERVALS * DEFAULT_INTERVAL_S
@@ -54,16 +61,21 @@ FINAL_WAIT_S = 30.0  # node rank 0, for the other nodes' last reports (as the ex
 SKIPPED = "skipped node %d's progress report from the store: %s"
 
 
+def _report_key(node: int) -> str:
+    return f"{PROGRESS_KEY_PREFIX}{node}"
+
+
 class KeyValueStore(Protocol):
     """The part of ``torch.distributed.Store`` used here."""
 
     def set(self, key: str, value: str) -> None: ...
 
-    def get(self, key: str) -> bytes: ...
-
     def add(self, key: str, value: int) -> int: ...
 
     def check(self, keys: list[str]) -> bool: ...
+
+    def multi_get(self, keys: list[str]) -> Sequence[bytes | ValueError]:
+        """The values (a signed store returns the one it refused as its error)."""
 
 
 @dataclass(frozen=True)
@@ -134,6 +146,12 @@ class SeenReport:
     report: NodeReport
     unchanged_s: float  # since the rank-0 agent first read it: the node's liveness
     age_s: float  # since its node published it (see the module's docstring)
+
+
+def exchange_interval_s(base_s: float, num_nodes: int) -> float:
+    """The interval of a round of ``num_nodes``: ``base_s``, or longer where node rank 0 would
+    read more than :data:`MAX_REPORTS_PER_S` reports a second."""
+    return max(base_s, num_nodes / MAX_REPORTS_PER_S)
 
 
 def _whole(value: Any, *absent: None) -> Any:
@@ -330,15 +348,12 @@ class JobProgressExchange:
         self._record_event = record_event
         self._sampled: tuple[float, tuple[object, ...]] | None = None
         self._log_dir = log_dir
-        self._interval_s = interval_s
+        self._base_interval_s = interval_s
+        self._interval_s = interval_s  # this round's (exchange_interval_s)
         self._quiet_after_s = quiet_after_s
         self._final_wait_s = final_wait_s
-        self._stale_after_s = (
-            STALE_AFTER_INTERVALS * interval_s if stale_after_s is None else stale_after_s
-        )
-        self._same_moment_s = (
-            SAME_MOMENT_INTERVALS * interval_s if same_moment_s is None else same_moment_s
-        )
+        self._given_stale_after_s = stale_after_s
+        self._given_same_moment_s = same_moment_s
         self._clock = clock
         self._wall_clock = wall_clock
         self._lock = threading.Lock()  # the fields below
@@ -351,6 +366,7 @@ class JobProgressExchange:
         self._global_ranks: dict[int, int] = {}
         self._seq = 0
         self._published = False  # in this round
+        self._publishers: set[int] = set()  # node rank 0: the nodes whose report is in the store
         # node -> (its last report, monotonic time it was first read, its age then)
         self._seen: dict[int, tuple[NodeReport, float, float]] = {}
         self._read_s: float | None = None  # monotonic time of the round's previous read
@@ -372,7 +388,9 @@ class JobProgressExchange:
             self._stopped = False
             self._published = False
             self._seen.clear()
+            self._publishers.clear()
             self._read_s = None
+            self._interval_s = exchange_interval_s(self._base_interval_s, num_nodes)
             self._latest = None
             start = self._thread is None and not self._closing.is_set()
             if start:
@@ -421,7 +439,10 @@ class JobProgressExchange:
         with self._store_lock:
             deadline_s = self._clock() + self._final_wait_s
             while not self._exchange(final=True) and self._clock() < deadline_s:
-                time.sleep(min(0.2, self._interval_s))
+                # five polls an interval at most (a second's: one read of every report each)
+                time.sleep(
+                    min(0.2, self._base_interval_s) * self._interval_s / self._base_interval_s
+                )
             with self._lock:
                 self._stopped = True
 
@@ -445,17 +466,17 @@ class JobProgressExchange:
         spoke = any(r.silent_s is not None for r in report.ranks)
         try:
             if spoke or final:
-                store.set(f"{PROGRESS_KEY_PREFIX}{node}", report.to_json())
+                store.set(_report_key(node), report.to_json())
                 if first:
                     store.add(PROGRESS_PUBLISHERS_KEY, 1)
                     with self._lock:
                         self._published = True
             if node != 0 or (final and not spoke):
                 return True  # node 0 waits for the others only when its ranks report
-            # one call while nobody reports (scripts that never call progress())
-            if not spoke and store.add(PROGRESS_PUBLISHERS_KEY, 0) == 0:
+            publishers = store.add(PROGRESS_PUBLISHERS_KEY, 0)
+            if not spoke and publishers == 0:  # nobody reports (scripts without progress())
                 return True
-            reports = self._read_reports(store, num_nodes)
+            reports = self._read_reports(store, num_nodes, publishers)
         except Exception as err:  # the store went away (the job is ending): best effort
             log.debug("job progress exchange failed: %s", err)
             with self._lock:
@@ -490,23 +511,36 @@ class JobProgressExchange:
         self._sampled = (now_s, figures)
         self._record_event(PROGRESS, **dict(zip(PROGRESS_FIELDS, figures, strict=True)))
 
-    def _read_reports(self, store: KeyValueStore, num_nodes: int) -> list[NodeReport]:
-        """The nodes' reports; a forged or malformed one is skipped (one warning each)."""
+    def _read_reports(
+        self, store: KeyValueStore, num_nodes: int, publishers: int
+    ) -> list[NodeReport]:
+        """The nodes' reports, in one round trip; a forged or malformed one is skipped (one
+        warning each). ``publishers``: the round's count of nodes that published, which says
+        when to look for a new node's key (``multi_get`` would wait for a missing one)."""
+        if publishers > len(self._publishers):
+            for node in range(num_nodes):
+                if node not in self._publishers and store.check([_report_key(node)]):
+                    self._publishers.add(node)
+        nodes = sorted(self._publishers)
+        if not nodes:
+            return []
         reports = []
-        for node in range(num_nodes):
-            key = f"{PROGRESS_KEY_PREFIX}{node}"
-            if store.check([key]):  # get() would wait for a key that is not there yet
-                try:
-                    report = NodeReport.from_json(store.get(key))
-                    if report.node != node:
-                        raise ValueError(f"it says it is node {report.node}'s")
-                    reports.append(report)
-                except ValueError as err:
-                    with self._lock:
-                        told = (node, str(err)) in self._skipped
-                        self._skipped.add((node, str(err)))
-                    if not told:
-                        log.warning(SKIPPED, node, err)
+        for node, value in zip(
+            nodes, store.multi_get([_report_key(n) for n in nodes]), strict=True
+        ):
+            try:
+                if isinstance(value, ValueError):
+                    raise value
+                report = NodeReport.from_json(value)
+                if report.node != node:
+                    raise ValueError(f"it says it is node {report.node}'s")
+                reports.append(report)
+            except ValueError as err:
+                with self._lock:
+                    told = (node, str(err)) in self._skipped
+                    self._skipped.add((node, str(err)))
+                if not told:
+                    log.warning(SKIPPED, node, err)
         return reports
 
     def _sum_up(self, reports: list[NodeReport], num_nodes: int) -> tuple[JobSummary | None, bool]:
@@ -524,8 +558,14 @@ class JobProgressExchange:
                 _, first_read_s, age_s = self._seen[report.node]
                 unchanged_s = now_s - first_read_s
                 seen.append(SeenReport(report, unchanged_s, age_s + unchanged_s))
+        stale_after_s = self._given_stale_after_s
+        if stale_after_s is None:
+            stale_after_s = STALE_AFTER_INTERVALS * self._interval_s
+        same_moment_s = self._given_same_moment_s
+        if same_moment_s is None:
+            same_moment_s = SAME_MOMENT_INTERVALS * self._interval_s
         summary = aggregate(
-            seen, num_nodes, self._quiet_after_s, self._stale_after_s, self._same_moment_s, wall_s
+            seen, num_nodes, self._quiet_after_s, stale_after_s, same_moment_s, wall_s
         )
         all_final = len(reports) == num_nodes and all(r.final for r in reports)
         standbys = self._count_standbys() if summary is not None else None
