@@ -7,13 +7,16 @@ calls made through that prefix are counted too. Each call goes to the node's own
 ``check``, ``multi_get``, ...): calls, payload bytes out (keys and values sent) and in
 (values returned: the wire protocol's few framing bytes are not counted), seconds spent
 waiting for the answer. Per key purpose too: ``state`` (the rendezvous state blob, torch's
-``torch.rendezvous.<run id>``), ``progress``, ``roll_call``, ``other``.
+``torch.rendezvous.<run id>``, and its generation counter), ``liveness`` (the keyed
+liveness' heartbeat keys, verdicts and suspects), ``progress``, ``roll_call``, ``other``.
 
 A ``compare_set`` of the state key is a CAS of the rendezvous state: it succeeded when the
 store answers with the value this node wanted to write, else another node wrote first (a
 conflict: torch re-reads the answer and tries again). The time of each success is kept:
 in steady state each success is one keep-alive heartbeat, so the gaps between them are the
-node's real heartbeat period, and the conflicts before each success its retries.
+node's real heartbeat period, and the conflicts before each success its retries. With the
+keyed liveness (``--rdzv-conf liveness=keys``) a heartbeat is a ``set`` of the node's beat
+key instead, which never conflicts.
 
 :meth:`CountingStore.freeze` makes the node vanish: every call from then on waits and
 never reaches the store (a host whose network died), until :meth:`release`.
@@ -30,12 +33,14 @@ from typing import Any
 import torch.distributed as dist
 
 from torchx_elastic.contract import (
+    LIVENESS_KEY_PREFIX,
     PROGRESS_KEY_PREFIX,
     PROGRESS_PUBLISHERS_KEY,
     ROLL_CALL_KEY_PREFIX,
+    STATE_GENERATION_KEY_PREFIX,
 )
 
-PURPOSES = ("state", "progress", "roll_call", "other")
+PURPOSES = ("state", "liveness", "progress", "roll_call", "other")
 
 
 def _size(value: Any) -> int:
@@ -98,9 +103,15 @@ class NodeCounters:
         return stats
 
 
+def is_beat_key(key: str) -> bool:
+    return key.startswith(LIVENESS_KEY_PREFIX) and "/beat/" in key
+
+
 def purpose_of(key: str, state_key: str) -> str:
-    if key == state_key:
+    if key == state_key or key.startswith(STATE_GENERATION_KEY_PREFIX):
         return "state"
+    if key.startswith(LIVENESS_KEY_PREFIX):
+        return "liveness"
     if PROGRESS_KEY_PREFIX in key or PROGRESS_PUBLISHERS_KEY in key:
         return "progress"
     if ROLL_CALL_KEY_PREFIX in key:
@@ -122,6 +133,7 @@ class CountingStore(dist.Store):  # type: ignore[misc]
         self._lock = threading.Lock()
         self.counters = NodeCounters()
         self._last_success_s: float | None = None
+        self._last_beat_set_s: float | None = None  # the keyed liveness' last beat
         self._read_at: tuple[float, int, float] | None = None  # time, thread, its CPU time
         self._streak = 0  # conflicts since the last successful state CAS
         self._streak_start_s = 0.0
@@ -142,7 +154,7 @@ class CountingStore(dist.Store):  # type: ignore[misc]
         """The node returned from a round: its next heartbeat starts the beat clock again
         (the first one after a join comes later than the keep-alive interval)."""
         with self._lock:
-            self._last_success_s = None
+            self._last_success_s = self._last_beat_set_s = None
 
     def freeze(self) -> None:
         self._frozen.set()
@@ -214,7 +226,17 @@ class CountingStore(dist.Store):  # type: ignore[misc]
     # -- torch's Store ------------------------------------------------------------------
 
     def set(self, key: str, value: Any) -> None:
+        start_s = time.perf_counter()
         self._call("set", [key], _size(key) + _size(value), self._inner.set, key, value)
+        if is_beat_key(key):  # a heartbeat of the keyed liveness: a write that cannot conflict
+            now_s = time.perf_counter()
+            with self._lock:
+                counters = self.counters
+                if self._last_beat_set_s is not None:
+                    counters.beat_gaps_s.append(now_s - self._last_beat_set_s)
+                counters.beat_retries.append(0)
+                counters.beat_spans_s.append(now_s - start_s)
+                self._last_beat_set_s = now_s
 
     def get(self, key: str) -> bytes:
         result = self._call("get", [key], _size(key), self._inner.get, key)

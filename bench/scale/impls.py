@@ -81,11 +81,18 @@ def torch_handler(handler: Any) -> Any:
 
 
 def settings_of(handler: Any) -> dict[str, float]:
-    """The handler's effective keep-alive settings (read, not assumed)."""
+    """The handler's effective keep-alive settings (read, not assumed): torch's, or those
+    of the agent's keyed liveness where it replaces torch's heartbeats."""
     settings = torch_handler(handler)._settings  # noqa: SLF001
+    interval_s = settings.keep_alive_interval.total_seconds()
+    attempts = int(settings.keep_alive_max_attempt)
+    ask = getattr(handler, "keyed_liveness", None)
+    keyed = ask() if callable(ask) else None
+    if keyed is not None:
+        interval_s, attempts = keyed.interval_s, round(keyed.dead_after_s / keyed.interval_s)
     return {
-        "keep_alive_interval_s": settings.keep_alive_interval.total_seconds(),
-        "keep_alive_max_attempt": int(settings.keep_alive_max_attempt),
+        "keep_alive_interval_s": interval_s,
+        "keep_alive_max_attempt": attempts,
         "last_call_s": settings.timeout.last_call.total_seconds(),
         "join_timeout_s": settings.timeout.join.total_seconds(),
     }

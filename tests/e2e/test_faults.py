@@ -295,7 +295,7 @@ def _two_node_args(
 
 
 def _two_running_nodes(
-    tmp_path: Path, nnodes: str, steps: int
+    tmp_path: Path, nnodes: str, steps: int, conf: str = ""
 ) -> tuple[int, list[subprocess.Popen[bytes]], list[Path]]:
     """Two agents (the first hosts the store) whose workers are training in world 2."""
     (tmp_path / "steps.py").write_text(STEPS)
@@ -303,7 +303,7 @@ def _two_running_nodes(
     logs = [tmp_path / "a.log", tmp_path / "b.log"]
     agents = [
         start_agent(
-            *_two_node_args(port, nnodes, host=i == 0),
+            *_two_node_args(port, nnodes, host=i == 0, conf=conf),
             cwd=tmp_path,
             log=log,
             env={"STEPS": str(steps), **SECRET},
@@ -322,6 +322,31 @@ def test_lost_node_elastic_job_carries_on_with_a_smaller_world(tmp_path: Path) -
     assert survivor.wait(timeout=120) == 0, logs[0].read_text()
     text = logs[0].read_text()
     assert "world 1" in text and "done attempt" in text
+
+
+def test_a_frozen_node_is_dropped_by_the_peer_that_watches_its_heartbeat_key(
+    tmp_path: Path,
+) -> None:
+    """``--rdzv-conf liveness=keys``: a node whose agent and workers stop (no TCP reset, and
+    its presence port still accepts) is dropped by the peer that watches its heartbeat key
+    after 10 s without a beat; the survivor says so and trains on in a world of 1."""
+    _, agents, logs = _two_running_nodes(tmp_path, "1:2", steps=400, conf=",liveness=keys")
+    frozen = [agents[1].pid, *descendants(agents[1].pid)]
+    for pid in frozen:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        assert agents[0].wait(timeout=180) == 0, logs[0].read_text()
+    finally:
+        for pid in frozen:
+            os.kill(pid, signal.SIGKILL)
+        agents[1].wait(timeout=30)
+    text = logs[0].read_text()
+    assert re.search(
+        r"torchx-elastic: node 1: \S+ \(agent pid \d+\) stopped answering \(no"
+        r" rendezvous heartbeat for 10s\): stopping the workers and re-forming without it",
+        text,
+    ), text
+    assert "done attempt 0 world 1" in text
 
 
 def test_new_node_joins_a_running_elastic_job(tmp_path: Path) -> None:

@@ -55,6 +55,7 @@ import inspect
 import json
 import logging
 import os
+import random
 import secrets
 import socket
 import sys
@@ -407,6 +408,49 @@ class _Without(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         return self._text not in record.getMessage()
+
+
+def state_node_ids(handler: RendezvousHandler) -> list[str]:
+    """torch's ids of every node in the handler's last synced rendezvous state (the round's
+    participants, its wait list and redundancy list), sorted: the same list on every node
+    that synced the same state."""
+    state = getattr(getattr(_torch_handler(handler), "_state_holder", None), "state", None)
+    nodes = set(getattr(state, "participants", None) or {})
+    nodes |= set(getattr(state, "wait_list", None) or ())
+    nodes |= set(getattr(state, "redundancy_list", None) or ())
+    return sorted(node_id(node) for node in nodes)
+
+
+def expire_in_state(
+    backend: Any, handler: RendezvousHandler, node_ids: set[str], attempts: int, backoff_s: float
+) -> bool:
+    """Drop ``node_ids`` from the rendezvous state as :func:`expire_nodes` does, from another
+    thread than the handler's: through ``backend`` (one of the caller's own) and a state
+    holder of its own (torch's ``_BackendRendezvousStateHolder``, private) with the handler's
+    settings, so nothing of the handler's join is touched. A write that another node's beat
+    is retried after a jittered wait (up to ``backoff_s`` doubled each time), ``attempts``
+    times at most. Whether the nodes are out of the state; False also where this torch has
+    no such holder."""
+    holder_class = getattr(_dynamic_rendezvous(), "_BackendRendezvousStateHolder", None)
+    settings = getattr(_torch_handler(handler), "_settings", None)
+    if holder_class is None or settings is None:
+        return False
+    holder = holder_class(backend, settings, cache_duration=0)
+    epoch = datetime.datetime.fromtimestamp(0, datetime.timezone.utc)
+    for attempt in range(attempts):
+        holder.sync()
+        beats = holder.state.last_heartbeats
+        doomed = [node for node in beats if node_id(node) in node_ids]
+        if not doomed:
+            return True  # dropped (by this sync's own clean-up, or another node's)
+        for node in doomed:
+            # the state's own kind of time: naive UTC before torch 2.5, aware after
+            beats[node] = epoch if beats[node].tzinfo else epoch.replace(tzinfo=None)
+        holder.mark_dirty()
+        if holder.sync():
+            return True
+        time.sleep(random.uniform(0.0, backoff_s * 2**attempt))
+    return False
 
 
 def heartbeats(handler: RendezvousHandler) -> dict[str, datetime.datetime]:

@@ -93,3 +93,9 @@ STATIC_RANK_KEY_PREFIX = "torchx_elastic/static_rank/"
 # + run id, in a store at the job's original endpoint: "<host> <port>" where the survivors
 # moved the rendezvous when its host was lost (rendezvous/failover.py)
 MOVED_TO_KEY_PREFIX = "torchx_elastic/rendezvous_moved_to/"
+# + run id: a counter, +1 each time a node wrote the rendezvous state (state_generation.py)
+STATE_GENERATION_KEY_PREFIX = "torchx_elastic/state_generation/"
+# + run id "/beat/" + torch's node id: the node's heartbeat, a counter; + run id "/dead/" + node
+# id: "dead" once its watchers dropped it; + run id "/suspects": how many nodes are silent
+# now (rendezvous/keyed_liveness.py, ``--rdzv-conf liveness=keys``)
+LIVENESS_KEY_PREFIX = "torchx_elastic/liveness/"

@@ -28,7 +28,8 @@ _DYNAMIC = frozenset(
 # keys torch's rendezvous backends read (RendezvousParameters.get* in
 # torch/distributed/elastic/rendezvous/*); a backend not named here may read anything
 BACKEND_KEYS: dict[str, frozenset[str]] = {
-    "c10d": _DYNAMIC | {"read_timeout", "is_host", "store_type"},
+    # liveness: the agent's, on c10d only (rendezvous/keyed_liveness.py)
+    "c10d": _DYNAMIC | {"read_timeout", "is_host", "store_type", "liveness"},
     "static": frozenset({"rank", "timeout"}),
     "etcd": frozenset(
         {"timeout", "last_call_timeout", "protocol", "cert", "key", "cacert", "etcd_prefix"}
@@ -47,7 +48,8 @@ _WHOLE_SECONDS = (
     "timeout",
 )
 _BOOLEANS = ("1", "true", "t", "yes", "y", "0", "false", "f", "no", "n")
-_CHOICES = {"store_type": ("tcp", "file")}
+# liveness: torch's heartbeats in its state, or a key per node (rendezvous/keyed_liveness.py)
+_CHOICES = {"store_type": ("tcp", "file"), "liveness": ("state", "keys")}
 
 
 def value_problem(key: str, value: str) -> str | None:

@@ -18,9 +18,14 @@ the layer below reachable through it. From the top (the loop's calls) down::
         |                                  call: what the first round waits for (and a
         |                                  later one that takes long), mismatched peers,
         |                                  the join timeout's diagnosis
+    KeyedLivenessRendezvous                c10d over TCP, unless --rdzv-conf
+        |                 keyed_liveness.py liveness=state: a heartbeat key per node,
+        |                                  watched by its peers
     torch's DynamicRendezvousHandler       on torch's C10dRendezvousBackend, its state
                                            signed (signed_backend.py), on a store that
-                                           listens on the peers' address only (listen.py)
+                                           listens on the peers' address only (listen.py);
+                                           with keyed liveness, read only when it changed
+                                           (state_generation.py)
 
 Once the rendezvous moved (failover.py), below ``MovableRendezvous`` is torch's handler on
 the new host's store, under a ``StoreHost`` on the node that hosts it. With
@@ -60,13 +65,15 @@ from torchx_elastic.agent.rendezvous import (
     static_ranks,
     waiting,
 )
+from torchx_elastic.agent.rendezvous.keyed_liveness import KeyedLiveness, KeyedLivenessRendezvous
 from torchx_elastic.agent.rendezvous.parameters import (
     join_timeout_s,
     may_host,
     rendezvous_parameters,
 )
 from torchx_elastic.agent.rendezvous.signed_backend import SignedRendezvousBackend
-from torchx_elastic.agent.rendezvous.signed_store import StoreSigner
+from torchx_elastic.agent.rendezvous.signed_store import SignedStore, StoreSigner
+from torchx_elastic.agent.rendezvous.state_generation import GenerationCachedBackend
 from torchx_elastic.agent.rendezvous.wrapped import WrappedRendezvous
 from torchx_elastic.contract import SECRET_ENV, SECRET_FILE_ENV
 
@@ -179,18 +186,38 @@ def handler_on_store(
     (its host exited as this node came: the end of an elastic job) raises torch's
     ``RendezvousConnectionError``, for the caller to tell a late node from a failure
     (:func:`late_for_the_job`); other errors are a :class:`RendezvousFailure`."""
+    keyed = liveness.keyed(params.config)
     try:
-        backend = C10dRendezvousBackend(store, params.run_id)
-        if signer.authenticated:
-            backend = SignedRendezvousBackend(backend, signer, params.run_id)  # type: ignore[assignment]
+        backend = state_backend(store, params.run_id, signer, keyed)
         compat.number_nodes_apart()
-        handler = dynamic_rendezvous.create_handler(store, backend, params)
+        handler = dynamic_rendezvous.create_handler(
+            store, backend, liveness.torch_parameters(params)
+        )
     except RendezvousConnectionError:
         raise
     except (RendezvousError, RuntimeError, TimeoutError, ValueError, OSError) as err:
         raise RendezvousFailure(endpoint, describe_error(err)) from None
     returning_first.install(handler)  # back from the last round before a spare
-    return handler
+    if not keyed:
+        return handler
+    beats = KeyedLiveness(
+        handler,
+        SignedStore(store, signer),
+        state_backend(store, params.run_id, signer, keyed),  # the verdicts' own
+        params.run_id,
+        liveness.interval_s(params.config),
+        liveness.dead_after_s(params.config),
+    )
+    return KeyedLivenessRendezvous(handler, beats)
+
+
+def state_backend(store: Any, run_id: str, signer: StoreSigner, keyed: bool) -> Any:
+    """torch's c10d backend on ``store``, its state signed where the job has a secret, read
+    only when it changed where the keyed liveness leaves it unchanged in steady state."""
+    backend: Any = C10dRendezvousBackend(store, run_id)
+    if signer.authenticated:
+        backend = SignedRendezvousBackend(backend, signer, run_id)
+    return GenerationCachedBackend(backend, store, run_id) if keyed else backend
 
 
 def rendezvous_store(params: RendezvousParameters, endpoint: Endpoint) -> tuple[Any, bool]:

@@ -13,27 +13,98 @@ without it.
 Defaults, where ``--rdzv-conf`` does not set them (torch's are 5 s x 3 and a 30 s last
 call): a heartbeat every 2 s, a node dead after 5 missed ones (10 s), and a last call of
 3 s for the rounds after the first, when the nodes that re-form are already there.
+
+By default (``--rdzv-conf liveness=keys``) the heartbeats go to a key per node instead,
+watched by the nodes that follow it (keyed_liveness.py): the same settings and the same
+verdict, at a cost per node that does not grow with the job's size; torch's handler is made
+with its own heartbeats off (:func:`torch_parameters`). ``liveness=state`` keeps torch's
+heartbeats in its state, as torchrun does.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from datetime import datetime, timezone
+from typing import TYPE_CHECKING
 
-from torch.distributed.elastic.rendezvous import RendezvousHandler
+from torch.distributed.elastic.rendezvous import RendezvousHandler, RendezvousParameters
 
 from torchx_elastic.agent import compat
+
+if TYPE_CHECKING:
+    from torchx_elastic.agent.rendezvous.keyed_liveness import KeyedLiveness
 
 log = logging.getLogger(__name__)
 
 KEEP_ALIVE_DEFAULTS = {"keep_alive_interval": "2", "keep_alive_max_attempt": "5"}
 LAST_CALL_KEY = "last_call_timeout"
 REFORM_LAST_CALL_S = 3.0
+# --rdzv-conf liveness=keys (the default: keyed_liveness.py) or state (torch's heartbeats
+# in its state, as torchrun's)
+LIVENESS_KEY = "liveness"
+DEFAULT_LIVENESS = "keys"
+# torch's own keep-alive where the keyed liveness replaces it: never due (ten years, one
+# attempt), so that no heartbeat written at a join expires while a job runs, and a verdict's
+# (the epoch) always does
+TORCH_KEEP_ALIVE_OFF_S = 10 * 365 * 24 * 3600
+DEAD_CHECK_S = 0.5  # a member absent from the rendezvous: its verdict read this often
 
 
 def with_keep_alive_defaults(conf: dict[str, str]) -> dict[str, str]:
     """``--rdzv-conf`` with the agent's keep-alive defaults where it gives none."""
     return {**KEEP_ALIVE_DEFAULTS, **conf}
+
+
+def keyed(conf: dict[str, str]) -> bool:
+    """Whether the keyed liveness replaces torch's heartbeats (``--rdzv-conf liveness``)."""
+    return conf.get(LIVENESS_KEY, DEFAULT_LIVENESS).strip().lower() == "keys"
+
+
+def interval_s(conf: dict[str, str]) -> float:
+    return float(with_keep_alive_defaults(conf)["keep_alive_interval"])
+
+
+def torch_parameters(params: RendezvousParameters) -> RendezvousParameters:
+    """The parameters torch's handler is made with: ``params``, with torch's own heartbeats
+    off where the keyed liveness replaces them."""
+    if not keyed(params.config):
+        return params
+    off = {"keep_alive_interval": str(TORCH_KEEP_ALIVE_OFF_S), "keep_alive_max_attempt": "1"}
+    conf = {**params.config, **off}
+    return RendezvousParameters(
+        backend=params.backend,
+        endpoint=params.endpoint,
+        run_id=params.run_id,
+        min_nodes=params.min_nodes,
+        max_nodes=params.max_nodes,
+        local_addr=params.local_addr,
+        **conf,
+    )
+
+
+def keyed_liveness_of(handler: RendezvousHandler) -> KeyedLiveness | None:
+    """The keyed liveness of the agent's rendezvous stack (None: torch's heartbeats)."""
+    ask = getattr(handler, "keyed_liveness", None)
+    return ask() if callable(ask) else None
+
+
+def freshest_peer_beat_age_s(handler: RendezvousHandler) -> float | None:
+    """Seconds since the newest heartbeat of another node that this node saw through the
+    store: proof that peers reached it."""
+    keyed_ = keyed_liveness_of(handler)
+    if keyed_ is not None:
+        return keyed_.freshest_beat_age_s()
+    return compat.freshest_peer_heartbeat_age_s(handler)
+
+
+def stop_heartbeats(handler: RendezvousHandler) -> None:
+    """End this node's heartbeats of a rendezvous it leaves open, without waiting for them:
+    torch's keep-alive timer, or the keyed liveness' beats."""
+    compat.stop_heartbeats(handler)
+    keyed_ = keyed_liveness_of(handler)
+    if keyed_ is not None:
+        keyed_.stop()
 
 
 def dead_after_s(conf: dict[str, str]) -> float:
@@ -62,18 +133,34 @@ class SilentPeers:
     def __init__(self, conf: dict[str, str]) -> None:
         self._silent_after_s = dead_after_s(conf) / 2
         self._last_beats: dict[str, datetime] = {}
+        self._ids: dict[int, str] = {}  # node rank -> torch's node id, of the round
+        self._dead_checked_s = 0.0
 
     def new_round(self, handler: RendezvousHandler) -> None:
         self._last_beats = compat.heartbeats(handler)
+        self._ids = compat.round_node_ids(handler)
 
     def lost(self, members: dict[int, str], handler: RendezvousHandler) -> dict[int, str]:
-        """Of ``members`` (node rank -> name), those dropped: as of the handler's last sync."""
+        """Of ``members`` (node rank -> name), those dropped: as of the handler's last sync
+        (with the keyed liveness: absent, and said dead by a watcher)."""
+        keyed_ = keyed_liveness_of(handler)
+        if keyed_ is not None:
+            absent = absent_members(members, handler)
+            now_s = time.monotonic()
+            if not absent or now_s - self._dead_checked_s < DEAD_CHECK_S:
+                return {}
+            self._dead_checked_s = now_s
+            dead = keyed_.dead([self._ids[rank] for rank in absent if rank in self._ids])
+            return {rank: name for rank, name in absent.items() if self._ids.get(rank) in dead}
         silent = self._silent(members, handler)
         return {rank: name for rank, name in members.items() if silent.get(name) is False}
 
     def suspects(self, members: dict[int, str], handler: RendezvousHandler) -> bool:
         """Whether a member still in the rendezvous has been silent for a while (its peers'
         failures may be its loss, which the rendezvous tells within seconds)."""
+        keyed_ = keyed_liveness_of(handler)
+        if keyed_ is not None:
+            return keyed_.suspects()
         return any(self._silent(members, handler).values())
 
     def _silent(self, members: dict[int, str], handler: RendezvousHandler) -> dict[str, bool]:

@@ -4,12 +4,15 @@ Each layer of the stack the agent drives (handler.py's docstring draws it) is a
 :class:`WrappedRendezvous`: torch's public ``RendezvousHandler`` interface, each call handed
 to the handler it wraps unless the layer adds to it, and nothing else of the wrapped handler
 reachable through it (no attribute forwarding). Besides torch's interface the layers answer
-three questions of the stack itself: :attr:`~WrappedRendezvous.hosts_store`,
-:meth:`~WrappedRendezvous.abandon` and :meth:`~WrappedRendezvous.torch_handler` (torch's own
-handler at the bottom, whose private state ``agent/compat.py`` alone reads).
+four questions of the stack itself: :attr:`~WrappedRendezvous.hosts_store`,
+:meth:`~WrappedRendezvous.abandon`, :meth:`~WrappedRendezvous.keyed_liveness` and
+:meth:`~WrappedRendezvous.torch_handler` (torch's own handler at the bottom, whose private
+state ``agent/compat.py`` alone reads).
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from torch.distributed.elastic.rendezvous import RendezvousHandler, RendezvousInfo
 
@@ -61,6 +64,13 @@ class WrappedRendezvous(RendezvousHandler):
         still waiting in it stops (waiting.py's first round)."""
         if isinstance(self.handler, WrappedRendezvous):
             self.handler.abandon()
+
+    def keyed_liveness(self) -> Any:
+        """The ``KeyedLiveness`` of this rendezvous (keyed_liveness.py, above this module),
+        where ``--rdzv-conf liveness=keys`` gave it one; None where torch's state holds the
+        heartbeats."""
+        inner = self.handler
+        return inner.keyed_liveness() if isinstance(inner, WrappedRendezvous) else None
 
     def torch_handler(self) -> RendezvousHandler:
         """torch's handler at the bottom of the stack."""

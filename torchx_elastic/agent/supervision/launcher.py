@@ -25,7 +25,7 @@ from torchx_elastic.agent.config.launch import AgentConfig, UsageError, apply_pr
 from torchx_elastic.agent.console.output.agent_line import say
 from torchx_elastic.agent.console.output.sinks import SinkOptions
 from torchx_elastic.agent.console.session import ConsoleSession
-from torchx_elastic.agent.rendezvous import listen
+from torchx_elastic.agent.rendezvous import listen, liveness
 from torchx_elastic.agent.rendezvous.closing import leave_last
 from torchx_elastic.agent.rendezvous.diagnosis import RendezvousDiagnosis
 from torchx_elastic.agent.rendezvous.failover import NoSuccessor
@@ -281,7 +281,7 @@ def supervise(
         if end.shutdown_rendezvous:
             handler.shutdown()
         else:  # left open for the others: its heartbeats end here, not at the process's exit
-            compat.stop_heartbeats(handler)
+            liveness.stop_heartbeats(handler)
         session.close()
     return end
 

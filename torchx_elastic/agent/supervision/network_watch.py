@@ -246,7 +246,7 @@ def watch_network(
         lambda: compat.peer_hosts(handler),
         LOST_AFTER_HEARTBEATS * liveness.dead_after_s(config.rdzv_configs),
         give_up,
-        lambda: compat.freshest_peer_heartbeat_age_s(handler),
+        lambda: liveness.freshest_peer_beat_age_s(handler),
         on_host_lost,
         lambda: compat.store_answer_age_s(handler),
     )

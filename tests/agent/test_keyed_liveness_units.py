@@ -1,0 +1,273 @@
+"""The keyed liveness (``--rdzv-conf liveness=keys``): a heartbeat key per node, watched by
+the nodes after it; verdicts written into torch's rendezvous state; the state read only when
+it changed. On torch's ``HashStore`` and torch's own c10d backend and state holder, with a
+clock driven by hand (no network, no sleeps)."""
+
+from __future__ import annotations
+
+import pickle
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from torch.distributed import HashStore  # type: ignore[attr-defined]
+from torch.distributed.elastic.rendezvous import dynamic_rendezvous as dr
+from torch.distributed.elastic.rendezvous.c10d_rendezvous_backend import C10dRendezvousBackend
+
+from torchx_elastic.agent import compat
+from torchx_elastic.agent.config import rdzv_conf
+from torchx_elastic.agent.rendezvous import keyed_liveness, liveness
+from torchx_elastic.agent.rendezvous.keyed_liveness import (
+    KeyedLiveness,
+    dead_key,
+    suspects_key,
+    watched_after,
+)
+from torchx_elastic.agent.rendezvous.signed_store import SignedStore, StoreSigner
+from torchx_elastic.agent.rendezvous.state_generation import GenerationCachedBackend
+
+RUN = "job"
+INTERVAL_S, DEAD_AFTER_S = 2.0, 10.0
+
+
+@dataclass(frozen=True)
+class Node:  # torch's _NodeDesc: what the agent reads of it
+    addr: str
+    pid: int = 1
+
+    def __str__(self) -> str:
+        return f"{self.addr}_{self.pid}_0"
+
+
+class _Handler:
+    """torch's handler as the liveness reads it: this node and the synced state's nodes."""
+
+    def __init__(self, me: Node, nodes: list[Node]) -> None:
+        state = SimpleNamespace(
+            participants={node: rank for rank, node in enumerate(nodes)},
+            wait_list=set(),
+            redundancy_list=set(),
+        )
+        self._this_node, self._state_holder = me, SimpleNamespace(state=state)
+
+
+class Cluster:
+    """Nodes a..e, each with its liveness on one store; the verdicts recorded."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, count: int = 5) -> None:
+        self.now = [100.0]
+        self.store = HashStore()
+        self.nodes = [Node(chr(ord("a") + i)) for i in range(count)]
+        self.dropped: list[tuple[str, set[str]]] = []
+
+        def expire(backend: Any, handler: Any, ids: set[str], *_: Any) -> bool:
+            self.dropped.append((compat.this_node_id(handler) or "?", ids))
+            return True
+
+        monkeypatch.setattr(compat, "expire_in_state", expire)
+        signed = SignedStore(self.store, StoreSigner(b"secret"))
+        # torch's handlers, held here: the liveness holds its own weakly
+        self.handlers = {str(node): _Handler(node, self.nodes) for node in self.nodes}
+        self.beats = {
+            str(node): KeyedLiveness(
+                self.handlers[str(node)],
+                signed,
+                None,
+                RUN,
+                INTERVAL_S,
+                DEAD_AFTER_S,
+                clock=lambda: self.now[0],
+            )
+            for node in self.nodes
+        }
+
+    def run(self, seconds: float, silent: tuple[str, ...] = ()) -> None:
+        """Every node ticks once an interval for ``seconds``, but the ``silent`` ones."""
+        for _ in range(int(seconds / INTERVAL_S)):
+            self.now[0] += INTERVAL_S
+            for name, beats in self.beats.items():
+                if name not in silent:
+                    beats.tick()
+
+    def suspects(self) -> int:
+        return int(self.store.add(suspects_key(RUN), 0))
+
+
+def test_each_node_watches_the_two_after_it_in_ring_order() -> None:
+    ids = ["a", "b", "c", "d", "e"]
+    assert [watched_after(ids, me) for me in ids] == [
+        ["b", "c"],
+        ["c", "d"],
+        ["d", "e"],
+        ["e", "a"],
+        ["a", "b"],
+    ]
+    assert watched_after(["a", "b"], "a") == ["b"] and watched_after(["a"], "a") == []
+
+
+def test_a_node_whose_key_stops_changing_is_dropped_by_its_two_watchers_only(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    cluster = Cluster(monkeypatch)
+    cluster.run(10)
+    assert cluster.dropped == [] and cluster.suspects() == 0
+    # a watcher sees c's last beat at its next tick: silent for half the dead-after time
+    # (5 s) 8 s later, suspected; dead 4 s after that
+    cluster.run(8, silent=("c_1_0",))
+    assert cluster.dropped == [] and cluster.suspects() == 2  # by a and b, who watch c
+    cluster.run(4, silent=("c_1_0",))
+    assert cluster.dropped == [("a_1_0", {"c_1_0"}), ("b_1_0", {"c_1_0"})]
+    assert cluster.suspects() == 0  # the verdict is in: nobody suspected any more
+    assert cluster.store.check([dead_key(RUN, "c_1_0")])
+    liveness_a = cluster.beats["a_1_0"]
+    assert liveness_a.dead(["b_1_0", "c_1_0"]) == {"c_1_0"}
+    cluster.beats["c_1_0"].rejoining()  # c comes back (it was stalled): the verdict is taken back
+    assert liveness_a.dead(["c_1_0"]) == set()
+
+
+def test_a_store_that_pauses_for_longer_than_the_dead_after_time_accuses_nobody(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Every heartbeat is late after the store's pause (nobody could write): a watcher counts
+    only the time during which its own beats reached the store."""
+    cluster = Cluster(monkeypatch)
+    cluster.run(10)
+    cluster.now[0] += 30.0  # the store paused: no tick of anyone went through
+    cluster.run(20)
+    assert cluster.dropped == [] and cluster.suspects() == 0
+
+
+def test_a_watcher_that_was_starved_of_cpu_accuses_nobody_and_is_dropped_itself(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    cluster = Cluster(monkeypatch)
+    cluster.run(10)
+    cluster.run(12, silent=("a_1_0",))  # a's agent got no CPU for 12 s
+    cluster.run(4)  # a runs again: its peers' keys changed, and it saw that
+    assert cluster.dropped == [("d_1_0", {"a_1_0"}), ("e_1_0", {"a_1_0"})]
+
+
+def test_a_peers_heartbeat_seen_by_its_watcher_is_the_proof_that_peers_reach_the_store(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    cluster = Cluster(monkeypatch)
+    watcher = cluster.beats["a_1_0"]
+    assert watcher.freshest_beat_age_s() is None  # nothing seen yet
+    cluster.run(4)
+    cluster.run(6, silent=("b_1_0", "c_1_0"))  # their last beats, seen at the first of these
+    assert watcher.freshest_beat_age_s() == 4.0
+
+
+def test_a_member_is_lost_when_absent_from_the_rendezvous_and_said_dead(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The supervision loop's question, with the keyed liveness: an absent member that a
+    watcher said dead stopped answering; an absent one without a verdict left for the next
+    round (a restart)."""
+    cluster = Cluster(monkeypatch, count=3)
+    members = {0: "a (agent pid 1)", 1: "b (agent pid 1)", 2: "c (agent pid 1)"}
+    layer = SimpleNamespace(keyed_liveness=lambda: cluster.beats["a_1_0"])
+    peers = liveness.SilentPeers({})
+    torch_a = cluster.handlers["a_1_0"]
+    peers.new_round(torch_a)
+    torch_a._state_holder.state.participants = {Node("a"): 0}  # b and c are gone from it
+    cluster.store.set(dead_key(RUN, "c_1_0"), b"forged")  # not signed: no verdict
+    assert peers.lost(members, _Stack(layer, torch_a)) == {}
+    SignedStore(cluster.store, StoreSigner(b"secret")).set(dead_key(RUN, "c_1_0"), "dead")
+    monkeypatch.setattr(liveness, "DEAD_CHECK_S", 0.0)
+    assert peers.lost(members, _Stack(layer, torch_a)) == {2: "c (agent pid 1)"}
+    assert not peers.suspects(members, _Stack(layer, torch_a))
+    cluster.store.add(suspects_key(RUN), 1)
+    assert peers.suspects(members, _Stack(layer, torch_a))
+
+
+class _Stack:
+    """The agent's rendezvous stack as SilentPeers reads it: the keyed liveness, and torch's
+    handler at the bottom."""
+
+    def __init__(self, layer: Any, torch_handler: Any) -> None:
+        self.keyed_liveness = layer.keyed_liveness
+        self._torch = torch_handler
+
+    def torch_handler(self) -> Any:
+        return self._torch
+
+
+def _state_with(nodes: list[Any], beat: datetime) -> bytes:
+    state = dr._RendezvousState()
+    state.round, state.complete = 1, True
+    state.participants = {node: rank for rank, node in enumerate(nodes)}
+    state.last_heartbeats = dict.fromkeys(nodes, beat)
+    return pickle.dumps(state)
+
+
+def _settings() -> Any:
+    return dr.RendezvousSettings(
+        RUN,
+        1,
+        3,
+        dr.RendezvousTimeout(),
+        keep_alive_interval=timedelta(seconds=liveness.TORCH_KEEP_ALIVE_OFF_S),
+        keep_alive_max_attempt=3,
+    )
+
+
+def test_a_verdict_drops_the_node_from_torchs_state_for_every_node_that_reads_it() -> None:
+    store = HashStore()
+    backend = C10dRendezvousBackend(store, RUN)
+    nodes = [dr._NodeDesc(addr, 1, 0) for addr in ("a", "b", "c")]
+    # joined a year ago: torch's own heartbeats are off, and nothing that old expires
+    backend.set_state(_state_with(nodes, datetime.now(timezone.utc) - timedelta(days=365)))
+    handler = SimpleNamespace(_settings=_settings())
+    assert compat.expire_in_state(backend, handler, {str(nodes[2])}, 3, 0.0)  # type: ignore[arg-type]
+    reader = dr._BackendRendezvousStateHolder(C10dRendezvousBackend(store, RUN), _settings())
+    reader.sync()
+    assert list(reader.state.participants) == nodes[:2]
+
+
+def test_the_state_is_read_only_when_a_node_wrote_it() -> None:
+    store = HashStore()
+    reads: list[str] = []
+
+    class Counted(C10dRendezvousBackend):  # type: ignore[misc]
+        def get_state(self) -> Any:
+            reads.append("blob")
+            return super().get_state()
+
+    writer = GenerationCachedBackend(Counted(store, RUN), store, RUN)
+    reader = GenerationCachedBackend(Counted(store, RUN), store, RUN)
+    assert reader.get_state() is None and reader.get_state() is None  # no state yet: read
+    reads.clear()
+    result = writer.set_state(b"state 1")
+    assert result is not None and result[2]
+    token = reader.get_state()[1]  # type: ignore[index]
+    assert [reader.get_state()[0] for _ in range(5)] == [b"state 1"] * 5  # type: ignore[index]
+    assert reads == ["blob"]  # once, then one counter read each
+    assert writer.set_state(b"state 2", token)[2]  # type: ignore[index]
+    assert reader.get_state()[0] == b"state 2" and reads == ["blob", "blob"]  # type: ignore[index]
+
+
+def test_the_liveness_setting_is_checked_before_the_rendezvous() -> None:
+    rdzv_conf.check("c10d", {"liveness": "keys"})
+    with pytest.raises(ValueError) as err:
+        rdzv_conf.check("c10d", {"liveness": "gossip"})
+    assert str(err.value) == "--rdzv-conf liveness='gossip': liveness must be state or keys"
+
+
+def test_torchs_own_heartbeats_are_off_with_the_keyed_liveness_the_default() -> None:
+    params = dr.RendezvousParameters(
+        "c10d", "h0:29500", RUN, 1, 2, keep_alive_interval="2", keep_alive_max_attempt="15"
+    )
+    off = {
+        "keep_alive_interval": str(liveness.TORCH_KEEP_ALIVE_OFF_S),
+        "keep_alive_max_attempt": "1",
+    }
+    assert {key: liveness.torch_parameters(params).config[key] for key in off} == off
+    # the agent's own verdict keeps the settings given
+    assert liveness.interval_s(params.config) == 2.0
+    assert liveness.dead_after_s(params.config) == 30.0
+    as_torch = dr.RendezvousParameters("c10d", "h0:1", RUN, 1, 2, liveness="state")
+    assert liveness.torch_parameters(as_torch) is as_torch
+    assert keyed_liveness.WATCHED == 2

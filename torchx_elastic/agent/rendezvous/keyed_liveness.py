@@ -1,0 +1,275 @@
+"""Liveness whose cost per node does not grow with the job: a heartbeat key per node.
+
+torch's c10d rendezvous keeps every node's heartbeat inside its one state blob, and each
+keep-alive rewrites the whole blob with a compare-and-set: every node moves O(N) bytes an
+interval, the store O(N^2), and a heartbeat that keeps losing the race to other nodes' looks
+like a dead node (docs/bench.md, "Rendezvous at scale"). By default instead (``--rdzv-conf
+liveness=keys``; ``liveness=state`` keeps torch's):
+
+- every node writes its own key (:func:`beat_key`: a counter, signed) every
+  ``keep_alive_interval``: a plain ``set``, which no other node's write can make fail;
+- every node watches the :data:`WATCHED` nodes after it in the rendezvous state's sorted
+  node ids (the round's participants, the wait list, the spares): one ``check`` and one
+  ``multi_get`` an interval, and every node is watched by as many peers whatever the job's
+  size. A watched key that did not change for ``keep_alive_interval *
+  keep_alive_max_attempt`` seconds of the watcher's own clock (no clock skew) is a dead
+  node, but only time during which the watcher's own beats reached the store counts: a
+  store that paused, or a watcher starved of CPU, accuses nobody (every beat is late then);
+- the watcher says so (:func:`dead_key`, then the nodes ``expire_in_state``: their heartbeat
+  in torch's state set to the epoch with a compare-and-set retried after jittered waits), so
+  that torch's own clean-up drops them on every node's next read. A watched node silent for
+  half that time is counted in :func:`suspects_key` meanwhile, which a node whose workers
+  failed reads to wait for the verdict (rendezvous/liveness.py's ``SilentPeers``);
+- torch's own heartbeats in the blob are off (its keep-alive interval is ten years): the
+  state is written only when membership changes, and read only then
+  (state_generation.py).
+
+torch's rendezvous protocol (join, wait list, spares, last call, close) is unchanged; only
+who decides that a node is dead, and how, is the agent's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+import time
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+from torch.distributed.elastic.rendezvous import RendezvousHandler, RendezvousInfo
+
+from torchx_elastic.agent import compat
+from torchx_elastic.agent.console.store_entry import RefusedEntry
+from torchx_elastic.agent.rendezvous.signed_store import SignedStore
+from torchx_elastic.agent.rendezvous.wrapped import WrappedRendezvous
+from torchx_elastic.contract import LIVENESS_KEY_PREFIX
+
+log = logging.getLogger(__name__)
+
+WATCHED = 2  # peers each node watches (each node is watched by as many)
+STEADY_GAP_INTERVALS = 2.0  # a gap between this node's own beats that long: its store paused
+EXPIRE_ATTEMPTS = 8  # compare-and-sets of a verdict, at most
+EXPIRE_BACKOFF_S = 0.05  # the first retry's longest jittered wait (doubled each time)
+# how long the end of the rendezvous waits for a beat in progress (a thread inside a store
+# call as the interpreter exits aborts the process); a lost host's call is not waited for
+STOP_WAIT_S = 2.0
+DEAD = "dead"
+
+
+def beat_key(run_id: str, node_id: str) -> str:
+    return f"{LIVENESS_KEY_PREFIX}{run_id}/beat/{node_id}"
+
+
+def dead_key(run_id: str, node_id: str) -> str:
+    return f"{LIVENESS_KEY_PREFIX}{run_id}/dead/{node_id}"
+
+
+def suspects_key(run_id: str) -> str:
+    return f"{LIVENESS_KEY_PREFIX}{run_id}/suspects"
+
+
+def watched_after(node_ids: list[str], me: str, count: int = WATCHED) -> list[str]:
+    """The ``count`` ids after ``me`` in ``node_ids`` (sorted), in ring order."""
+    others = sorted(set(node_ids) - {me})
+    after = [n for n in others if n > me] + [n for n in others if n < me]
+    return after[:count]
+
+
+@dataclasses.dataclass
+class _Watched:
+    value: bytes | None  # its key's value (None: not written yet)
+    changed_s: float  # when this node saw it change (its own monotonic clock)
+    suspected: bool = False
+
+
+class KeyedLiveness:
+    """This node's heartbeat key and its watch of the next nodes (see the module's
+    docstring). ``handler``: torch's handler (the state it synced says who is in the
+    rendezvous; held weakly: the beats end with it); ``backend``: a rendezvous backend of the
+    liveness' own, for the verdicts."""
+
+    def __init__(
+        self,
+        handler: RendezvousHandler,
+        store: SignedStore,
+        backend: Any,
+        run_id: str,
+        interval_s: float,
+        dead_after_s: float,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._handler = weakref.ref(handler)
+        self._store = store
+        self._backend = backend
+        self._run_id = run_id
+        self.interval_s = interval_s
+        self.dead_after_s = dead_after_s
+        self._clock = clock
+        self._seq = 0
+        self._last_beat_s: float | None = None
+        self._steady_since_s: float | None = None  # this node's beats reached the store since
+        self._watched: dict[str, _Watched] = {}
+        self._lock = threading.Lock()  # _watched, read by other threads
+        self._stop = threading.Event()
+        self._thread = threading.Thread(
+            target=self._run, name="torchx-elastic-liveness", daemon=True
+        )
+
+    def start(self) -> KeyedLiveness:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """No more beats (the node leaves, or its rendezvous moved): its watchers drop it
+        after the dead-after time unless it left the rendezvous itself. Waits up to
+        :data:`STOP_WAIT_S` for a beat in progress."""
+        self._stop.set()
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(STOP_WAIT_S)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            started_s = self._clock()
+            try:
+                self.tick()
+            except Exception as err:  # noqa: BLE001 - the store is away: nobody is accused
+                log.debug("liveness tick failed: %s", err)
+                self._steady_since_s = None
+            self._stop.wait(max(0.0, self.interval_s - (self._clock() - started_s)))
+
+    def tick(self) -> None:
+        """One beat of this node, then one look at the nodes it watches."""
+        handler = self._handler()
+        if handler is None:  # the rendezvous is gone
+            self._stop.set()
+            return
+        me = compat.this_node_id(handler)
+        if me is None:
+            return
+        self.beat(me)
+        self.watch(handler, me)
+
+    def beat(self, me: str) -> None:
+        self._seq += 1
+        self._store.set(beat_key(self._run_id, me), str(self._seq))
+        now_s = self._clock()
+        late = self._last_beat_s is None or (
+            now_s - self._last_beat_s > STEADY_GAP_INTERVALS * self.interval_s
+        )
+        if late or self._steady_since_s is None:
+            self._steady_since_s = now_s
+        self._last_beat_s = now_s
+
+    def watch(self, handler: RendezvousHandler, me: str) -> None:
+        watched = watched_after(compat.state_node_ids(handler), me)
+        values = self._read([beat_key(self._run_id, node) for node in watched])
+        now_s = self._clock()
+        steady_s = now_s - (self._steady_since_s if self._steady_since_s is not None else now_s)
+        dead: list[str] = []
+        suspected = 0
+        with self._lock:
+            previous, self._watched = self._watched, {}
+            for node, value in zip(watched, values, strict=True):
+                seen = previous.get(node)
+                if seen is None or seen.value != value:
+                    suspected -= seen is not None and seen.suspected
+                    self._watched[node] = _Watched(value, now_s)
+                    continue
+                self._watched[node] = seen
+                silent_s = min(now_s - seen.changed_s, steady_s)
+                if silent_s >= self.dead_after_s:
+                    dead.append(node)
+                elif silent_s >= self.dead_after_s / 2 and not seen.suspected:
+                    seen.suspected = True
+                    suspected += 1
+            # a node that left the state since was dropped or left: no longer suspected
+            suspected -= sum(s.suspected for n, s in previous.items() if n not in self._watched)
+        if suspected:
+            self._store.add(suspects_key(self._run_id), suspected)
+        if dead:
+            self._drop(handler, dead)
+
+    def _read(self, keys: list[str]) -> list[bytes | None]:
+        """The values of ``keys``; None for one not written yet (never waited for)."""
+        if not keys:
+            return []
+        present = keys if self._store.check(keys) else [k for k in keys if self._store.check([k])]
+        found = dict(zip(present, self._store.multi_get(present), strict=True)) if present else {}
+        return [None if isinstance(v, RefusedEntry) else v for v in map(found.get, keys)]
+
+    def _drop(self, handler: RendezvousHandler, dead: list[str]) -> None:
+        for node in dead:
+            self._store.set(dead_key(self._run_id, node), DEAD)
+        dropped = compat.expire_in_state(
+            self._backend, handler, set(dead), EXPIRE_ATTEMPTS, EXPIRE_BACKOFF_S
+        )
+        with self._lock:
+            cleared = sum(self._watched.pop(node).suspected for node in dead)
+        if cleared:
+            self._store.add(suspects_key(self._run_id), -cleared)
+        log.info(
+            "dropped from the rendezvous, silent for %gs: %s (%s)",
+            self.dead_after_s,
+            ", ".join(dead),
+            "written" if dropped else "not written: the next watcher's",
+        )
+
+    def rejoining(self) -> None:
+        """This node joins a round: a verdict of an earlier round on it (it was dropped
+        after a stall, and came back) is taken back."""
+        handler = self._handler()
+        me = None if handler is None else compat.this_node_id(handler)
+        if me is not None:
+            self._store.store.delete_key(dead_key(self._run_id, me))
+
+    # -- what the supervision loop asks ------------------------------------------------
+
+    def dead(self, node_ids: list[str]) -> set[str]:
+        """Of ``node_ids``, those a watcher said dead."""
+        found = set()
+        for node in node_ids:
+            key = dead_key(self._run_id, node)
+            try:
+                if self._store.check([key]) and self._store.get(key) == DEAD.encode():
+                    found.add(node)
+            except RefusedEntry as err:
+                log.debug("skipped a liveness verdict: %s", err)
+        return found
+
+    def suspects(self) -> bool:
+        """Whether a watcher sees a node silent for half the dead-after time now."""
+        return int(self._store.add(suspects_key(self._run_id), 0)) > 0
+
+    def freshest_beat_age_s(self) -> float | None:
+        """Seconds since a watched peer's heartbeat last changed (None: none watched yet):
+        proof that a peer reached the store."""
+        now_s = self._clock()
+        with self._lock:
+            ages = [now_s - seen.changed_s for seen in self._watched.values() if seen.value]
+        return min(ages) if ages else None
+
+
+class KeyedLivenessRendezvous(WrappedRendezvous):
+    """torch's handler with the keyed liveness beside it (started here, stopped with the
+    rendezvous: ``shutdown``, ``abandon``)."""
+
+    def __init__(self, handler: RendezvousHandler, liveness: KeyedLiveness) -> None:
+        super().__init__(handler)
+        self.liveness = liveness.start()
+
+    def keyed_liveness(self) -> KeyedLiveness | None:
+        return self.liveness
+
+    def next_rendezvous(self) -> RendezvousInfo:
+        self.liveness.rejoining()
+        return self.handler.next_rendezvous()
+
+    def shutdown(self) -> bool:
+        self.liveness.stop()
+        return self.handler.shutdown()
+
+    def abandon(self) -> None:
+        self.liveness.stop()
+        super().abandon()

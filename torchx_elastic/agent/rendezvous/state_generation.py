@@ -1,0 +1,57 @@
+"""The rendezvous state read only when it changed: one counter read a sync otherwise.
+
+torch's dynamic rendezvous re-reads its whole state blob (every node in it: O(N) bytes) on
+every sync that its one-second cache does not serve, so N nodes waiting or training move
+O(N^2) bytes a second through the store even when nothing changes. With the agent's keyed
+liveness (keyed_liveness.py) the state changes only when membership does; then
+:class:`GenerationCachedBackend`, a ``RendezvousBackend`` (torch's public interface) around
+the agent's c10d backend, counts every successful write in a counter key beside the state
+(:data:`~torchx_elastic.contract.STATE_GENERATION_KEY_PREFIX` + run id) and reads the
+blob only when the counter moved since its last read.
+
+The counter is read before the blob, and bumped after a write succeeded: a read that races a
+write keeps the newer blob under the older count and reads again at the next sync, never the
+reverse. Every node of the job writes through this backend; a writer that dies between its
+write and the bump leaves the others one membership change behind, until the next write
+(its own loss is one). A forged bump only costs a read.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torch.distributed.elastic.rendezvous.dynamic_rendezvous import RendezvousBackend, Token
+
+from torchx_elastic.contract import STATE_GENERATION_KEY_PREFIX
+
+_UNREAD = object()
+
+
+class GenerationCachedBackend(RendezvousBackend):
+    def __init__(self, backend: RendezvousBackend, store: Any, run_id: str) -> None:
+        self._backend = backend
+        self._store = store
+        self._key = f"{STATE_GENERATION_KEY_PREFIX}{run_id}"
+        self._generation = -1
+        self._cached: Any = _UNREAD
+
+    @property
+    def name(self) -> str:
+        return self._backend.name
+
+    def get_state(self) -> tuple[bytes, Token] | None:
+        generation = int(self._store.add(self._key, 0))
+        if self._cached is not _UNREAD and generation == self._generation:
+            return self._cached  # type: ignore[no-any-return]
+        state = self._backend.get_state()
+        self._generation, self._cached = generation, state
+        return state
+
+    def set_state(
+        self, state: bytes, token: Token | None = None
+    ) -> tuple[bytes, Token, bool] | None:
+        self._cached = _UNREAD
+        result = self._backend.set_state(state, token)
+        if result is not None and result[2]:
+            self._store.add(self._key, 1)
+        return result
