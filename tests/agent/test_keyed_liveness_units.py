@@ -271,3 +271,6 @@ def test_torchs_own_heartbeats_are_off_with_the_keyed_liveness_the_default() -> 
     as_torch = dr.RendezvousParameters("c10d", "h0:1", RUN, 1, 2, liveness="state")
     assert liveness.torch_parameters(as_torch) is as_torch
     assert keyed_liveness.WATCHED == 2
+    # what each node says in the roll call (a node on torch's heartbeats drops keyed ones)
+    assert liveness.mode({}, "c10d") == "keys"
+    assert liveness.mode({"liveness": "state"}, "c10d") == liveness.mode({}, "static") == "state"

@@ -151,6 +151,7 @@ def test_a_node_dropped_while_the_job_went_on_at_its_maximum_says_it_stands_by(
         ("nproc_per_node", "--nproc-per-node", 2, 4),
         ("max_restarts", "--max-restarts", 0, 3),
         ("rdzv_backend", "--rdzv-backend", "c10d", "static"),
+        ("liveness", "--rdzv-conf liveness", "keys", "state"),
     ],
 )
 def test_a_peer_with_another_shared_setting_is_named_with_both_values_and_hosts(

@@ -111,6 +111,7 @@ class KeyedLiveness:
         self._last_beat_s: float | None = None
         self._steady_since_s: float | None = None  # this node's beats reached the store since
         self._watched: dict[str, _Watched] = {}
+        self._written: set[str] = set()  # beat keys known to be in the store
         self._lock = threading.Lock()  # _watched, read by other threads
         self._stop = threading.Event()
         self._thread = threading.Thread(
@@ -192,10 +193,14 @@ class KeyedLiveness:
             self._drop(handler, dead)
 
     def _read(self, keys: list[str]) -> list[bytes | None]:
-        """The values of ``keys``; None for one not written yet (never waited for)."""
-        if not keys:
-            return []
-        present = keys if self._store.check(keys) else [k for k in keys if self._store.check([k])]
+        """The values of ``keys``; None for one not written yet (never waited for: a key is
+        looked for until it is there, then only read)."""
+        unknown = [key for key in keys if key not in self._written]
+        if unknown and self._store.check(unknown):
+            self._written.update(unknown)
+        elif unknown:
+            self._written.update(key for key in unknown if self._store.check([key]))
+        present = [key for key in keys if key in self._written]
         found = dict(zip(present, self._store.multi_get(present), strict=True)) if present else {}
         return [None if isinstance(v, RefusedEntry) else v for v in map(found.get, keys)]
 

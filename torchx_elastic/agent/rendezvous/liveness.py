@@ -61,6 +61,11 @@ def keyed(conf: dict[str, str]) -> bool:
     return conf.get(LIVENESS_KEY, DEFAULT_LIVENESS).strip().lower() == "keys"
 
 
+def mode(conf: dict[str, str], backend: str) -> str:
+    """``keys`` or ``state``: who keeps a node's heartbeats (the keyed liveness on c10d)."""
+    return "keys" if backend == "c10d" and keyed(conf) else "state"
+
+
 def interval_s(conf: dict[str, str]) -> float:
     return float(with_keep_alive_defaults(conf)["keep_alive_interval"])
 

@@ -21,6 +21,7 @@ from typing import Any
 
 from torchx_elastic.agent.config.launch import AgentConfig
 from torchx_elastic.agent.console.store_entry import RefusedEntry
+from torchx_elastic.agent.rendezvous import liveness
 from torchx_elastic.agent.rendezvous.diagnosis import Problem, resolved
 from torchx_elastic.agent.rendezvous.signed_store import MAGIC, StoreSigner
 from torchx_elastic.contract import ROLL_CALL_KEY_PREFIX, SECRET_ENV
@@ -33,6 +34,8 @@ SHARED_SETTINGS = {
     "nproc_per_node": "--nproc-per-node",
     "max_restarts": "--max-restarts",
     "rdzv_backend": "--rdzv-backend",
+    # a node on torch's heartbeats drops every node on keyed ones (liveness.py)
+    "liveness": "--rdzv-conf liveness",
 }
 
 
@@ -48,6 +51,7 @@ class NodeEntry:
     max_restarts: int
     rdzv_backend: str
     left: bool = False
+    liveness: str = "state"  # an agent's entry without it: torch's heartbeats
 
     @classmethod
     def of_this_node(cls, config: AgentConfig) -> NodeEntry:
@@ -60,6 +64,7 @@ class NodeEntry:
             nproc_per_node=config.nproc_per_node,
             max_restarts=config.max_restarts,
             rdzv_backend=config.rdzv_backend,
+            liveness=liveness.mode(config.rdzv_configs, config.rdzv_backend),
         )
 
     @property
