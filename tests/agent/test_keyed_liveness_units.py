@@ -122,9 +122,10 @@ def test_a_node_whose_key_stops_changing_is_dropped_by_its_two_watchers_only(
     assert cluster.suspects() == 0  # the verdict is in: nobody suspected any more
     assert cluster.store.check([dead_key(RUN, "c_1_0")])
     liveness_a = cluster.beats["a_1_0"]
-    assert liveness_a.dead(["b_1_0", "c_1_0"]) == {"c_1_0"}
-    cluster.beats["c_1_0"].rejoining()  # c comes back (it was stalled): the verdict is taken back
-    assert liveness_a.dead(["c_1_0"]) == set()
+    assert cluster.store.get(dead_key(RUN, "c_1_0")).endswith(b"dead 0")  # the state's round
+    assert liveness_a.dead(["b_1_0", "c_1_0"], since_round=0) == {"c_1_0"}
+    # c came back (it was stalled) and joined round 1: the old verdict is not about it
+    assert liveness_a.dead(["c_1_0"], since_round=1) == set()
 
 
 def test_a_store_that_pauses_for_longer_than_the_dead_after_time_accuses_nobody(
@@ -175,7 +176,7 @@ def test_a_member_is_lost_when_absent_from_the_rendezvous_and_said_dead(
     torch_a._state_holder.state.participants = {Node("a"): 0}  # b and c are gone from it
     cluster.store.set(dead_key(RUN, "c_1_0"), b"forged")  # not signed: no verdict
     assert peers.lost(members, _Stack(layer, torch_a)) == {}
-    SignedStore(cluster.store, StoreSigner(b"secret")).set(dead_key(RUN, "c_1_0"), "dead")
+    SignedStore(cluster.store, StoreSigner(b"secret")).set(dead_key(RUN, "c_1_0"), "dead 0")
     monkeypatch.setattr(liveness, "DEAD_CHECK_S", 0.0)
     assert peers.lost(members, _Stack(layer, torch_a)) == {2: "c (agent pid 1)"}
     assert not peers.suspects(members, _Stack(layer, torch_a))

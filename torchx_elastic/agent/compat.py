@@ -421,6 +421,13 @@ def state_node_ids(handler: RendezvousHandler) -> list[str]:
     return sorted(node_id(node) for node in nodes)
 
 
+def state_round(handler: RendezvousHandler) -> int:
+    """The round number of the handler's last synced rendezvous state (0 where unknown)."""
+    state = getattr(getattr(_torch_handler(handler), "_state_holder", None), "state", None)
+    number = getattr(state, "round", 0)
+    return number if isinstance(number, int) else 0
+
+
 def expire_in_state(
     backend: Any, handler: RendezvousHandler, node_ids: set[str], attempts: int, backoff_s: float
 ) -> bool:

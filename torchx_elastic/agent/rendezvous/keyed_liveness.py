@@ -15,7 +15,8 @@ liveness=keys``; ``liveness=state`` keeps torch's):
   keep_alive_max_attempt`` seconds of the watcher's own clock (no clock skew) is a dead
   node, but only time during which the watcher's own beats reached the store counts: a
   store that paused, or a watcher starved of CPU, accuses nobody (every beat is late then);
-- the watcher says so (:func:`dead_key`, then the nodes ``expire_in_state``: their heartbeat
+- the watcher says so (:func:`dead_key`: ``dead <round>``, the state's round then; then the
+  nodes ``expire_in_state``: their heartbeat
   in torch's state set to the epoch with a compare-and-set retried after jittered waits), so
   that torch's own clean-up drops them on every node's next read. A watched node silent for
   half that time is counted in :func:`suspects_key` meanwhile, which a node whose workers
@@ -38,7 +39,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-from torch.distributed.elastic.rendezvous import RendezvousHandler, RendezvousInfo
+from torch.distributed.elastic.rendezvous import RendezvousHandler
 
 from torchx_elastic.agent import compat
 from torchx_elastic.agent.console.store_entry import RefusedEntry
@@ -205,8 +206,9 @@ class KeyedLiveness:
         return [None if isinstance(v, RefusedEntry) else v for v in map(found.get, keys)]
 
     def _drop(self, handler: RendezvousHandler, dead: list[str]) -> None:
+        verdict = f"{DEAD} {compat.state_round(handler)}"
         for node in dead:
-            self._store.set(dead_key(self._run_id, node), DEAD)
+            self._store.set(dead_key(self._run_id, node), verdict)
         dropped = compat.expire_in_state(
             self._backend, handler, set(dead), EXPIRE_ATTEMPTS, EXPIRE_BACKOFF_S
         )
@@ -221,25 +223,22 @@ class KeyedLiveness:
             "written" if dropped else "not written: the next watcher's",
         )
 
-    def rejoining(self) -> None:
-        """This node joins a round: a verdict of an earlier round on it (it was dropped
-        after a stall, and came back) is taken back."""
-        handler = self._handler()
-        me = None if handler is None else compat.this_node_id(handler)
-        if me is not None:
-            self._store.store.delete_key(dead_key(self._run_id, me))
-
     # -- what the supervision loop asks ------------------------------------------------
 
-    def dead(self, node_ids: list[str]) -> set[str]:
-        """Of ``node_ids``, those a watcher said dead."""
+    def dead(self, node_ids: list[str], since_round: int) -> set[str]:
+        """Of ``node_ids``, those a watcher said dead in round ``since_round`` or later (a
+        node dropped after a stall that came back keeps its old verdict: a verdict is never
+        deleted, so a read that follows a check finds it)."""
         found = set()
         for node in node_ids:
             key = dead_key(self._run_id, node)
             try:
-                if self._store.check([key]) and self._store.get(key) == DEAD.encode():
+                if not self._store.check([key]):
+                    continue
+                word, _, number = self._store.get(key).decode().partition(" ")
+                if word == DEAD and number.isdigit() and int(number) >= since_round:
                     found.add(node)
-            except RefusedEntry as err:
+            except (RefusedEntry, UnicodeDecodeError) as err:
                 log.debug("skipped a liveness verdict: %s", err)
         return found
 
@@ -266,10 +265,6 @@ class KeyedLivenessRendezvous(WrappedRendezvous):
 
     def keyed_liveness(self) -> KeyedLiveness | None:
         return self.liveness
-
-    def next_rendezvous(self) -> RendezvousInfo:
-        self.liveness.rejoining()
-        return self.handler.next_rendezvous()
 
     def shutdown(self) -> bool:
         self.liveness.stop()

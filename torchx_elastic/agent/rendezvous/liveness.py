@@ -139,11 +139,13 @@ class SilentPeers:
         self._silent_after_s = dead_after_s(conf) / 2
         self._last_beats: dict[str, datetime] = {}
         self._ids: dict[int, str] = {}  # node rank -> torch's node id, of the round
+        self._round = 0  # the state's round number when the round completed
         self._dead_checked_s = 0.0
 
     def new_round(self, handler: RendezvousHandler) -> None:
         self._last_beats = compat.heartbeats(handler)
         self._ids = compat.round_node_ids(handler)
+        self._round = compat.state_round(handler)
 
     def lost(self, members: dict[int, str], handler: RendezvousHandler) -> dict[int, str]:
         """Of ``members`` (node rank -> name), those dropped: as of the handler's last sync
@@ -155,7 +157,8 @@ class SilentPeers:
             if not absent or now_s - self._dead_checked_s < DEAD_CHECK_S:
                 return {}
             self._dead_checked_s = now_s
-            dead = keyed_.dead([self._ids[rank] for rank in absent if rank in self._ids])
+            ids = [self._ids[rank] for rank in absent if rank in self._ids]
+            dead = keyed_.dead(ids, self._round)
             return {rank: name for rank, name in absent.items() if self._ids.get(rank) in dead}
         silent = self._silent(members, handler)
         return {rank: name for rank, name in members.items() if silent.get(name) is False}
