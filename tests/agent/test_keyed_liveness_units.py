@@ -5,6 +5,7 @@ clock driven by hand (no network, no sleeps)."""
 
 from __future__ import annotations
 
+import inspect
 import pickle
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
@@ -196,6 +197,13 @@ class _Stack:
         return self._torch
 
 
+def _torch_now() -> datetime:
+    """Now, as torch's rendezvous writes heartbeats: naive UTC before torch 2.5, aware after."""
+    now = datetime.now(timezone.utc)
+    source = inspect.getsource(dr._DistributedRendezvousOpExecutor._keep_alive)
+    return now if "timezone.utc" in source else now.replace(tzinfo=None)
+
+
 def _state_with(nodes: list[Any], beat: datetime) -> bytes:
     state = dr._RendezvousState()
     state.round, state.complete = 1, True
@@ -220,7 +228,7 @@ def test_a_verdict_drops_the_node_from_torchs_state_for_every_node_that_reads_it
     backend = C10dRendezvousBackend(store, RUN)
     nodes = [dr._NodeDesc(addr, 1, 0) for addr in ("a", "b", "c")]
     # joined a year ago: torch's own heartbeats are off, and nothing that old expires
-    backend.set_state(_state_with(nodes, datetime.now(timezone.utc) - timedelta(days=365)))
+    backend.set_state(_state_with(nodes, _torch_now() - timedelta(days=365)))
     handler = SimpleNamespace(_settings=_settings())
     assert compat.expire_in_state(backend, handler, {str(nodes[2])}, 3, 0.0)  # type: ignore[arg-type]
     reader = dr._BackendRendezvousStateHolder(C10dRendezvousBackend(store, RUN), _settings())
