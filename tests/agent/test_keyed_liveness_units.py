@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 from torch.distributed import HashStore  # type: ignore[attr-defined]
+from torch.distributed.elastic.rendezvous import RendezvousConnectionError
 from torch.distributed.elastic.rendezvous import dynamic_rendezvous as dr
 from torch.distributed.elastic.rendezvous.c10d_rendezvous_backend import C10dRendezvousBackend
 
@@ -265,9 +266,16 @@ def test_the_liveness_setting_is_checked_before_the_rendezvous() -> None:
     assert str(err.value) == "--rdzv-conf liveness='gossip': liveness must be state or keys"
 
 
-def test_torchs_own_heartbeats_are_off_with_the_keyed_liveness_the_default() -> None:
+def test_torchs_own_heartbeats_are_off_with_the_keyed_liveness() -> None:
     params = dr.RendezvousParameters(
-        "c10d", "h0:29500", RUN, 1, 2, keep_alive_interval="2", keep_alive_max_attempt="15"
+        "c10d",
+        "h0:1",
+        RUN,
+        1,
+        2,
+        keep_alive_interval="2",
+        keep_alive_max_attempt="15",
+        liveness="keys",
     )
     off = {
         "keep_alive_interval": str(liveness.TORCH_KEEP_ALIVE_OFF_S),
@@ -277,9 +285,32 @@ def test_torchs_own_heartbeats_are_off_with_the_keyed_liveness_the_default() -> 
     # the agent's own verdict keeps the settings given
     assert liveness.interval_s(params.config) == 2.0
     assert liveness.dead_after_s(params.config) == 30.0
-    as_torch = dr.RendezvousParameters("c10d", "h0:1", RUN, 1, 2, liveness="state")
+    as_torch = dr.RendezvousParameters("c10d", "h0:1", RUN, 1, 2)  # the default: torch's
     assert liveness.torch_parameters(as_torch) is as_torch
     assert keyed_liveness.WATCHED == 2
     # what each node says in the roll call (a node on torch's heartbeats drops keyed ones)
-    assert liveness.mode({}, "c10d") == "keys"
-    assert liveness.mode({"liveness": "state"}, "c10d") == liveness.mode({}, "static") == "state"
+    assert liveness.mode({"liveness": "keys"}, "c10d") == "keys"
+    assert liveness.mode({}, "c10d") == liveness.mode({"liveness": "keys"}, "static") == "state"
+
+
+class _Away:
+    """A store whose host is gone: every call fails as torch's client does."""
+
+    def __getattr__(self, name: str) -> Any:
+        def fail(*args: Any) -> Any:
+            raise RuntimeError("Connection reset by peer")
+
+        return fail
+
+
+def test_a_store_that_went_away_is_a_rendezvous_connection_error_or_no_verdict() -> None:
+    """The layers above expect torch's ``RendezvousConnectionError`` from a backend (the
+    failover moves the rendezvous on it), and the supervision loop's questions get no
+    verdict rather than an error."""
+    backend = GenerationCachedBackend(C10dRendezvousBackend(HashStore(), RUN), _Away(), RUN)
+    with pytest.raises(RendezvousConnectionError):
+        backend.get_state()
+    handler = _Handler(Node("a"), [Node("a"), Node("b")])
+    away = KeyedLiveness(handler, SignedStore(_Away(), StoreSigner(None)), None, RUN, 2.0, 10.0)
+    assert away.dead(["b_1_0"], since_round=0) == set()
+    assert not away.suspects()

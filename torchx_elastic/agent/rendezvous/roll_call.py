@@ -72,7 +72,10 @@ class NodeEntry:
         return f"{self.host} (pid {self.pid})"
 
     def to_json(self) -> bytes:
-        return json.dumps(asdict(self)).encode()
+        fields = asdict(self)
+        if fields["liveness"] == "state":  # as an agent without the field writes it
+            del fields["liveness"]
+        return json.dumps(fields).encode()
 
     @classmethod
     def from_json(cls, data: bytes) -> NodeEntry | None:

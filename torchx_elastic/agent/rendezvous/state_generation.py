@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from torch.distributed.elastic.rendezvous import RendezvousConnectionError
 from torch.distributed.elastic.rendezvous.dynamic_rendezvous import RendezvousBackend, Token
 
 from torchx_elastic.contract import STATE_GENERATION_KEY_PREFIX
@@ -39,8 +40,18 @@ class GenerationCachedBackend(RendezvousBackend):
     def name(self) -> str:
         return self._backend.name
 
+    def _add(self, amount: int) -> int:
+        """The counter, moved by ``amount``; a store error as torch's c10d backend raises it
+        (``RendezvousConnectionError``), which the agent's layers above expect."""
+        try:
+            return int(self._store.add(self._key, amount))
+        except Exception as err:
+            raise RendezvousConnectionError(
+                "The connection to the C10d store has failed. See inner exception for details."
+            ) from err
+
     def get_state(self) -> tuple[bytes, Token] | None:
-        generation = int(self._store.add(self._key, 0))
+        generation = self._add(0)
         if self._cached is not _UNREAD and generation == self._generation:
             return self._cached  # type: ignore[no-any-return]
         state = self._backend.get_state()
@@ -53,5 +64,5 @@ class GenerationCachedBackend(RendezvousBackend):
         self._cached = _UNREAD
         result = self._backend.set_state(state, token)
         if result is not None and result[2]:
-            self._store.add(self._key, 1)
+            self._add(1)
         return result
