@@ -10,10 +10,11 @@ the job-wide line it prints, the live bar of ``local_cwd`` (through the file it 
 its log directory) and ``torchx status`` all show that one summary.
 
 The store's load stays flat per node as the job grows: node rank 0 reads every published report
-in one ``multi_get`` (it looks for a node's key only when the round's count of publishers says
-a new one published), and the exchange's interval grows with the number of nodes, so that node
-rank 0 reads at most ``MAX_REPORTS_PER_S`` reports a second (1 s up to 256 nodes, 4 s at 1,000):
-every node publishes once an interval, whatever the job's size.
+in one ``multi_get`` (while a node's report is missing it checks for all the missing ones in one
+call, and for each only when the round's count of publishers says a new one published), and the
+exchange's interval grows with the number of nodes, so that node rank 0 reads at most
+``MAX_REPORTS_PER_S`` reports a second (1 s up to 256 nodes, 4 s at 1,000): every node
+publishes once an interval, whatever the job's size.
 
 A report carries ages, and the rank-0 agent adds how long a node's report has not changed (a
 node that stopped publishing goes quiet too). Only live nodes count: a node whose report has
@@ -517,10 +518,14 @@ class JobProgressExchange:
         """The nodes' reports, in one round trip; a forged or malformed one is skipped (one
         warning each). ``publishers``: the round's count of nodes that published, which says
         when to look for a new node's key (``multi_get`` would wait for a missing one)."""
-        if publishers > len(self._publishers):
-            for node in range(num_nodes):
-                if node not in self._publishers and store.check([_report_key(node)]):
-                    self._publishers.add(node)
+        missing = [node for node in range(num_nodes) if node not in self._publishers]
+        keys = [_report_key(node) for node in missing]
+        if missing and store.check(keys):  # every missing report is there: one call
+            self._publishers.update(missing)
+        elif missing and publishers > len(self._publishers):  # some are: which
+            self._publishers.update(
+                n for n, key in zip(missing, keys, strict=True) if store.check([key])
+            )
         nodes = sorted(self._publishers)
         if not nodes:
             return []
