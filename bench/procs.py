@@ -177,7 +177,11 @@ class TreeSampler(threading.Thread):
                     parent = parent_pid(pid)
                     if parent is not None:
                         memory.parents[pid] = parent
-                    memory.commands[pid] = command_line(pid)
+                # read again each tick: a child seen between its fork and its exec still
+                # shows its parent's command line
+                command = command_line(pid)
+                if command not in ("", "?") or pid not in memory.commands:
+                    memory.commands[pid] = command
                 pss = pss_kb(pid)
                 if pss is not None:
                     tick[pid] = pss
