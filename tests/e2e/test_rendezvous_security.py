@@ -33,21 +33,33 @@ HOSTS_SH = REPO.parent / "shared" / "netns" / "hosts.sh"
 NETNS_LOCK = "/tmp/netns.lock"
 ATTACKER = str(Path(__file__).with_name("rdzv_attacker.py"))
 REFUSED_STATE = "refused the rendezvous state 'torch.rendezvous.{run_id}' from the rendezvous store"
-# 20 s: the attackers start (torch's import) while it runs
-LONG_RUN = {"STEPS": "200", "QUIET_STEPS": "150"}
+# trains until the test writes END_FILE (the attackers' torch import may take longer than any
+# fixed run on a loaded machine), 50 steps after it; 6000 steps (10 min) at the most
+UNTIL_ENDED = {"STEPS": "6000", "QUIET_STEPS": "6000"}
 SECRET = {SECRET_ENV: "the nodes of this job"}
 
 STEPS = """
 import os, time
+import torch
 import torch.distributed as dist
 from torchx_elastic import progress
 dist.init_process_group("gloo")
-for step in range(int(os.environ.get("STEPS", "80"))):
-    dist.barrier()
+last, quiet = int(os.environ.get("STEPS", "80")), int(os.environ.get("QUIET_STEPS", "50"))
+end_file, ended = os.environ.get("END_FILE"), torch.zeros(1)
+step = 0
+while step < last:
+    if end_file:  # every rank learns of the file at the same step
+        ended[0] = float(os.path.exists(end_file))
+        dist.all_reduce(ended, op=dist.ReduceOp.MAX)
+        if ended.item():
+            end_file, quiet, last = None, step, step + 50
+    else:
+        dist.barrier()
     # the other nodes publish no report of their own while the attackers write theirs
-    if os.environ["RANK"] == "0" or step >= int(os.environ.get("QUIET_STEPS", "50")):
+    if os.environ["RANK"] == "0" or step >= quiet:
         progress(step + 1)
     time.sleep(0.1)
+    step += 1
 print(f"done world {dist.get_world_size()}", flush=True)
 dist.destroy_process_group()
 """
@@ -119,13 +131,13 @@ def test_local_cwd_2x2_listens_on_loopback_only_and_refuses_a_local_attacker(
 ) -> None:
     (tmp_path / "steps.py").write_text(STEPS)
     port = free_port()
-    out = tmp_path / "torchx.out"
+    out, end = tmp_path / "torchx.out", tmp_path / "end"
     with open(out, "wb") as log:
         run = subprocess.Popen(
             on("h0", str(BIN / "torchx"), "run", "-s", "local_cwd", "dist.ddp", "-j", "2x2")
             + ["--rdzv_port", str(port), "--script", "steps.py"],
             cwd=tmp_path,
-            env=_env(LONG_RUN),
+            env=_env({**UNTIL_ENDED, "END_FILE": str(end)}),
             stdout=log,
             stderr=subprocess.STDOUT,
         )
@@ -140,6 +152,7 @@ def test_local_cwd_2x2_listens_on_loopback_only_and_refuses_a_local_attacker(
         other, local = attack(
             ("h1", "10.77.0.10"), ("h0", "127.0.0.1"), port=port, run_id=app_id, marker=marker
         )
+        end.touch()
         assert other.strip() == "unreachable"  # nothing of the job listens for other hosts
         assert "read " in local and "replaced" in local
         assert run.wait(timeout=180) == 0, out.read_text()
@@ -159,7 +172,8 @@ def test_local_cwd_2x2_listens_on_loopback_only_and_refuses_a_local_attacker(
 def _host_agent(
     host: str, port: int, tmp_path: Path, env: dict[str, str]
 ) -> subprocess.Popen[bytes]:
-    """One node of a two-host job started by hand, as torchrun's users do."""
+    """One node of a two-host job started by hand, as torchrun's users do; it trains until
+    ``tmp_path / "end"`` exists."""
     log = tmp_path / f"{host}.log"
     argv = [sys.executable, "-m", "torchx_elastic.agent", "--nnodes", "2"]
     argv += ["--nproc-per-node", "1", "--rdzv-backend", "c10d", "--rdzv-endpoint"]
@@ -170,7 +184,7 @@ def _host_agent(
         return subprocess.Popen(
             on(host, *argv),
             cwd=tmp_path,
-            env=_env({**env, **gloo, **LONG_RUN}),
+            env=_env({**env, **gloo, **UNTIL_ENDED, "END_FILE": str(tmp_path / "end")}),
             stdout=out,
             stderr=subprocess.STDOUT,
         )
@@ -193,6 +207,7 @@ def test_two_host_job_refuses_a_client_on_another_host_and_a_local_one(
             ("h2", "10.77.0.10"), ("h0", "10.77.0.10"), port=port, run_id="job", marker=marker
         ):
             assert "read " in text and "replaced" in text
+        (tmp_path / "end").touch()
         codes = [agent.wait(timeout=180) for agent in agents]
     finally:
         for agent in agents:
@@ -223,6 +238,7 @@ def test_unauthenticated_job_says_so_once_and_skips_a_malformed_progress_report(
             *["--rdzv-conf", f"is_host={str(i == 0).lower()}", "steps.py"],
             cwd=tmp_path,
             log=log,
+            env={**UNTIL_ENDED, "END_FILE": str(tmp_path / "end")},
         )
         for i, log in enumerate(logs)
     ]
@@ -244,6 +260,7 @@ def test_unauthenticated_job_says_so_once_and_skips_a_malformed_progress_report(
                 break
             time.sleep(0.02)  # writes a moment apart (not a wait for an event)
         del store  # its connection closed, as an attacker's would
+        (tmp_path / "end").touch()
         codes = [agent.wait(timeout=180) for agent in agents]
     finally:
         for agent in agents:
