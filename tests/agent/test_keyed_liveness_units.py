@@ -5,7 +5,9 @@ clock driven by hand (no network, no sleeps)."""
 
 from __future__ import annotations
 
+import base64
 import inspect
+import logging
 import pickle
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
@@ -27,6 +29,7 @@ from torchx_elastic.agent.rendezvous.keyed_liveness import (
     suspects_key,
     watched_after,
 )
+from torchx_elastic.agent.rendezvous.signed_backend import SignedRendezvousBackend
 from torchx_elastic.agent.rendezvous.signed_store import SignedStore, StoreSigner
 from torchx_elastic.agent.rendezvous.state_generation import GenerationCachedBackend
 
@@ -257,6 +260,52 @@ def test_the_state_is_read_only_when_a_node_wrote_it() -> None:
     assert reads == ["blob"]  # once, then one counter read each
     assert writer.set_state(b"state 2", token)[2]  # type: ignore[index]
     assert reader.get_state()[0] == b"state 2" and reads == ["blob", "blob"]  # type: ignore[index]
+
+
+def test_a_forged_state_nobody_rereads_is_found_by_an_audit_and_repaired(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """In steady state nothing moves the counter, so a blob forged without a bump is read by
+    an audit only; the audit writes the verified state back and bumps the counter."""
+    store = HashStore()
+    make = lambda: GenerationCachedBackend(  # noqa: E731
+        SignedRendezvousBackend(C10dRendezvousBackend(store, RUN), StoreSigner(b"s"), RUN),
+        store,
+        RUN,
+    )
+    writer, reader = make(), make()
+    assert writer.set_state(b"state 1")[2]  # type: ignore[index]
+    for node in (writer, reader):  # both read the state once after its write
+        assert node.get_state()[0] == b"state 1"  # type: ignore[index]
+    key = f"torch.rendezvous.{RUN}"
+    store.set(key, base64.b64encode(pickle.dumps({"anything": 1})))
+    with caplog.at_level(logging.WARNING):
+        assert reader.get_state()[0] == b"state 1"  # type: ignore[index]
+        assert writer.get_state()[0] == b"state 1"  # type: ignore[index]
+        assert caplog.records == []  # through the counter: not read
+        assert reader.audit() is True
+        assert [r.getMessage().split(": ")[0] for r in caplog.records] == [
+            f"refused the rendezvous state '{key}' from the rendezvous store"
+        ]
+        assert writer.get_state()[0] == b"state 1"  # type: ignore[index]
+        assert writer.audit() is False and reader.audit() is False  # it verifies
+    assert len(caplog.records) == 1  # the repaired state is read and verified by all
+    unsigned = GenerationCachedBackend(C10dRendezvousBackend(store, RUN), store, RUN)
+    assert unsigned.audit() is False  # a job without a secret verifies nothing
+
+
+def test_about_two_nodes_of_the_job_audit_the_state_an_interval(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    audits: list[str] = []
+    cluster = Cluster(monkeypatch, count=5)
+    for name, beats in cluster.beats.items():
+        beats._audited = SimpleNamespace(audit=lambda name=name: audits.append(name))
+    draws = iter([0.1, 0.5, 0.39, 0.41, 0.9] * 2)  # audits below 2 in 5
+    for beats in cluster.beats.values():
+        beats._chance = lambda: next(draws)
+    cluster.run(2 * INTERVAL_S)
+    assert audits == ["a_1_0", "c_1_0"] * 2
 
 
 def test_the_liveness_setting_is_checked_before_the_rendezvous() -> None:

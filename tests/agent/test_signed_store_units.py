@@ -63,6 +63,23 @@ def test_a_forged_state_is_refused_once_and_replaced_by_the_next_write(
     assert a.get_state()[0] == b"next"  # type: ignore[index]
 
 
+def test_a_refused_state_is_repaired_with_the_last_verified_one_where_it_is_found() -> None:
+    store, a, b = _backends()
+    assert b.repair() is False  # no state yet: nothing verified, nothing written
+    a.set_state(b"genuine")
+    genuine = store.get(KEY)
+    assert b.repair() is False and store.get(KEY) == genuine  # it verifies: not written
+    forged = base64.b64encode(pickle.dumps({"anything": 1}))
+    store.set(KEY, forged)
+    assert b.repair() is True
+    assert store.get(KEY) != forged
+    assert a.get_state()[0] == b"genuine"  # type: ignore[index]  # verified, not refused
+    assert a.repair() is False
+    stranger = _backends()[1]  # a node that verified no state of this store
+    store.set(KEY, forged)
+    assert stranger.repair() is False and store.get(KEY) == forged
+
+
 def test_another_secret_an_emptied_and_a_replayed_state_are_refused(
     caplog: pytest.LogCaptureFixture,
 ) -> None:

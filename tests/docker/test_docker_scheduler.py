@@ -358,6 +358,20 @@ def test_status_shows_the_jobs_progress_from_replica_0s_log(
     )
 
 
+def test_status_shows_the_progress_of_another_replica_where_replica_0_stands_by(
+    scheduler: DockerScheduler, engine: FakeEngine
+) -> None:
+    app_id = submit(scheduler, j="3x1")  # two train, one stands by
+    spare, rank0 = engine.containers[f"{app_id}-main-0"], engine.containers[f"{app_id}-main-2"]
+    spare.write("torchx-elastic: standing by: the job has its 2 nodes (3 here)\n", "stderr")
+    rank0.write(JOB_LINE, stream="stderr")
+    desc = scheduler.describe(app_id)
+    assert desc is not None and desc.msg == (
+        "progress 120/200 (60.0%) of 4/4 ranks, 4.1 steps/s, ETA 29s"
+        f" (as of 0s ago, log of {app_id}-main-2)"
+    )
+
+
 LONG_NAME = "a-training-run-whose-name-is-long-enough-to-fill-a-hostname-x"
 
 

@@ -725,6 +725,32 @@ def test_status_shows_the_jobs_progress_from_replica_0s_pod_log(
     assert scheduler.describe(APP_ID) is not None
 
 
+def test_status_shows_the_progress_of_another_replica_where_replica_0_stands_by(
+    scheduler: KubernetesScheduler, fake: FakeCluster
+) -> None:
+    """Replica 0 joined after the job was full and stands by: node rank 0, which prints the
+    job's progress, is another replica; its newest line is shown (a replica that was rank 0
+    before holds an older one)."""
+    _submit(scheduler, j="2x1", app={"spares": 1})
+    pods = [fake.pod(JOB, k) for k in range(3)]
+    for pod in pods:
+        fake.set_phase(pod, "Running")
+    standby = (
+        "torchx-elastic: standing by: the job has its 2 nodes (3 here); this node takes the"
+        " place of the first one lost, at the next round\n"
+    )
+    fake.write_log(pods[0], standby.encode(), age_s=30)
+    line = "[job progress] {} of 2/2 ranks on 2/2 nodes, 1 standby, 4.1 steps/s\n"
+    fake.write_log(pods[1], line.format("80/?").encode(), age_s=20)
+    fake.write_log(pods[2], line.format("120/?").encode(), age_s=3)
+    fake.write_log(pods[2], b"[n0 r0] step 125\n")
+    desc = scheduler.describe(APP_ID)
+    assert desc is not None and desc.msg == (
+        "progress 120/? of 2/2 ranks, nodes: 2 training, 1 standby, 4.1 steps/s"
+        f" (as of 3s ago, log of pod {pods[2]['metadata']['name']})"
+    )
+
+
 def test_status_says_how_many_nodes_joined_while_replica_0_waits(
     scheduler: KubernetesScheduler, fake: FakeCluster
 ) -> None:

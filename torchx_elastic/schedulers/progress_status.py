@@ -6,12 +6,18 @@ the engine's or the API server's log call, with timestamps (no exec into a conta
 extra permission beyond reading logs), and this module turns the newest such line into
 ``progress 120/200 (60.0%) of 4/4 ranks, 4.1 steps/s, ETA 29s (as of 3s ago)``; while
 replica 0's agent waits for the other nodes, its ``waiting for nodes: 1 of 2 joined; ...``.
+
+Node rank 0 is replica 0 while replica 0 trains (torch ranks a round's nodes by their
+address, and replica 0's sorts first). Where replica 0 does not train (it stands by as a
+spare, having joined after the job was full, or its replacement has not joined yet), the
+rank-0 agent is another replica: :func:`replicas_progress` then reads the next replicas'
+logs too, at most :data:`PROGRESS_REPLICAS` of them, and shows the newest line among them.
 """
 
 from __future__ import annotations
 
 from datetime import datetime, timezone
-from typing import Iterable, List, Optional, Tuple
+from typing import Callable, Iterable, List, Optional, Sequence, Tuple
 
 from torchx_elastic.contract import WAITING_FOR_NODES
 from torchx_elastic.contract.job_progress import (
@@ -26,6 +32,8 @@ from torchx_elastic.contract.job_progress import (
 # lines of replica 0's log read per status call; the agent prints its line every 5 s, so a
 # job printing more lines than this in 5 s shows no progress in its status
 TAIL_LINES = 1000
+# replicas after replica 0 whose logs a status call reads where replica 0's has no progress
+PROGRESS_REPLICAS = 8
 
 
 def log_timestamp(text: str) -> Optional[datetime]:
@@ -144,6 +152,36 @@ def progress_message(
         return waiting
     progress = newest_progress(lines)
     return None if progress is None else figures_text(progress, now, where)
+
+
+LogReader = Tuple[str, Callable[[], Optional[List[str]]]]  # where, and how to read its tail
+
+
+def replicas_progress(
+    replicas: Sequence[LogReader], now: Optional[datetime] = None
+) -> Optional[str]:
+    """:func:`progress_message` of the first log of ``replicas`` (replica 0's, then the
+    others' in order, each a name and how to read its tail); where replica 0's has neither a
+    progress nor a waiting line (it stands by, or is not there), the newest ``[job
+    progress]`` line among the next :data:`PROGRESS_REPLICAS` replicas' logs."""
+    if not replicas:
+        return None
+    (where, read), others = replicas[0], replicas[1 : PROGRESS_REPLICAS + 1]
+    lines = read()
+    message = None if lines is None else progress_message(lines, now, where)
+    if message is not None:
+        return message
+    found: List[Tuple[Progress, str]] = []
+    for where, read in others:
+        lines = read()
+        progress = None if lines is None else newest_progress(lines)
+        if progress is not None:
+            found.append((progress, where))
+    if not found:
+        return None
+    oldest = datetime.min.replace(tzinfo=timezone.utc)
+    progress, where = max(found, key=lambda item: item[0][0] or oldest)
+    return figures_text(progress, now, where)
 
 
 def join_message(message: str, progress: Optional[str], not_set: str = "") -> str:

@@ -207,6 +207,7 @@ def handler_on_store(
         params.run_id,
         liveness.interval_s(params.config),
         liveness.dead_after_s(params.config),
+        audited=backend,
     )
     return KeyedLivenessRendezvous(handler, beats)
 

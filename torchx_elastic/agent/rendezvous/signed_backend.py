@@ -7,7 +7,9 @@ write the store runs code in every agent. :class:`SignedRendezvousBackend` is a
 each state it writes with the job's secret and a sequence number, and hands torch only a
 state it verified and that is not older than one it has seen (a replayed state). What it
 refuses is reported once and replaced by the last verified state; the token of the refused
-entry goes with it, so the next write of any agent overwrites the forged entry.
+entry goes with it, so the next write of any agent overwrites the forged entry. Where the state
+is not rewritten in steady state (the keyed liveness), :meth:`SignedRendezvousBackend.repair`
+writes the last verified state back over a refused one as soon as it is found.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ class SignedRendezvousBackend(RendezvousBackend):
         self._seq = 0  # of the newest verified state
         self._last_state: bytes | None = None
         self._refused_token: Token = None
+        self._refused = False  # the last state read was refused
 
     @property
     def name(self) -> str:
@@ -52,6 +55,17 @@ class SignedRendezvousBackend(RendezvousBackend):
         new_state, new_token = verified
         return new_state, new_token, has_set and new_state == state
 
+    def repair(self) -> bool:
+        """Reads the state; where it refuses what it read (forged, replayed), writes the last
+        state it verified back over it (a compare-and-set from the refused bytes, signed with
+        the next sequence number). Whether it wrote: False where the state verified, where
+        this node verified none yet, or where another write came first."""
+        self.get_state()
+        if not self._refused or self._last_state is None:
+            return False
+        result = self.set_state(self._last_state, self._refused_token)
+        return result is not None and result[2]
+
     def _verified(self, result: tuple[bytes, Token] | None) -> tuple[bytes, Token] | None:
         if result is None:
             if self._seq == 0:
@@ -67,11 +81,12 @@ class SignedRendezvousBackend(RendezvousBackend):
         if len(payload) < _SEQ_BYTES or seq < self._seq:
             return self._refuse(blob, token, f"an older state (#{seq}, newest #{self._seq})")
         self._seq, self._last_state, self._refused_token = seq, payload[_SEQ_BYTES:], None
+        self._refused = False
         return self._last_state, token
 
     def _refuse(self, blob: bytes, token: Token, reason: str) -> tuple[bytes, Token] | None:
         self._signer.warn_refused(f"the rendezvous state {self._key!r}", reason, blob)
-        self._refused_token = token
+        self._refused_token, self._refused = token, True
         if self._last_state is None:
             return None
         return self._last_state, token

@@ -14,10 +14,18 @@ write keeps the newer blob under the older count and reads again at the next syn
 reverse. Every node of the job writes through this backend; a writer that dies between its
 write and the bump leaves the others one membership change behind, until the next write
 (its own loss is one). A forged bump only costs a read.
+
+A forged blob written without a bump is not read by a node that reads through the counter:
+:meth:`GenerationCachedBackend.audit` reads past it (the keyed liveness has a few nodes of the
+job do so every keep-alive interval, whatever its size, on their handler's own backend: the
+state it verified last is the newest) and, where the signed backend below refuses what it
+read, writes that state back over it and bumps the counter. A lock keeps the audit (on the
+liveness' thread) and the handler's reads and writes apart.
 """
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 from torch.distributed.elastic.rendezvous import RendezvousConnectionError
@@ -35,6 +43,7 @@ class GenerationCachedBackend(RendezvousBackend):
         self._key = f"{STATE_GENERATION_KEY_PREFIX}{run_id}"
         self._generation = -1
         self._cached: Any = _UNREAD
+        self._lock = threading.RLock()
 
     @property
     def name(self) -> str:
@@ -51,18 +60,37 @@ class GenerationCachedBackend(RendezvousBackend):
             ) from err
 
     def get_state(self) -> tuple[bytes, Token] | None:
-        generation = self._add(0)
-        if self._cached is not _UNREAD and generation == self._generation:
-            return self._cached  # type: ignore[no-any-return]
-        state = self._backend.get_state()
-        self._generation, self._cached = generation, state
-        return state
+        with self._lock:
+            generation = self._add(0)
+            if self._cached is not _UNREAD and generation == self._generation:
+                return self._cached  # type: ignore[no-any-return]
+            state = self._backend.get_state()
+            self._generation, self._cached = generation, state
+            return state
+
+    def audit(self) -> bool:
+        """The state read past the counter; a refused one (forged, replayed) replaced by the
+        newest state verified here (the counter's first: that node's handler reads it through
+        this backend) and the counter bumped, so that every node reads the repaired state.
+        Whether it wrote; False where the state is not signed (nothing is verified: a job
+        without a secret)."""
+        repair = getattr(self._backend, "repair", None)
+        if repair is None:
+            return False
+        with self._lock:
+            self.get_state()
+            if not repair():
+                return False
+            self._cached = _UNREAD
+            self._add(1)
+            return True
 
     def set_state(
         self, state: bytes, token: Token | None = None
     ) -> tuple[bytes, Token, bool] | None:
-        self._cached = _UNREAD
-        result = self._backend.set_state(state, token)
-        if result is not None and result[2]:
-            self._add(1)
-        return result
+        with self._lock:
+            self._cached = _UNREAD
+            result = self._backend.set_state(state, token)
+            if result is not None and result[2]:
+                self._add(1)
+            return result

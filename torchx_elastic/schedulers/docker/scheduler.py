@@ -16,6 +16,7 @@ import dataclasses
 import logging
 import os
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from typing import TYPE_CHECKING, Any, Callable, Iterable, List, Mapping, Optional
 
 from torchx.schedulers.api import DescribeAppResponse, ListAppResponse, Scheduler
@@ -60,7 +61,7 @@ from torchx_elastic.schedulers.progress_status import (
     TAIL_LINES,
     join_message,
     newest_progress,
-    progress_message,
+    replicas_progress,
 )
 from torchx_elastic.schedulers.replica_logs import LogQuery, ReplicaLogs
 from torchx_elastic.schedulers.workspace import WorkspaceImages
@@ -266,12 +267,27 @@ class DockerScheduler(ReplicaLogs, WorkspaceImages, Scheduler[Mapping[str, CfgVa
         cls, containers: List[Container], snapshots: List[ContainerSnapshot]
     ) -> Optional[str]:
         """The job's latest progress: the rank-0 agent's last ``[job progress]`` line in the
-        tail of replica 0's log (its agent's stderr), read through the engine."""
-        for container, snapshot in zip(containers, snapshots, strict=True):
-            if snapshot.replica_id != 0 or snapshot.status == "created":
-                continue
-            return progress_message(cls._log_lines(container), where=f"log of {snapshot.name}")
-        return None
+        tail of replica 0's log (its agent's stderr; or of the next replicas' where replica 0
+        stands by), read through the engine."""
+        replicas = sorted(
+            zip(containers, snapshots, strict=True), key=lambda pair: pair[1].replica_id
+        )
+        return replicas_progress(
+            [
+                (
+                    f"log of {snapshot.name}",
+                    partial(cls._started_log_lines, container, snapshot),
+                )
+                for container, snapshot in replicas
+            ]
+        )
+
+    @classmethod
+    def _started_log_lines(
+        cls, container: Container, snapshot: ContainerSnapshot
+    ) -> Optional[List[str]]:
+        """:meth:`_log_lines`, None for a container that never started."""
+        return None if snapshot.status == "created" else cls._log_lines(container)
 
     def describe(self, app_id: str) -> Optional[DescribeAppResponse]:
         """The job's state; a FAILED job's containers that still run are stopped.

@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import logging
 import time
+from functools import partial
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Mapping, Optional
 
 from torchx.schedulers.api import (
@@ -38,7 +39,7 @@ from torchx_elastic.schedulers.progress_status import (
     TAIL_LINES,
     join_message,
     newest_progress,
-    progress_message,
+    replicas_progress,
 )
 from torchx_elastic.schedulers.replica_logs import LogQuery, ReplicaLogs
 from torchx_elastic.schedulers.workspace import WorkspaceImages
@@ -255,15 +256,7 @@ class KubernetesScheduler(ReplicaLogs, WorkspaceImages, Scheduler[Cfg]):
     def _pod0_log_tail(self, app_id: str, pods: List[Obj], role: str) -> Optional[List[str]]:
         """The tail of ``role``'s pod 0's log (timestamped), None when it has none yet."""
         pod = status.latest_pods(pods).get((role, 0))
-        if pod is None or (pod.get("status") or {}).get("phase") in (None, "Pending"):
-            return None
-        namespace, _ = parse_app_id(app_id)
-        try:
-            text = self._api().pod_log_tail(namespace, pod["metadata"]["name"], TAIL_LINES)
-        except KubernetesError as e:  # gone, or not allowed: the status says the rest
-            logger.debug("no log of pod %s: %s", pod["metadata"]["name"], e)
-            return None
-        return text.splitlines()
+        return None if pod is None else self._log_tail(app_id, pod)
 
     def _describe_role_jobs(
         self, app_id: str, jobs: List[Obj], pods: List[Obj]
@@ -282,15 +275,31 @@ class KubernetesScheduler(ReplicaLogs, WorkspaceImages, Scheduler[Cfg]):
 
     def _progress(self, app_id: str, pods: List[Obj]) -> Optional[str]:
         """The job's latest progress: the rank-0 agent's last ``[job progress]`` line in the
-        tail of replica 0's pod log, read through the API server (``progress_status.py``)."""
-        for (role, index), pod in sorted(status.latest_pods(pods).items()):
-            if index != 0 or (pod.get("status") or {}).get("phase") in (None, "Pending"):
-                continue
-            lines = self._pod0_log_tail(app_id, pods, role)
-            if lines is None:
-                return None
-            return progress_message(lines, where=f"log of pod {pod['metadata']['name']}")
-        return None
+        tail of replica 0's pod log (or of the next replicas' where replica 0 stands by), read
+        through the API server (``progress_status.py``)."""
+        latest = sorted(status.latest_pods(pods).items())
+        if not latest:
+            return None
+        role = latest[0][0][0]
+        return replicas_progress(
+            [
+                (f"log of pod {pod['metadata']['name']}", partial(self._log_tail, app_id, pod))
+                for (name, _), pod in latest
+                if name == role
+            ]
+        )
+
+    def _log_tail(self, app_id: str, pod: Obj) -> Optional[List[str]]:
+        """The tail of ``pod``'s log (timestamped), None when it has none yet."""
+        if (pod.get("status") or {}).get("phase") in (None, "Pending"):
+            return None
+        namespace, _ = parse_app_id(app_id)
+        try:
+            text = self._api().pod_log_tail(namespace, pod["metadata"]["name"], TAIL_LINES)
+        except KubernetesError as e:  # gone, or not allowed: the status says the rest
+            logger.debug("no log of pod %s: %s", pod["metadata"]["name"], e)
+            return None
+        return text.splitlines()
 
     def list(self, cfg: Optional[Cfg] = None) -> List[ListAppResponse]:
         """The jobs of the namespace (``cfg``'s, which torchx's development line passes)."""
