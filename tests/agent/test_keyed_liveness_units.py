@@ -145,6 +145,25 @@ def test_a_store_that_pauses_for_longer_than_the_dead_after_time_accuses_nobody(
     assert cluster.dropped == [] and cluster.suspects() == 0
 
 
+def test_a_watcher_that_stops_while_it_suspects_a_peer_takes_its_suspicion_back(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A node whose agent stops (its pod deleted) while it suspects a peer leaves the job's
+    count as it found it: else every later failure would wait for a verdict nobody gives."""
+    cluster = Cluster(monkeypatch)
+    cluster.run(10)
+    cluster.run(8, silent=("c_1_0",))
+    assert cluster.suspects() == 2  # by a and b
+    cluster.beats["a_1_0"].stop()
+    assert cluster.suspects() == 1
+    cluster.beats["a_1_0"].stop()  # once only
+    assert cluster.suspects() == 1
+    cluster.now[0] += 1.0
+    cluster.beats["c_1_0"].tick()  # c beats again, then b looks: b takes its own back
+    cluster.beats["b_1_0"].tick()
+    assert cluster.suspects() == 0 and cluster.dropped == []
+
+
 def test_a_watcher_that_was_starved_of_cpu_accuses_nobody_and_is_dropped_itself(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -141,10 +141,21 @@ class KeyedLiveness:
     def stop(self) -> None:
         """No more beats (the node leaves, or its rendezvous moved): its watchers drop it
         after the dead-after time unless it left the rendezvous itself. Waits up to
-        :data:`STOP_WAIT_S` for a beat in progress."""
+        :data:`STOP_WAIT_S` for a beat in progress, then takes back this node's suspicions
+        from the job's count (left there, every later failure of another node would wait
+        the whole dead-after time for a verdict that no watcher gives)."""
         self._stop.set()
         if self._thread.is_alive() and self._thread is not threading.current_thread():
             self._thread.join(STOP_WAIT_S)
+        with self._lock:
+            cleared = sum(seen.suspected for seen in self._watched.values())
+            for seen in self._watched.values():
+                seen.suspected = False
+        if cleared:
+            try:
+                self._store.add(suspects_key(self._run_id), -cleared)
+            except Exception as err:  # noqa: BLE001 - the store is away: nothing to take back
+                log.debug("cannot take back this node's suspicions: %s", err)
 
     def _run(self) -> None:
         while not self._stop.is_set():
