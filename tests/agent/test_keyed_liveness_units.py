@@ -281,6 +281,57 @@ def test_the_state_is_read_only_when_a_node_wrote_it() -> None:
     assert reader.get_state()[0] == b"state 2" and reads == ["blob", "blob"]  # type: ignore[index]
 
 
+def test_a_handlers_sync_keeps_the_state_it_holds_while_nobody_wrote_one() -> None:
+    """torch's state holder unpickles the whole state on every read its one-second cache
+    does not serve (O(N) CPU per node a second); with the counter it keeps the object it
+    holds until a node writes, and reads then."""
+    store = HashStore()
+    reads: list[str] = []
+
+    class Counted(C10dRendezvousBackend):  # type: ignore[misc]
+        def get_state(self) -> Any:
+            reads.append("blob")
+            return super().get_state()
+
+    nodes = [dr._NodeDesc(addr, 1, 0) for addr in ("a", "b")]
+    writer = GenerationCachedBackend(C10dRendezvousBackend(store, RUN), store, RUN)
+    assert writer.set_state(_state_with(nodes[:1], _torch_now()))[2]  # type: ignore[index]
+    backend = GenerationCachedBackend(Counted(store, RUN), store, RUN)
+    holder = dr._BackendRendezvousStateHolder(backend, _settings(), cache_duration=1)
+    assert compat.keep_unchanged_state(SimpleNamespace(_state_holder=holder), backend.unchanged)
+    holder.sync()
+    held = holder.state
+    for _ in range(3):
+        holder._last_sync_time = -1.0  # the cache expired
+        assert holder.sync() is None
+    assert holder.state is held and reads == ["blob"]  # one counter read a sync
+    token = writer.get_state()[1]  # type: ignore[index]
+    assert writer.set_state(_state_with(nodes, _torch_now()), token)[2]  # type: ignore[index]
+    holder._last_sync_time = -1.0
+    holder.sync()
+    assert list(holder.state.participants) == nodes and reads == ["blob", "blob"]
+    holder._last_sync_time = -1.0
+    holder.mark_dirty()  # this node's own change: written as torch writes it
+    holder.sync()
+    assert holder._dirty is False and reads == ["blob", "blob"]
+    holder._last_sync_time = -1.0
+    holder.sync()  # after its own write: read once, then kept
+    holder._last_sync_time = -1.0
+    holder.sync()
+    assert reads == ["blob", "blob", "blob"]
+
+
+def test_what_is_derived_from_the_whole_state_is_derived_again_only_once_it_changed() -> None:
+    computed: list[int] = []
+    memo = compat.StateMemo(lambda h: computed.append(1) or len(computed))
+    handler = _Handler(Node("a"), [Node("a"), Node("b")])
+    assert [memo(handler) for _ in range(3)] == [1, 1, 1]
+    handler._state_holder.state.wait_list.add(Node("c"))  # a join, in place
+    assert memo(handler) == 2 and memo(handler) == 2
+    handler._state_holder.state = SimpleNamespace(**vars(handler._state_holder.state))  # a read
+    assert memo(handler) == 3
+
+
 def test_a_forged_state_nobody_rereads_is_found_by_an_audit_and_repaired(
     caplog: pytest.LogCaptureFixture,
 ) -> None:

@@ -63,7 +63,7 @@ import time
 import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Generic, TypeVar
 
 from torch.distributed.distributed_c10d import PrefixStore, Store
 from torch.distributed.elastic.rendezvous import RendezvousHandler
@@ -71,6 +71,7 @@ from torch.distributed.elastic.rendezvous import RendezvousHandler
 from torchx_elastic.contract import MASTER_KEY, SHARE_STORE_OPT_OUT_ENV
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 # torch's store keys of the worker ranks' assignment (api.py, _assign_worker_ranks): the
 # supervision loop assigns them as torch's agent does
@@ -184,6 +185,66 @@ def _participants(handler: RendezvousHandler) -> tuple[Any, dict[Any, int], Any]
         dict(getattr(state, "participants", None) or {}),
         tuple(getattr(state, "wait_list", None) or ()),
     )
+
+
+def synced_state(handler: RendezvousHandler) -> Any:
+    """The rendezvous state of the handler's last sync (torch's ``_RendezvousState``, as its
+    private state holder keeps it; None where this torch keeps none): a new object on
+    every read of the stored state."""
+    return getattr(getattr(_torch_handler(handler), "_state_holder", None), "state", None)
+
+
+class StateMemo(Generic[T]):
+    """``compute(handler)``, computed again only once the handler's synced rendezvous state
+    changed: another object (each read of the stored state makes one), or other numbers of
+    participants, waiting and standing-by nodes (the handler's own join changes its copy in
+    place). What a supervision check or a heartbeat derives from the whole state (O(N))
+    then costs O(1) while the membership stays."""
+
+    def __init__(self, compute: Callable[[RendezvousHandler], T]) -> None:
+        self._compute = compute
+        self._seen: tuple[Any, ...] | None = None
+        self._value: T | None = None
+
+    def __call__(self, handler: RendezvousHandler) -> T:
+        state = synced_state(handler)
+        seen = (
+            state,
+            len(getattr(state, "participants", None) or ()),
+            len(getattr(state, "wait_list", None) or ()),
+            len(getattr(state, "redundancy_list", None) or ()),
+        )
+        last = self._seen
+        if state is None or last is None or state is not last[0] or seen[1:] != last[1:]:
+            self._value = self._compute(handler)
+            self._seen = seen
+        return self._value  # type: ignore[return-value]
+
+
+def keep_unchanged_state(handler: RendezvousHandler, unchanged: Callable[[Any], bool]) -> bool:
+    """Make the handler's syncs keep the state they hold, as torch's one-second cache does,
+    where ``unchanged(token)`` says the stored state is still the one of that token (the
+    state holder's ``_token``, from its last read or write): torch's holder unpickles the
+    whole state on every read it does not serve from its cache, O(N) per node a second.
+    False, changing nothing, where this torch's holder is otherwise (private)."""
+    holder: Any = getattr(_torch_handler(handler), "_state_holder", None)
+    read = getattr(holder, "sync", None)
+    private = ("_dirty", "_token", "_last_sync_time", "_cache_duration")
+    if read is None or not all(hasattr(holder, name) for name in private):
+        return False
+
+    def sync() -> bool | None:
+        if holder._dirty or not holder._cache_duration > 0:
+            return read()  # type: ignore[no-any-return]
+        if holder._last_sync_time >= max(time.monotonic() - holder._cache_duration, 0):
+            return None  # torch's cache serves it
+        if not unchanged(holder._token):
+            return read()  # type: ignore[no-any-return]
+        holder._last_sync_time = time.monotonic()
+        return None
+
+    holder.sync = sync
+    return True
 
 
 def standbys(handler: RendezvousHandler) -> tuple[int, bool]:

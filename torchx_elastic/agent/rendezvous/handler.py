@@ -200,6 +200,7 @@ def handler_on_store(
     returning_first.install(handler)  # back from the last round before a spare
     if not keyed:
         return handler
+    compat.keep_unchanged_state(handler, backend.unchanged)
     beats = KeyedLiveness(
         handler,
         SignedStore(store, signer),

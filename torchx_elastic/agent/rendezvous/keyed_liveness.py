@@ -128,6 +128,8 @@ class KeyedLiveness:
         self._steady_since_s: float | None = None  # this node's beats reached the store since
         self._watched: dict[str, _Watched] = {}
         self._written: set[str] = set()  # beat keys known to be in the store
+        self._node_ids = compat.StateMemo(compat.state_node_ids)
+        self._watched_of = compat.StateMemo(self._watched_after_me)
         self._lock = threading.Lock()  # _watched, read by other threads
         self._stop = threading.Event()
         self._thread = threading.Thread(
@@ -178,10 +180,13 @@ class KeyedLiveness:
         if me is None:
             return
         self.beat(me)
-        node_ids = compat.state_node_ids(handler)
-        self.watch(handler, me, node_ids)
-        if self._chance() * max(len(node_ids), 1) < AUDITORS:
+        self.watch(handler, self._watched_of(handler))
+        if self._chance() * max(len(self._node_ids(handler)), 1) < AUDITORS:
             self.audit()
+
+    def _watched_after_me(self, handler: RendezvousHandler) -> list[str]:
+        me = compat.this_node_id(handler)
+        return watched_after(self._node_ids(handler), me) if me is not None else []
 
     def beat(self, me: str) -> None:
         self._seq += 1
@@ -194,8 +199,8 @@ class KeyedLiveness:
             self._steady_since_s = now_s
         self._last_beat_s = now_s
 
-    def watch(self, handler: RendezvousHandler, me: str, node_ids: list[str]) -> None:
-        watched = watched_after(node_ids, me)
+    def watch(self, handler: RendezvousHandler, watched: list[str]) -> None:
+        """One look at the nodes ``watched`` (:func:`watched_after` this node)."""
         values = self._read([beat_key(self._run_id, node) for node in watched])
         now_s = self._clock()
         steady_s = now_s - (self._steady_since_s if self._steady_since_s is not None else now_s)

@@ -141,6 +141,8 @@ class SilentPeers:
         self._ids: dict[int, str] = {}  # node rank -> torch's node id, of the round
         self._round = 0  # the state's round number when the round completed
         self._dead_checked_s = 0.0
+        self._present = compat.StateMemo(compat.present_members)
+        self._absent: tuple[dict[int, str], set[str], dict[int, str]] | None = None
 
     def new_round(self, handler: RendezvousHandler) -> None:
         self._last_beats = compat.heartbeats(handler)
@@ -152,7 +154,7 @@ class SilentPeers:
         (with the keyed liveness: absent, and said dead by a watcher)."""
         keyed_ = keyed_liveness_of(handler)
         if keyed_ is not None:
-            absent = absent_members(members, handler)
+            absent = self._absent_members(members, handler)
             now_s = time.monotonic()
             if not absent or now_s - self._dead_checked_s < DEAD_CHECK_S:
                 return {}
@@ -162,6 +164,18 @@ class SilentPeers:
             return {rank: name for rank, name in absent.items() if self._ids.get(rank) in dead}
         silent = self._silent(members, handler)
         return {rank: name for rank, name in members.items() if silent.get(name) is False}
+
+    def _absent_members(
+        self, members: dict[int, str], handler: RendezvousHandler
+    ) -> dict[int, str]:
+        """:func:`absent_members`, computed again only when the members or the state changed
+        (checked ten times a second: O(N) each time at every node otherwise)."""
+        present = self._present(handler)
+        last = self._absent
+        if last is None or last[0] is not members or last[1] is not present:
+            absent = {rank: name for rank, name in members.items() if name not in present}
+            self._absent = last = (members, present, absent)
+        return last[2]
 
     def suspects(self, members: dict[int, str], handler: RendezvousHandler) -> bool:
         """Whether a member still in the rendezvous has been silent for a while (its peers'

@@ -7,7 +7,9 @@ liveness (keyed_liveness.py) the state changes only when membership does; then
 :class:`GenerationCachedBackend`, a ``RendezvousBackend`` (torch's public interface) around
 the agent's c10d backend, counts every successful write in a counter key beside the state
 (:data:`~torchx_elastic.contract.STATE_GENERATION_KEY_PREFIX` + run id) and reads the
-blob only when the counter moved since its last read.
+blob only when the counter moved since its last read. The handler's syncs ask it first
+(:meth:`GenerationCachedBackend.unchanged`, ``compat.keep_unchanged_state``), so that an
+unchanged state is not unpickled again either: a node's CPU a second stays flat with N.
 
 The counter is read before the blob, and bumped after a write succeeded: a read that races a
 write keeps the newer blob under the older count and reads again at the next sync, never the
@@ -67,6 +69,15 @@ class GenerationCachedBackend(RendezvousBackend):
             state = self._backend.get_state()
             self._generation, self._cached = generation, state
             return state
+
+    def unchanged(self, token: Token | None) -> bool:
+        """Whether the stored state is still the one this backend last read, and ``token``
+        that read's (one counter read): then a handler that holds it need not unpickle it
+        again (compat.keep_unchanged_state)."""
+        with self._lock:
+            if self._cached is _UNREAD or self._cached is None or token is None:
+                return False
+            return token is self._cached[1] and self._add(0) == self._generation
 
     def audit(self) -> bool:
         """The state read past the counter; a refused one (forged, replayed) replaced by the
