@@ -404,12 +404,15 @@ def test_torchs_own_heartbeats_are_off_with_the_keyed_liveness() -> None:
     # the agent's own verdict keeps the settings given
     assert liveness.interval_s(params.config) == 2.0
     assert liveness.dead_after_s(params.config) == 30.0
-    as_torch = dr.RendezvousParameters("c10d", "h0:1", RUN, 1, 2)  # the default: torch's
+    as_torch = dr.RendezvousParameters("c10d", "h0:1", RUN, 1, 2, liveness="state")
     assert liveness.torch_parameters(as_torch) is as_torch
+    default = dr.RendezvousParameters("c10d", "h0:1", RUN, 1, 2)  # the default: keys
+    assert liveness.torch_parameters(default).config["keep_alive_max_attempt"] == "1"
     assert keyed_liveness.WATCHED == 2
     # what each node says in the roll call (a node on torch's heartbeats drops keyed ones)
-    assert liveness.mode({"liveness": "keys"}, "c10d") == "keys"
-    assert liveness.mode({}, "c10d") == liveness.mode({"liveness": "keys"}, "static") == "state"
+    assert liveness.mode({"liveness": "keys"}, "c10d") == liveness.mode({}, "c10d") == "keys"
+    assert liveness.mode({"liveness": "state"}, "c10d") == "state"
+    assert liveness.mode({"liveness": "keys"}, "static") == "state"
 
 
 class _Away:

@@ -324,13 +324,15 @@ def test_lost_node_elastic_job_carries_on_with_a_smaller_world(tmp_path: Path) -
     assert "world 1" in text and "done attempt" in text
 
 
-def test_a_frozen_node_is_dropped_by_the_peer_that_watches_its_heartbeat_key(
-    tmp_path: Path,
+@pytest.mark.parametrize("conf", ["", ",liveness=state"], ids=["keys", "state"])
+def test_a_frozen_node_is_dropped_by_the_peer_that_watches_its_heartbeat(
+    tmp_path: Path, conf: str
 ) -> None:
-    """``--rdzv-conf liveness=keys``: a node whose agent and workers stop (no TCP reset, and
-    its presence port still accepts) is dropped by the peer that watches its heartbeat key
-    after 10 s without a beat; the survivor says so and trains on in a world of 1."""
-    _, agents, logs = _two_running_nodes(tmp_path, "1:2", steps=400, conf=",liveness=keys")
+    """A node whose agent and workers stop (no TCP reset, and its presence port still
+    accepts) is dropped after 10 s without a heartbeat: by the peer that watches its
+    heartbeat key (the default), or by torch's rendezvous state (``--rdzv-conf
+    liveness=state``, torchrun's); the survivor says so and trains on in a world of 1."""
+    _, agents, logs = _two_running_nodes(tmp_path, "1:2", steps=400, conf=conf)
     frozen = [agents[1].pid, *descendants(agents[1].pid)]
     for pid in frozen:
         os.kill(pid, signal.SIGSTOP)

@@ -97,5 +97,5 @@ MOVED_TO_KEY_PREFIX = "torchx_elastic/rendezvous_moved_to/"
 STATE_GENERATION_KEY_PREFIX = "torchx_elastic/state_generation/"
 # + run id "/beat/" + torch's node id: the node's heartbeat, a counter; + run id "/dead/" + node
 # id: "dead" once its watchers dropped it; + run id "/suspects": how many nodes are silent
-# now (rendezvous/keyed_liveness.py, ``--rdzv-conf liveness=keys``)
+# now (rendezvous/keyed_liveness.py, the default ``--rdzv-conf liveness=keys``)
 LIVENESS_KEY_PREFIX = "torchx_elastic/liveness/"

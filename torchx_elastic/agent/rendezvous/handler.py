@@ -18,8 +18,8 @@ the layer below reachable through it. From the top (the loop's calls) down::
         |                                  call: what the first round waits for (and a
         |                                  later one that takes long), mismatched peers,
         |                                  the join timeout's diagnosis
-    KeyedLivenessRendezvous                c10d over TCP with --rdzv-conf
-        |                 keyed_liveness.py liveness=keys only: a heartbeat key per
+    KeyedLivenessRendezvous                c10d over TCP, unless --rdzv-conf
+        |                 keyed_liveness.py liveness=state: a heartbeat key per
         |                                  node, watched by its peers
     torch's DynamicRendezvousHandler       on torch's C10dRendezvousBackend, its state
                                            signed (signed_backend.py), on a store that

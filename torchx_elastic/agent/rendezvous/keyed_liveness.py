@@ -3,8 +3,8 @@
 torch's c10d rendezvous keeps every node's heartbeat inside its one state blob, and each
 keep-alive rewrites the whole blob with a compare-and-set: every node moves O(N) bytes an
 interval, the store O(N^2), and a heartbeat that keeps losing the race to other nodes' looks
-like a dead node (docs/bench.md, "Rendezvous at scale"). With ``--rdzv-conf liveness=keys``
-instead (not the default yet, see the end):
+like a dead node (docs/bench.md, "Rendezvous at scale"). With the keyed liveness instead
+(the default; ``--rdzv-conf liveness=state`` keeps torch's heartbeats):
 
 - every node writes its own key (:func:`beat_key`: a counter, signed) every
   ``keep_alive_interval``: a plain ``set``, which no other node's write can make fail;
@@ -31,10 +31,6 @@ instead (not the default yet, see the end):
 
 torch's rendezvous protocol (join, wait list, spares, last call, close) is unchanged; only
 who decides that a node is dead, and how, is the agent's.
-
-What it still lacks before it can be the default (found by CI with it on by default): a
-node whose peer's pod was deleted on Kubernetes waits for the verdict where the presence port
-did not answer (tests/kubernetes/test_real_node.py's spare test, its 30 s dead-after time).
 """
 
 from __future__ import annotations

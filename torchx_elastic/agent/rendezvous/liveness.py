@@ -14,11 +14,11 @@ Defaults, where ``--rdzv-conf`` does not set them (torch's are 5 s x 3 and a 30 
 call): a heartbeat every 2 s, a node dead after 5 missed ones (10 s), and a last call of
 3 s for the rounds after the first, when the nodes that re-form are already there.
 
-With ``--rdzv-conf liveness=keys`` the heartbeats go to a key per node instead, watched by
-the nodes that follow it (keyed_liveness.py): the same settings and the same verdict, at a
-cost per node that does not grow with the job's size; torch's handler is made with its own
-heartbeats off (:func:`torch_parameters`). Not the default yet: keyed_liveness.py says what
-it still lacks.
+By default (``--rdzv-conf liveness=keys``) the heartbeats go to a key per node instead,
+watched by the nodes that follow it (keyed_liveness.py): the same settings and the same
+verdict, at a cost per node that does not grow with the job's size; torch's handler is made
+with its own heartbeats off (:func:`torch_parameters`). ``liveness=state`` keeps torch's
+heartbeats in its state, as torchrun's agent does.
 """
 
 from __future__ import annotations
@@ -40,10 +40,10 @@ log = logging.getLogger(__name__)
 KEEP_ALIVE_DEFAULTS = {"keep_alive_interval": "2", "keep_alive_max_attempt": "5"}
 LAST_CALL_KEY = "last_call_timeout"
 REFORM_LAST_CALL_S = 3.0
-# --rdzv-conf liveness=state (the default: torch's heartbeats in its state, as torchrun's) or
-# keys (keyed_liveness.py)
+# --rdzv-conf liveness=keys (the default: keyed_liveness.py) or state (torch's heartbeats in
+# its state, as torchrun's)
 LIVENESS_KEY = "liveness"
-DEFAULT_LIVENESS = "state"
+DEFAULT_LIVENESS = "keys"
 # torch's own keep-alive where the keyed liveness replaces it: never due (ten years, one
 # attempt), so that no heartbeat written at a join expires while a job runs, and a verdict's
 # (the epoch) always does

@@ -67,8 +67,8 @@ class WrappedRendezvous(RendezvousHandler):
 
     def keyed_liveness(self) -> Any:
         """The ``KeyedLiveness`` of this rendezvous (keyed_liveness.py, above this module),
-        where ``--rdzv-conf liveness=keys`` gave it one; None where torch's state holds the
-        heartbeats."""
+        where it has one (c10d over TCP, by default); None where torch's state holds the
+        heartbeats (``--rdzv-conf liveness=state``)."""
         inner = self.handler
         return inner.keyed_liveness() if isinstance(inner, WrappedRendezvous) else None
 
