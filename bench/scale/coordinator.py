@@ -252,6 +252,11 @@ class RunState:
         return found
 
 
+def _say(options: Options, text: str) -> None:
+    """A phase's end, on stderr (a long run shows where it is)."""
+    print(f"bench.scale: {options.impl} x {options.nodes}: {text}", file=sys.stderr, flush=True)
+
+
 def _setup(state: RunState, options: Options, record: dict[str, Any]) -> None:
     count = len(state.procs.procs)
     if not state.wait_for(lambda: len(state.ready) == count, options.setup_timeout_s):
@@ -260,6 +265,7 @@ def _setup(state: RunState, options: Options, record: dict[str, Any]) -> None:
     record["setup_s"] = max(r["setup_s"] for r in state.ready.values())
     record["settings"] = state.ready[0]["settings"]
     record["agent_package"] = state.ready[0]["agent_package"]
+    _say(options, f"{options.nodes} nodes built in {record['setup_s']:.1f} s")
 
 
 def _mark(state: RunState, phase: str) -> dict[str, Any]:
@@ -309,6 +315,8 @@ def _form(state: RunState, options: Options, server: StoreServer, record: dict[s
             for e in state.forming
         ],
     }
+    all_in_s = record["form"]["all_in_s"]
+    _say(options, f"first round in {all_in_s:.1f} s" if formed else "no first round")
     return go_at
 
 
@@ -321,6 +329,7 @@ def _window(state: RunState, options: Options, server: StoreServer, record: dict
     server_cpu, procs_cpu = server.cpu_s(), [proc_cpu_s(pid) for pid in state.procs.pids()]
     started = time.time()
     state.procs.send("window_start")
+    _say(options, f"window of {options.window_s:g} s")
     state.sleep(options.window_s)
     state.procs.send("window_end")
     ended = time.time()
@@ -380,6 +389,8 @@ def _loss(state: RunState, options: Options, record: dict[str, Any]) -> None:
         "detected_last_s": max(named, default=None),
         "detections": len(named),
     }
+    reformed_s = record["loss"]["reformed_s"]
+    _say(options, f"re-formed in {reformed_s:.1f} s" if reformed else "not re-formed")
 
 
 def run(options: Options) -> dict[str, Any]:

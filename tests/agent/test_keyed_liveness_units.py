@@ -6,9 +6,11 @@ clock driven by hand (no network, no sleeps)."""
 from __future__ import annotations
 
 import base64
+import gc
 import inspect
 import logging
 import pickle
+import weakref
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from types import SimpleNamespace
@@ -29,6 +31,8 @@ from torchx_elastic.agent.rendezvous.keyed_liveness import (
     suspects_key,
     watched_after,
 )
+from torchx_elastic.agent.config.endpoint import Endpoint
+from torchx_elastic.agent.rendezvous.handler import handler_on_store
 from torchx_elastic.agent.rendezvous.signed_backend import SignedRendezvousBackend
 from torchx_elastic.agent.rendezvous.signed_store import SignedStore, StoreSigner
 from torchx_elastic.agent.rendezvous.state_generation import GenerationCachedBackend
@@ -319,6 +323,22 @@ def test_a_handlers_sync_keeps_the_state_it_holds_while_nobody_wrote_one() -> No
     holder._last_sync_time = -1.0
     holder.sync()
     assert reads == ["blob", "blob", "blob"]
+
+
+def test_the_keyed_stack_is_freed_with_its_store_as_soon_as_it_is_dropped() -> None:
+    """No reference cycle keeps the state holder (and through its backend, the store) or the
+    liveness alive until some later garbage collection, which may run in a forked worker."""
+    params = dr.RendezvousParameters("c10d", "h0:1", RUN, 1, 2, local_addr="h0")
+    stack = handler_on_store(HashStore(), params, StoreSigner(b"s"), Endpoint("h0", 1))
+    holder = weakref.ref(stack.torch_handler()._state_holder)  # type: ignore[attr-defined]
+    beats = weakref.ref(stack.keyed_liveness())  # type: ignore[attr-defined]
+    stack.shutdown()
+    gc.disable()
+    try:
+        del stack
+        assert holder() is None and beats() is None
+    finally:
+        gc.enable()
 
 
 def test_what_is_derived_from_the_whole_state_is_derived_again_only_once_it_changed() -> None:

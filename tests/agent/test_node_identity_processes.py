@@ -23,7 +23,7 @@ from torchx_elastic.agent.rendezvous.signed_store import StoreSigner
 
 params = RendezvousParameters("c10d", "pod-1:29400", "job", 2, 2, local_addr="pod-1")
 handler = handler_on_store(HashStore(), params, StoreSigner(None), Endpoint("pod-1", 29400))
-node = handler._this_node
+node = getattr(handler, "torch_handler", lambda: handler)()._this_node
 print(json.dumps([node.addr, node.pid, node.local_id, os.getpid()]))
 """
 

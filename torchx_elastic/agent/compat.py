@@ -228,19 +228,26 @@ def keep_unchanged_state(handler: RendezvousHandler, unchanged: Callable[[Any], 
     whole state on every read it does not serve from its cache, O(N) per node a second.
     False, changing nothing, where this torch's holder is otherwise (private)."""
     holder: Any = getattr(_torch_handler(handler), "_state_holder", None)
-    read = getattr(holder, "sync", None)
+    read = getattr(type(holder), "sync", None)
     private = ("_dirty", "_token", "_last_sync_time", "_cache_duration")
     if read is None or not all(hasattr(holder, name) for name in private):
         return False
+    # the class's sync and a weak reference: a closure over the holder, kept on the holder,
+    # would make a reference cycle that frees the handler and its store only at some later
+    # garbage collection (in whatever process runs then: a forked worker's, say)
+    holder_ref = weakref.ref(holder)
 
     def sync() -> bool | None:
-        if holder._dirty or not holder._cache_duration > 0:
-            return read()  # type: ignore[no-any-return]
-        if holder._last_sync_time >= max(time.monotonic() - holder._cache_duration, 0):
+        held: Any = holder_ref()
+        if held is None:
+            return None
+        if held._dirty or not held._cache_duration > 0:
+            return read(held)  # type: ignore[no-any-return]
+        if held._last_sync_time >= max(time.monotonic() - held._cache_duration, 0):
             return None  # torch's cache serves it
-        if not unchanged(holder._token):
-            return read()  # type: ignore[no-any-return]
-        holder._last_sync_time = time.monotonic()
+        if not unchanged(held._token):
+            return read(held)  # type: ignore[no-any-return]
+        held._last_sync_time = time.monotonic()
         return None
 
     holder.sync = sync

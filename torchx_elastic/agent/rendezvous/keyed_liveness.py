@@ -84,6 +84,13 @@ def watched_after(node_ids: list[str], me: str, count: int = WATCHED) -> list[st
     return after[:count]
 
 
+def watch_list(handler: RendezvousHandler) -> tuple[int, list[str]]:
+    """The number of nodes in the handler's synced state, and those this node watches."""
+    node_ids = compat.state_node_ids(handler)
+    me = compat.this_node_id(handler)
+    return len(node_ids), watched_after(node_ids, me) if me is not None else []
+
+
 @dataclasses.dataclass
 class _Watched:
     value: bytes | None  # its key's value (None: not written yet)
@@ -124,8 +131,7 @@ class KeyedLiveness:
         self._steady_since_s: float | None = None  # this node's beats reached the store since
         self._watched: dict[str, _Watched] = {}
         self._written: set[str] = set()  # beat keys known to be in the store
-        self._node_ids = compat.StateMemo(compat.state_node_ids)
-        self._watched_of = compat.StateMemo(self._watched_after_me)
+        self._watch_list = compat.StateMemo(watch_list)
         self._lock = threading.Lock()  # _watched, read by other threads
         self._stop = threading.Event()
         self._thread = threading.Thread(
@@ -176,13 +182,10 @@ class KeyedLiveness:
         if me is None:
             return
         self.beat(me)
-        self.watch(handler, self._watched_of(handler))
-        if self._chance() * max(len(self._node_ids(handler)), 1) < AUDITORS:
+        nodes, watched = self._watch_list(handler)
+        self.watch(handler, watched)
+        if self._chance() * max(nodes, 1) < AUDITORS:
             self.audit()
-
-    def _watched_after_me(self, handler: RendezvousHandler) -> list[str]:
-        me = compat.this_node_id(handler)
-        return watched_after(self._node_ids(handler), me) if me is not None else []
 
     def beat(self, me: str) -> None:
         self._seq += 1
