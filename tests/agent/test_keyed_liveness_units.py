@@ -24,15 +24,16 @@ from torch.distributed.elastic.rendezvous.c10d_rendezvous_backend import C10dRen
 
 from torchx_elastic.agent import compat
 from torchx_elastic.agent.config import rdzv_conf
+from torchx_elastic.agent.config.endpoint import Endpoint
+from torchx_elastic.agent.rendezvous import handler as handler_module
 from torchx_elastic.agent.rendezvous import keyed_liveness, liveness
+from torchx_elastic.agent.rendezvous.handler import handler_on_store
 from torchx_elastic.agent.rendezvous.keyed_liveness import (
     KeyedLiveness,
     dead_key,
     suspects_key,
     watched_after,
 )
-from torchx_elastic.agent.config.endpoint import Endpoint
-from torchx_elastic.agent.rendezvous.handler import handler_on_store
 from torchx_elastic.agent.rendezvous.signed_backend import SignedRendezvousBackend
 from torchx_elastic.agent.rendezvous.signed_store import SignedStore, StoreSigner
 from torchx_elastic.agent.rendezvous.state_generation import GenerationCachedBackend
@@ -302,7 +303,8 @@ def test_a_handlers_sync_keeps_the_state_it_holds_while_nobody_wrote_one() -> No
     assert writer.set_state(_state_with(nodes[:1], _torch_now()))[2]  # type: ignore[index]
     backend = GenerationCachedBackend(Counted(store, RUN), store, RUN)
     holder = dr._BackendRendezvousStateHolder(backend, _settings(), cache_duration=1)
-    assert compat.keep_unchanged_state(SimpleNamespace(_state_holder=holder), backend.unchanged)
+    handler = SimpleNamespace(_state_holder=holder)
+    assert compat.tune_state_syncs(handler, backend.unchanged, 0.0)  # type: ignore[arg-type]
     holder.sync()
     held = holder.state
     for _ in range(3):
@@ -323,6 +325,45 @@ def test_a_handlers_sync_keeps_the_state_it_holds_while_nobody_wrote_one() -> No
     holder._last_sync_time = -1.0
     holder.sync()
     assert reads == ["blob", "blob", "blob"]
+
+
+def test_a_write_that_lost_the_race_waits_a_random_time_and_reads_the_state_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A herd of nodes that re-form at once would fail each other's writes again and again;
+    a node whose write lost waits up to the backoff, then decides on the state as it is."""
+    store = HashStore()
+    nodes = [dr._NodeDesc(addr, 1, 0) for addr in ("a", "b", "c")]
+    other = GenerationCachedBackend(C10dRendezvousBackend(store, RUN), store, RUN)
+    assert other.set_state(_state_with(nodes[:1], _torch_now()))[2]  # type: ignore[index]
+    backend = GenerationCachedBackend(C10dRendezvousBackend(store, RUN), store, RUN)
+    holder = dr._BackendRendezvousStateHolder(backend, _settings(), cache_duration=1)
+    handler = SimpleNamespace(_state_holder=holder)
+    assert compat.tune_state_syncs(handler, backend.unchanged, 0.25)  # type: ignore[arg-type]
+    holder.sync()
+    token = other.get_state()[1]  # type: ignore[index]
+    assert other.set_state(_state_with(nodes[:2], _torch_now()), token)[2]  # type: ignore[index]
+    assert other.set_state(_state_with(nodes, _torch_now()), other.get_state()[1])[2]  # type: ignore[index]
+    waits: list[tuple[float, float]] = []
+    monkeypatch.setattr(
+        compat.random, "uniform", lambda low, high: waits.append((low, high)) or high
+    )
+    monkeypatch.setattr(compat.time, "sleep", lambda seconds: waits.append((seconds, seconds)))
+    holder.state.participants[dr._NodeDesc("d", 1, 0)] = 3  # this node's write, on an old state
+    holder.mark_dirty()
+    assert holder.sync() is False  # lost the race
+    assert waits == [(0, 0.25), (0.25, 0.25)]
+    assert list(holder.state.participants) == nodes  # read again after the wait
+    holder.mark_dirty()
+    assert holder.sync() is True and waits == [(0, 0.25), (0.25, 0.25)]  # a write that won
+
+
+def test_the_cas_backoff_grows_with_the_job_up_to_a_bound_and_yields_to_torchs() -> None:
+    params = lambda nodes, **conf: dr.RendezvousParameters("c10d", "h:1", RUN, 1, nodes, **conf)  # noqa: E731
+    assert handler_module.cas_backoff_s(params(2)) == pytest.approx(0.008)
+    assert handler_module.cas_backoff_s(params(250)) == pytest.approx(1.0)
+    assert handler_module.cas_backoff_s(params(4000)) == handler_module.CAS_BACKOFF_MAX_S
+    assert handler_module.cas_backoff_s(params(4000, cas_backoff_max_seconds="0.5")) == 0.0
 
 
 def test_the_keyed_stack_is_freed_with_its_store_as_soon_as_it_is_dropped() -> None:

@@ -221,11 +221,18 @@ class StateMemo(Generic[T]):
         return self._value  # type: ignore[return-value]
 
 
-def keep_unchanged_state(handler: RendezvousHandler, unchanged: Callable[[Any], bool]) -> bool:
+def tune_state_syncs(
+    handler: RendezvousHandler, unchanged: Callable[[Any], bool], backoff_max_s: float
+) -> bool:
     """Make the handler's syncs keep the state they hold, as torch's one-second cache does,
     where ``unchanged(token)`` says the stored state is still the one of that token (the
     state holder's ``_token``, from its last read or write): torch's holder unpickles the
     whole state on every read it does not serve from its cache, O(N) per node a second.
+    And after a write that lost the race to another node's (its compare-and-set failed: a
+    join, a leave, a verdict), wait a random time up to ``backoff_max_s`` and read the state
+    again before the handler decides its next write (torch 2.15's
+    ``cas_backoff_max_seconds`` waits but decides on the state it got before the wait): a
+    herd of nodes that re-form at once spreads its writes instead of failing them all again.
     False, changing nothing, where this torch's holder is otherwise (private)."""
     holder: Any = getattr(_torch_handler(handler), "_state_holder", None)
     read = getattr(type(holder), "sync", None)
@@ -241,7 +248,14 @@ def keep_unchanged_state(handler: RendezvousHandler, unchanged: Callable[[Any], 
         held: Any = holder_ref()
         if held is None:
             return None
-        if held._dirty or not held._cache_duration > 0:
+        if held._dirty:
+            written: bool | None = read(held)
+            if written is False and backoff_max_s > 0:
+                time.sleep(random.uniform(0, backoff_max_s))
+                held._last_sync_time = -1.0  # past torch's cache: the state after the wait
+                read(held)
+            return written
+        if not held._cache_duration > 0:
             return read(held)  # type: ignore[no-any-return]
         if held._last_sync_time >= max(time.monotonic() - held._cache_duration, 0):
             return None  # torch's cache serves it

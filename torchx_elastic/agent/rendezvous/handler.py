@@ -77,6 +77,12 @@ from torchx_elastic.agent.rendezvous.state_generation import GenerationCachedBac
 from torchx_elastic.agent.rendezvous.wrapped import WrappedRendezvous
 from torchx_elastic.contract import SECRET_ENV, SECRET_FILE_ENV
 
+# the longest random wait after a state write that lost the race, per node of the job and
+# in all: writes take the store about a millisecond or more each, a herd of N nodes that
+# re-form at once (each writes twice: it leaves the round, then joins the next) spreads over
+# seconds at 1,000 nodes, and two nodes wait milliseconds
+CAS_BACKOFF_PER_NODE_S = 0.004
+CAS_BACKOFF_MAX_S = 4.0
 _CHECK = (
     "check that the rank-0 node is running, that {host} resolves and port {port} is reachable"
     " from this node (--rdzv-endpoint / dist.ddp --rdzv_port, firewalls), and that no other"
@@ -200,7 +206,7 @@ def handler_on_store(
     returning_first.install(handler)  # back from the last round before a spare
     if not keyed:
         return handler
-    compat.keep_unchanged_state(handler, backend.unchanged)
+    compat.tune_state_syncs(handler, backend.unchanged, cas_backoff_s(params))
     beats = KeyedLiveness(
         handler,
         SignedStore(store, signer),
@@ -211,6 +217,17 @@ def handler_on_store(
         audited=backend,
     )
     return KeyedLivenessRendezvous(handler, beats)
+
+
+def cas_backoff_s(params: RendezvousParameters) -> float:
+    """The longest random wait after a state write that lost the race (compat.tune_state_syncs):
+    :data:`CAS_BACKOFF_PER_NODE_S` per node the job may have, at most
+    :data:`CAS_BACKOFF_MAX_S`, so that its writes spread over about the time the store takes
+    to serialize them; none where ``--rdzv-conf cas_backoff_max_seconds`` is given (torch
+    2.15 waits that itself)."""
+    if "cas_backoff_max_seconds" in params.config:
+        return 0.0
+    return min(CAS_BACKOFF_MAX_S, CAS_BACKOFF_PER_NODE_S * max(params.max_nodes, 1))
 
 
 def state_backend(store: Any, run_id: str, signer: StoreSigner, keyed: bool) -> Any:
