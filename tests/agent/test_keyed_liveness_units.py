@@ -26,7 +26,7 @@ from torchx_elastic.agent import compat
 from torchx_elastic.agent.config import rdzv_conf
 from torchx_elastic.agent.config.endpoint import Endpoint
 from torchx_elastic.agent.rendezvous import handler as handler_module
-from torchx_elastic.agent.rendezvous import keyed_liveness, liveness
+from torchx_elastic.agent.rendezvous import keyed_liveness, liveness, presence
 from torchx_elastic.agent.rendezvous.handler import handler_on_store
 from torchx_elastic.agent.rendezvous.keyed_liveness import (
     KeyedLiveness,
@@ -136,6 +136,29 @@ def test_a_node_whose_key_stops_changing_is_dropped_by_its_two_watchers_only(
     assert liveness_a.dead(["b_1_0", "c_1_0"], since_round=0) == {"c_1_0"}
     # c came back (it was stalled) and joined round 1: the old verdict is not about it
     assert liveness_a.dead(["c_1_0"], since_round=1) == set()
+
+
+def test_a_node_whose_agent_said_it_stopped_is_dropped_at_its_first_missed_beat(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A deleted pod's agent says ``left`` (its presence entry) as it stops: its watchers
+    drop it as soon as a beat is missed, not the dead-after time later (a pod's network may
+    go before its workers' connections close, so its peers' ranks need not fail)."""
+    cluster = Cluster(monkeypatch)
+    cluster.run(10)
+    signed = SignedStore(cluster.store, StoreSigner(b"secret"))
+    signed.set(presence.key("c_1_0"), presence.LEFT)
+    cluster.run(2, silent=("c_1_0",))  # its watchers saw its last beat
+    assert cluster.dropped == []
+    cluster.run(2, silent=("c_1_0",))  # a beat missed
+    assert cluster.dropped == [("a_1_0", {"c_1_0"}), ("b_1_0", {"c_1_0"})]
+    assert cluster.store.get(dead_key(RUN, "c_1_0")).endswith(b"dead 0 left")
+    liveness_d = cluster.beats["d_1_0"]
+    assert liveness_d.dead(["b_1_0", "c_1_0"], since_round=0) == {"c_1_0"}
+    assert liveness_d.stopped == {"c_1_0"}
+    # a node silent without saying so waits for the dead-after time, as before
+    cluster.run(4, silent=("c_1_0", "e_1_0"))
+    assert all("e_1_0" not in ids for _, ids in cluster.dropped)
 
 
 def test_a_store_that_pauses_for_longer_than_the_dead_after_time_accuses_nobody(

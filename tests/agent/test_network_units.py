@@ -157,6 +157,12 @@ def test_lost_peer_line() -> None:
         " for 10s): stopping the workers and re-forming without it"
     )
     assert "heartbeat for 5s" in lost_peer_line({2: "h2"}, {"keep_alive_interval": "1"})
+    # with the keyed liveness, a node whose agent said it stopped (a deleted pod)
+    assert lost_peer_line({1: "h1", 2: "h2"}, {}, stopped={2}) == (
+        "torchx-elastic: node 1: h1 stopped answering (no rendezvous heartbeat for 10s) and"
+        " node 2: h2 left the job (its agent was stopped): stopping the workers and re-forming"
+        " without it"
+    )
 
 
 def test_a_node_that_joins_is_heard_from_while_its_round_forms(

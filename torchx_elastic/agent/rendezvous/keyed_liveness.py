@@ -14,7 +14,11 @@ like a dead node (docs/bench.md, "Rendezvous at scale"). With the keyed liveness
   size. A watched key that did not change for ``keep_alive_interval *
   keep_alive_max_attempt`` seconds of the watcher's own clock (no clock skew) is a dead
   node, but only time during which the watcher's own beats reached the store counts: a
-  store that paused, or a watcher starved of CPU, accuses nobody (every beat is late then);
+  store that paused, or a watcher starved of CPU, accuses nobody (every beat is late then).
+  A watched node that missed a beat and whose agent said it stopped (its presence entry is
+  ``left``: a deleted pod, a cancelled step; presence.py) is dead at once: its peers need
+  not wait for its beats to go stale, nor for their ranks to fail (a pod's network may go
+  before its workers' connections close);
 - the watcher says so (:func:`dead_key`: ``dead <round>``, the state's round then; then the
   nodes ``expire_in_state``: their heartbeat
   in torch's state set to the epoch with a compare-and-set retried after jittered waits), so
@@ -48,6 +52,8 @@ from torch.distributed.elastic.rendezvous import RendezvousHandler
 
 from torchx_elastic.agent import compat
 from torchx_elastic.agent.console.store_entry import RefusedEntry
+from torchx_elastic.agent.rendezvous import presence
+from torchx_elastic.agent.rendezvous.presence import LEFT
 from torchx_elastic.agent.rendezvous.signed_store import SignedStore
 from torchx_elastic.agent.rendezvous.wrapped import WrappedRendezvous
 from torchx_elastic.contract import LIVENESS_KEY_PREFIX
@@ -63,6 +69,7 @@ EXPIRE_BACKOFF_S = 0.05  # the first retry's longest jittered wait (doubled each
 # call as the interpreter exits aborts the process); a lost host's call is not waited for
 STOP_WAIT_S = 2.0
 DEAD = "dead"
+LEFT_WORD = "left"  # a verdict's last word where the node's agent said it stopped
 
 
 def beat_key(run_id: str, node_id: str) -> str:
@@ -132,6 +139,7 @@ class KeyedLiveness:
         self._watched: dict[str, _Watched] = {}
         self._written: set[str] = set()  # beat keys known to be in the store
         self._watch_list = compat.StateMemo(watch_list)
+        self.stopped: set[str] = set()  # nodes whose verdict says their agent was stopped
         self._lock = threading.Lock()  # _watched, read by other threads
         self._stop = threading.Event()
         self._thread = threading.Thread(
@@ -204,6 +212,7 @@ class KeyedLiveness:
         now_s = self._clock()
         steady_s = now_s - (self._steady_since_s if self._steady_since_s is not None else now_s)
         dead: list[str] = []
+        left: set[str] = set()
         suspected = 0
         with self._lock:
             previous, self._watched = self._watched, {}
@@ -217,6 +226,9 @@ class KeyedLiveness:
                 silent_s = min(now_s - seen.changed_s, steady_s)
                 if silent_s >= self.dead_after_s:
                     dead.append(node)
+                elif silent_s >= self.interval_s and self._said_left(node):
+                    dead.append(node)  # its agent was stopped: no need to wait for its beats
+                    left.add(node)
                 elif silent_s >= self.dead_after_s / 2 and not seen.suspected:
                     seen.suspected = True
                     suspected += 1
@@ -225,7 +237,17 @@ class KeyedLiveness:
         if suspected:
             self._store.add(suspects_key(self._run_id), suspected)
         if dead:
-            self._drop(handler, dead)
+            self._drop(handler, dead, left)
+
+    def _said_left(self, node: str) -> bool:
+        """Whether ``node``'s agent said, as a signal stopped it, that it left (its presence
+        entry: presence.py); read only for a node that missed a beat."""
+        try:
+            entry = presence.key(node)
+            return bool(self._store.store.check([entry])) and self._store.get(entry) == LEFT
+        except Exception as err:  # noqa: BLE001 - refused, unreadable, or the store is away
+            log.debug("cannot read a presence entry: %s", err)
+            return False
 
     def audit(self) -> None:
         """The state read past its counter; one the signed backend refuses (forged, replayed)
@@ -250,10 +272,11 @@ class KeyedLiveness:
         found = dict(zip(present, self._store.multi_get(present), strict=True)) if present else {}
         return [None if isinstance(v, RefusedEntry) else v for v in map(found.get, keys)]
 
-    def _drop(self, handler: RendezvousHandler, dead: list[str]) -> None:
+    def _drop(self, handler: RendezvousHandler, dead: list[str], left: set[str]) -> None:
         verdict = f"{DEAD} {compat.state_round(handler)}"
         for node in dead:
-            self._store.set(dead_key(self._run_id, node), verdict)
+            said = f"{verdict} {LEFT_WORD}" if node in left else verdict
+            self._store.set(dead_key(self._run_id, node), said)
         dropped = compat.expire_in_state(
             self._backend, handler, set(dead), EXPIRE_ATTEMPTS, EXPIRE_BACKOFF_S
         )
@@ -262,7 +285,7 @@ class KeyedLiveness:
         if cleared:
             self._store.add(suspects_key(self._run_id), -cleared)
         log.info(
-            "dropped from the rendezvous, silent for %gs: %s (%s)",
+            "dropped from the rendezvous, silent for %gs or stopped: %s (%s)",
             self.dead_after_s,
             ", ".join(dead),
             "written" if dropped else "not written: the next watcher's",
@@ -281,9 +304,11 @@ class KeyedLiveness:
             try:
                 if not self._store.check([key]):
                     continue
-                word, _, number = self._store.get(key).decode().partition(" ")
+                word, number, *why = self._store.get(key).decode().split(" ")
                 if word == DEAD and number.isdigit() and int(number) >= since_round:
                     found.add(node)
+                    if why == [LEFT_WORD]:
+                        self.stopped.add(node)
             except Exception as err:  # noqa: BLE001 - refused, unreadable, or the store is away
                 log.debug("skipped a liveness verdict: %s", err)
         return found

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Collection
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
@@ -141,6 +142,7 @@ class SilentPeers:
         self._ids: dict[int, str] = {}  # node rank -> torch's node id, of the round
         self._round = 0  # the state's round number when the round completed
         self._dead_checked_s = 0.0
+        self.stopped: set[int] = set()  # of the members lost last, those whose agent stopped
         self._present = compat.StateMemo(compat.present_members)
         self._absent: tuple[dict[int, str], set[str], dict[int, str]] | None = None
 
@@ -161,7 +163,9 @@ class SilentPeers:
             self._dead_checked_s = now_s
             ids = [self._ids[rank] for rank in absent if rank in self._ids]
             dead = keyed_.dead(ids, self._round)
-            return {rank: name for rank, name in absent.items() if self._ids.get(rank) in dead}
+            lost = {rank: name for rank, name in absent.items() if self._ids.get(rank) in dead}
+            self.stopped = {rank for rank in lost if self._ids.get(rank) in keyed_.stopped}
+            return lost
         silent = self._silent(members, handler)
         return {rank: name for rank, name in members.items() if silent.get(name) is False}
 
@@ -208,11 +212,22 @@ def node_names(members: dict[int, str]) -> list[str]:
     return [f"node {rank}: {name}" for rank, name in sorted(members.items())]
 
 
-def lost_peer_line(lost: dict[int, str], conf: dict[str, str]) -> str:
-    return (
-        f"torchx-elastic: {', '.join(node_names(lost))} stopped answering (no rendezvous"
-        f" heartbeat for {dead_after_s(conf):g}s): stopping the workers and re-forming without it"
-    )
+def lost_peer_line(
+    lost: dict[int, str], conf: dict[str, str], stopped: Collection[int] = ()
+) -> str:
+    """What a survivor says of the members ``lost``: silent for the dead-after time, or
+    (node ranks ``stopped``) said by their agent to have stopped (the keyed liveness)."""
+    silent = {rank: name for rank, name in lost.items() if rank not in stopped}
+    left = {rank: name for rank, name in lost.items() if rank in stopped}
+    parts = []
+    if silent:
+        parts.append(
+            f"{', '.join(node_names(silent))} stopped answering (no rendezvous heartbeat for"
+            f" {dead_after_s(conf):g}s)"
+        )
+    if left:
+        parts.append(f"{', '.join(node_names(left))} left the job (its agent was stopped)")
+    return f"torchx-elastic: {' and '.join(parts)}: stopping the workers and re-forming without it"
 
 
 def dropped_line(conf: dict[str, str]) -> str:

@@ -399,7 +399,8 @@ class Supervisor:
         lost = self._silent_peers.lost(self.last_round_members, self.handler)
         if not lost:
             return False
-        say(liveness.lost_peer_line(lost, self.config.rdzv_configs))
+        stopped = self._silent_peers.stopped
+        say(liveness.lost_peer_line(lost, self.config.rdzv_configs, stopped))
         lost_names = liveness.node_names(lost)
         self._restart(ev.RESTART_PEER_LOST, lost=lost_names, next_round=self._rounds + 1)
         return True
