@@ -10,6 +10,8 @@ import gc
 import inspect
 import logging
 import pickle
+import subprocess
+import sys
 import weakref
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
@@ -403,6 +405,33 @@ def test_the_keyed_stack_is_freed_with_its_store_as_soon_as_it_is_dropped() -> N
         assert holder() is None and beats() is None
     finally:
         gc.enable()
+
+
+EXIT_WITH_BEATS_RUNNING = """
+import atexit, threading
+# registered first, so it runs last: after the keyed liveness' own exit hook
+atexit.register(lambda: print("liveness alive at exit:", any(
+    t.name == "torchx-elastic-liveness" and t.is_alive() for t in threading.enumerate())))
+from torch.distributed import HashStore
+from torch.distributed.elastic.rendezvous import RendezvousParameters
+from torchx_elastic.agent.config.endpoint import Endpoint
+from torchx_elastic.agent.rendezvous.handler import handler_on_store
+from torchx_elastic.agent.rendezvous.signed_store import StoreSigner
+params = RendezvousParameters("c10d", "h0:1", "job", 2, 2, local_addr="h0")
+stack = handler_on_store(HashStore(), params, StoreSigner(None), Endpoint("h0", 1))
+print("beats:", stack.keyed_liveness() is not None)
+"""
+
+
+def test_a_process_that_exits_without_stopping_its_beats_stops_them_first() -> None:
+    """A daemon thread inside a store call as the interpreter finalizes aborts the process
+    (torch 2.4: 'terminate called without an active exception', exit code -11 in about one
+    exit in three): the beats a process started end before it exits, whatever its path."""
+    done = subprocess.run(
+        [sys.executable, "-c", EXIT_WITH_BEATS_RUNNING], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-2:] == ["beats: True", "liveness alive at exit: False"]
 
 
 def test_what_is_derived_from_the_whole_state_is_derived_again_only_once_it_changed() -> None:

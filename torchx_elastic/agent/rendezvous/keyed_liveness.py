@@ -39,8 +39,10 @@ who decides that a node is dead, and how, is the agent's.
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import logging
+import os
 import random
 import threading
 import time
@@ -89,6 +91,24 @@ def watched_after(node_ids: list[str], me: str, count: int = WATCHED) -> list[st
     others = sorted(set(node_ids) - {me})
     after = [n for n in others if n > me] + [n for n in others if n < me]
     return after[:count]
+
+
+# the liveness threads of this process: stopped before the interpreter exits, where nothing
+# else stopped them (a daemon thread inside a store call as the interpreter finalizes aborts
+# the process: "terminate called without an active exception")
+_RUNNING: weakref.WeakKeyDictionary[KeyedLiveness, int] = weakref.WeakKeyDictionary()
+
+
+@atexit.register
+def _end_running() -> None:
+    """Stop the beats this process started and wait for a tick in progress (never a store
+    call here: a forked child's copy of the store's connection is its parent's)."""
+    mine = [beats for beats, pid in list(_RUNNING.items()) if pid == os.getpid()]
+    for beats in mine:
+        beats._stop.set()
+    deadline_s = time.monotonic() + STOP_WAIT_S
+    for beats in mine:
+        beats._thread.join(max(0.0, deadline_s - time.monotonic()))
 
 
 def watch_list(handler: RendezvousHandler) -> tuple[int, list[str]]:
@@ -148,6 +168,7 @@ class KeyedLiveness:
 
     def start(self) -> KeyedLiveness:
         self._thread.start()
+        _RUNNING[self] = os.getpid()
         return self
 
     def stop(self) -> None:
