@@ -8,7 +8,7 @@ liveness (keyed_liveness.py) the state changes only when membership does; then
 the agent's c10d backend, counts every successful write in a counter key beside the state
 (:data:`~torchx_elastic.contract.STATE_GENERATION_KEY_PREFIX` + run id) and reads the
 blob only when the counter moved since its last read. The handler's syncs ask it first
-(:meth:`GenerationCachedBackend.unchanged`, ``compat.keep_unchanged_state``), so that an
+(:meth:`GenerationCachedBackend.unchanged`, ``compat.tune_state_syncs``), so that an
 unchanged state is not unpickled again either: a node's CPU a second stays flat with N.
 
 The counter is read before the blob, and bumped after a write succeeded: a read that races a
@@ -73,7 +73,7 @@ class GenerationCachedBackend(RendezvousBackend):
     def unchanged(self, token: Token | None) -> bool:
         """Whether the stored state is still the one this backend last read, and ``token``
         that read's (one counter read): then a handler that holds it need not unpickle it
-        again (compat.keep_unchanged_state)."""
+        again (compat.tune_state_syncs)."""
         with self._lock:
             if self._cached is _UNREAD or self._cached is None or token is None:
                 return False
