@@ -19,6 +19,10 @@ The rest of the agent uses torch.distributed.elastic's public API only (rendezvo
   nothing private.
 - :func:`set_last_call_timeout`: the c10d handler's last call after the first round
   (rendezvous/liveness.py); private, degrades to torch's own.
+- :func:`tune_state_syncs` / :class:`StateMemo` / :func:`synced_state`: the state holder's
+  private cache, token and state (an unchanged state kept instead of unpickled again, a
+  random wait after a lost write, what is derived from the state derived once per change:
+  rendezvous/state_generation.py); private, degrades to torch's own syncs.
 - :func:`job_ended` / :func:`is_this_machine`: the "rendezvous closed" errors of each
   release; torch's private test of whether an endpoint names this machine.
 - :func:`accelerator_count`: ``torch.accelerator`` exists from 2.6 on; ``torch.xpu`` and a
