@@ -289,14 +289,21 @@ def test_a_verdict_drops_the_node_from_torchs_state_for_every_node_that_reads_it
     assert list(reader.state.participants) == nodes[:2]
 
 
-def test_the_state_is_read_only_when_a_node_wrote_it() -> None:
-    store = HashStore()
-    reads: list[str] = []
+def counted_backend(reads: list[str]) -> Any:
+    """torch's c10d backend class whose every read of the blob is appended to ``reads``."""
 
     class Counted(C10dRendezvousBackend):  # type: ignore[misc]
         def get_state(self) -> Any:
             reads.append("blob")
             return super().get_state()
+
+    return Counted
+
+
+def test_the_state_is_read_only_when_a_node_wrote_it() -> None:
+    store = HashStore()
+    reads: list[str] = []
+    Counted = counted_backend(reads)
 
     writer = GenerationCachedBackend(Counted(store, RUN), store, RUN)
     reader = GenerationCachedBackend(Counted(store, RUN), store, RUN)
@@ -311,26 +318,27 @@ def test_the_state_is_read_only_when_a_node_wrote_it() -> None:
     assert reader.get_state()[0] == b"state 2" and reads == ["blob", "blob"]  # type: ignore[index]
 
 
+def _tuned_holder(nodes: list[Any], backend_class: Any, backoff_s: float) -> tuple[Any, Any]:
+    """A writer of a state of ``nodes``, and a handler's state holder (its backend of
+    ``backend_class``) tuned as the keyed liveness tunes it, after its first read."""
+    store = HashStore()
+    writer = GenerationCachedBackend(C10dRendezvousBackend(store, RUN), store, RUN)
+    assert writer.set_state(_state_with(nodes, _torch_now()))[2]  # type: ignore[index]
+    backend = GenerationCachedBackend(backend_class(store, RUN), store, RUN)
+    holder = dr._BackendRendezvousStateHolder(backend, _settings(), cache_duration=1)
+    handler = SimpleNamespace(_state_holder=holder)
+    assert compat.tune_state_syncs(handler, backend.unchanged, backoff_s)  # type: ignore[arg-type]
+    holder.sync()
+    return writer, holder
+
+
 def test_a_handlers_sync_keeps_the_state_it_holds_while_nobody_wrote_one() -> None:
     """torch's state holder unpickles the whole state on every read its one-second cache
     does not serve (O(N) CPU per node a second); with the counter it keeps the object it
     holds until a node writes, and reads then."""
-    store = HashStore()
     reads: list[str] = []
-
-    class Counted(C10dRendezvousBackend):  # type: ignore[misc]
-        def get_state(self) -> Any:
-            reads.append("blob")
-            return super().get_state()
-
     nodes = [dr._NodeDesc(addr, 1, 0) for addr in ("a", "b")]
-    writer = GenerationCachedBackend(C10dRendezvousBackend(store, RUN), store, RUN)
-    assert writer.set_state(_state_with(nodes[:1], _torch_now()))[2]  # type: ignore[index]
-    backend = GenerationCachedBackend(Counted(store, RUN), store, RUN)
-    holder = dr._BackendRendezvousStateHolder(backend, _settings(), cache_duration=1)
-    handler = SimpleNamespace(_state_holder=holder)
-    assert compat.tune_state_syncs(handler, backend.unchanged, 0.0)  # type: ignore[arg-type]
-    holder.sync()
+    writer, holder = _tuned_holder(nodes[:1], counted_backend(reads), 0.0)
     held = holder.state
     for _ in range(3):
         holder._last_sync_time = -1.0  # the cache expired
@@ -357,15 +365,8 @@ def test_a_write_that_lost_the_race_waits_a_random_time_and_reads_the_state_agai
 ) -> None:
     """A herd of nodes that re-form at once would fail each other's writes again and again;
     a node whose write lost waits up to the backoff, then decides on the state as it is."""
-    store = HashStore()
     nodes = [dr._NodeDesc(addr, 1, 0) for addr in ("a", "b", "c")]
-    other = GenerationCachedBackend(C10dRendezvousBackend(store, RUN), store, RUN)
-    assert other.set_state(_state_with(nodes[:1], _torch_now()))[2]  # type: ignore[index]
-    backend = GenerationCachedBackend(C10dRendezvousBackend(store, RUN), store, RUN)
-    holder = dr._BackendRendezvousStateHolder(backend, _settings(), cache_duration=1)
-    handler = SimpleNamespace(_state_holder=holder)
-    assert compat.tune_state_syncs(handler, backend.unchanged, 0.25)  # type: ignore[arg-type]
-    holder.sync()
+    other, holder = _tuned_holder(nodes[:1], C10dRendezvousBackend, 0.25)
     token = other.get_state()[1]  # type: ignore[index]
     assert other.set_state(_state_with(nodes[:2], _torch_now()), token)[2]  # type: ignore[index]
     assert other.set_state(_state_with(nodes, _torch_now()), other.get_state()[1])[2]  # type: ignore[index]
