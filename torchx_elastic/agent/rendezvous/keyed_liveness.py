@@ -99,16 +99,24 @@ def watched_after(node_ids: list[str], me: str, count: int = WATCHED) -> list[st
 _RUNNING: weakref.WeakKeyDictionary[KeyedLiveness, int] = weakref.WeakKeyDictionary()
 
 
-@atexit.register
 def _end_running() -> None:
-    """Stop the beats this process started and wait for a tick in progress (never a store
-    call here: a forked child's copy of the store's connection is its parent's)."""
-    mine = [beats for beats, pid in list(_RUNNING.items()) if pid == os.getpid()]
-    for beats in mine:
-        beats._stop.set()
+    """The exit hook while beats run (registered only then: a worker forked from a process
+    with none sees the atexit handlers a fresh interpreter sees). Stops the beats this
+    process started and waits for a tick in progress (never a store call here: a forked
+    child's copy of the store's connection is its parent's)."""
     deadline_s = time.monotonic() + STOP_WAIT_S
-    for beats in mine:
-        beats._thread.join(max(0.0, deadline_s - time.monotonic()))
+    for beats in [beats for beats, pid in list(_RUNNING.items()) if pid == os.getpid()]:
+        beats.end(deadline_s)
+
+
+def _running_here(beats: KeyedLiveness | None) -> None:
+    """``beats`` started (None: some stopped): the exit hook registered while any of this
+    process' beats run, and only then."""
+    if beats is not None:
+        _RUNNING[beats] = os.getpid()
+    atexit.unregister(_end_running)
+    if any(pid == os.getpid() for pid in _RUNNING.values()):
+        atexit.register(_end_running)
 
 
 def watch_list(handler: RendezvousHandler) -> tuple[int, list[str]]:
@@ -168,8 +176,14 @@ class KeyedLiveness:
 
     def start(self) -> KeyedLiveness:
         self._thread.start()
-        _RUNNING[self] = os.getpid()
+        _running_here(self)
         return self
+
+    def end(self, deadline_s: float) -> None:
+        """No more beats; the tick in progress waited for until ``deadline_s`` (monotonic)."""
+        self._stop.set()
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(max(0.0, deadline_s - time.monotonic()))
 
     def stop(self) -> None:
         """No more beats (the node leaves, or its rendezvous moved): its watchers drop it
@@ -177,9 +191,9 @@ class KeyedLiveness:
         :data:`STOP_WAIT_S` for a beat in progress, then takes back this node's suspicions
         from the job's count (left there, every later failure of another node would wait
         the whole dead-after time for a verdict that no watcher gives)."""
-        self._stop.set()
-        if self._thread.is_alive() and self._thread is not threading.current_thread():
-            self._thread.join(STOP_WAIT_S)
+        self.end(time.monotonic() + STOP_WAIT_S)
+        _RUNNING.pop(self, None)
+        _running_here(None)
         with self._lock:
             cleared = sum(seen.suspected for seen in self._watched.values())
             for seen in self._watched.values():
