@@ -215,10 +215,14 @@ def test_two_host_job_refuses_a_client_on_another_host_and_a_local_one(
     logs = [(tmp_path / f"{h}.log").read_text() for h in ("h0", "h1")]
     assert codes == [0, 0], logs
     assert not marker.exists(), marker.read_text()
-    for log in logs:
+    refused = [log.count(REFUSED_STATE.format(run_id="job")) for log in logs]
+    for log, count in zip(logs, refused, strict=True):
         assert "done world 2" in log
-        # one line for each refused value, not one per read
-        assert 1 <= log.count(REFUSED_STATE.format(run_id="job")) <= 2, log
+        assert count <= 2, log  # one line for each refused value, not one per read
+    # the node that audits the state first refuses the forged one and writes the verified
+    # state back; the other may then never read the forgery (the keyed liveness re-reads the
+    # state only when it changed: rendezvous/state_generation.py)
+    assert sum(refused) >= 1, logs
     assert f"skipped node 1's progress report from the store: '{PROGRESS_KEY_PREFIX}1'" in logs[0]
     assert (tmp_path / "logs-h0").stat().st_mode & 0o777 == 0o700
 
