@@ -55,7 +55,6 @@ from torch.distributed.elastic.rendezvous import RendezvousHandler
 from torchx_elastic.agent import compat
 from torchx_elastic.agent.console.store_entry import RefusedEntry
 from torchx_elastic.agent.rendezvous import presence
-from torchx_elastic.agent.rendezvous.presence import LEFT
 from torchx_elastic.agent.rendezvous.signed_store import SignedStore
 from torchx_elastic.agent.rendezvous.wrapped import WrappedRendezvous
 from torchx_elastic.contract import LIVENESS_KEY_PREFIX
@@ -247,7 +246,7 @@ class KeyedLiveness:
         now_s = self._clock()
         steady_s = now_s - (self._steady_since_s if self._steady_since_s is not None else now_s)
         dead: list[str] = []
-        left: set[str] = set()
+        missed: list[str] = []
         suspected = 0
         with self._lock:
             previous, self._watched = self._watched, {}
@@ -261,28 +260,21 @@ class KeyedLiveness:
                 silent_s = min(now_s - seen.changed_s, steady_s)
                 if silent_s >= self.dead_after_s:
                     dead.append(node)
-                elif silent_s >= self.interval_s and self._said_left(node):
-                    dead.append(node)  # its agent was stopped: no need to wait for its beats
-                    left.add(node)
-                elif silent_s >= self.dead_after_s / 2 and not seen.suspected:
+                    continue
+                if silent_s >= self.interval_s:
+                    missed.append(node)  # a beat missed: did its agent say it stopped?
+                if silent_s >= self.dead_after_s / 2 and not seen.suspected:
                     seen.suspected = True
                     suspected += 1
             # a node that left the state since was dropped or left: no longer suspected
             suspected -= sum(s.suspected for n, s in previous.items() if n not in self._watched)
         if suspected:
             self._store.add(suspects_key(self._run_id), suspected)
-        if dead:
-            self._drop(handler, dead, left)
-
-    def _said_left(self, node: str) -> bool:
-        """Whether ``node``'s agent said, as a signal stopped it, that it left (its presence
-        entry: presence.py); read only for a node that missed a beat."""
-        try:
-            entry = presence.key(node)
-            return bool(self._store.store.check([entry])) and self._store.get(entry) == LEFT
-        except Exception as err:  # noqa: BLE001 - refused, unreadable, or the store is away
-            log.debug("cannot read a presence entry: %s", err)
-            return False
+        # read outside the lock (other threads read the watch): its agent was stopped, so
+        # there is no need to wait for its beats to go stale
+        left = {node for node in missed if presence.said_left(self._store, node)}
+        if dead or left:
+            self._drop(handler, [*dead, *sorted(left)], left)
 
     def audit(self) -> None:
         """The state read past its counter; one the signed backend refuses (forged, replayed)

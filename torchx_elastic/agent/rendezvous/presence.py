@@ -100,16 +100,29 @@ def gone_peers(
         return {rank: why for rank, why in found if why is not None}
 
 
-def _why_gone(store: SignedStore, node_id: str, timeout_s: float) -> str | None:
+def _entry(store: SignedStore, node_id: str) -> bytes | None:
+    """The node's presence entry; None where there is none (an agent of a version without a
+    port, or not published yet), it is refused, or the store does not answer (torch's
+    rendezvous tells)."""
     try:
         if not store.store.check([key(node_id)]):
-            return None  # an agent of a version without a port, or not published yet
-        entry = store.get(key(node_id))
+            return None
+        return store.get(key(node_id))
     except RefusedEntry as err:
         log.debug("skipped a presence entry: %s", err)
-        return None
-    except Exception as err:  # noqa: BLE001 - the store may be gone: torch's rendezvous tells
+    except Exception as err:  # noqa: BLE001 - the store may be gone
         log.debug("cannot read a presence entry: %s", err)
+    return None
+
+
+def said_left(store: SignedStore, node_id: str) -> bool:
+    """Whether the node's agent said, as a signal stopped it, that it left."""
+    return _entry(store, node_id) == LEFT
+
+
+def _why_gone(store: SignedStore, node_id: str, timeout_s: float) -> str | None:
+    entry = _entry(store, node_id)
+    if entry is None:
         return None
     if entry == LEFT:
         return "its agent was stopped"
