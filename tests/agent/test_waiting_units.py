@@ -250,3 +250,41 @@ def test_each_node_checks_the_addresses_of_a_bounded_sample_of_peers_and_looks_e
         f"n{i}" for i in (19, 0, 1, 2, 3, 4, 5, 6)
     ]
     assert [p.addr for p in roll_call.sampled_peers(entries[:4], entries[2])] == ["n3", "n0", "n1"]
+
+
+def test_a_waiting_line_of_a_thousand_nodes_names_sixteen() -> None:
+    line = waiting_line(peers(1000), config("1000"), False, DEADLINE)
+    assert line == (
+        "waiting for nodes: 1000 of 1000 joined; here: "
+        + ", ".join(f"n{i} (pid 7)" for i in range(16))
+        + " and 984 more; missing: none; rendezvous at n0:29500, run id 'job'; gives up at"
+        " 10:00:00 (join timeout 600s)"
+    )
+
+
+def test_each_tick_compares_only_the_entries_that_came_since_the_last(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A tick of the first round (twice a second on every node) costs the same at any job
+    size: the settings of each roll-call entry are compared once, and a peer that comes
+    later with other settings is still named."""
+    store = HashStore()
+    entries = [NodeEntry(f"h{i}", 7, "job", f"h{i}", "3", 1, 0, "c10d") for i in range(100)]
+    calls = [RollCall(store, entry, StoreSigner(None)) for entry in entries]
+    compared: list[int] = []
+    mismatch = roll_call.settings_mismatch
+    monkeypatch.setattr(
+        roll_call,
+        "settings_mismatch",
+        lambda found, me: compared.append(len(found)) or mismatch(found, me),
+    )
+    monkeypatch.setattr(waiting, "resolved", lambda host: {"10.0.0.9"})
+    monkeypatch.setattr(waiting, "answers", lambda host, port, timeout_s: True)
+    explained = waiting.ExplainedRendezvous(None, calls[5], config("3"), False, 600)  # type: ignore[arg-type]
+    for _ in range(5):
+        explained._check()
+    assert compared == [100]
+    RollCall(store, NodeEntry("late", 8, "job", "late", "2", 1, 0, "c10d"), StoreSigner(None))
+    with pytest.raises(diagnosis.RendezvousDiagnosis, match="nodes disagree on --nnodes: 3 on"):
+        explained._check()
+    assert compared == [100, 1]

@@ -145,6 +145,16 @@ def say(text: str) -> None:
     agent_line.say(f"torchx-elastic: {text}")
 
 
+NAMES_LISTED = 16  # a line names at most this many nodes (a job may have thousands)
+
+
+def listed(names: list[str], limit: int = NAMES_LISTED) -> str:
+    """``a, b, c``; past ``limit`` names, the first ones and ``and 984 more``."""
+    if len(names) <= limit:
+        return ", ".join(names)
+    return f"{', '.join(names[:limit])} and {len(names) - limit} more"
+
+
 class GrowingInterval:
     """True at ``first_s`` after start, then at doubling intervals (at most ``max_s``)."""
 

@@ -208,14 +208,14 @@ def sampled_peers(entries: list[NodeEntry], me: NodeEntry) -> list[NodeEntry]:
 
 
 def unresolvable_addresses(
-    entries: list[NodeEntry],
+    sample: list[NodeEntry],
     me: NodeEntry,
     resolves: Callable[[str], bool] = lambda host: bool(resolved(host)),
 ) -> list[Problem]:
-    """Sampled peers (:func:`sampled_peers`) whose published address does not resolve from
-    this node (``resolves``: a lookup, or a cache of them)."""
+    """Of the sampled peers (:func:`sampled_peers`), those whose published address does not
+    resolve from this node (``resolves``: a lookup, or a cache of them)."""
     problems: list[Problem] = []
-    for peer in sampled_peers(entries, me):
+    for peer in sample:
         if not resolves(peer.addr):
             problems.append(
                 Problem(

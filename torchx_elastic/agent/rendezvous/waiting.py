@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,6 +37,7 @@ from torchx_elastic.agent.rendezvous.diagnosis import (
     RendezvousDiagnosis,
     answers,
     gives_up_at,
+    listed,
     resolved,
     say,
 )
@@ -105,7 +106,7 @@ def waiting_line(
     peers: list[roll_call.NodeEntry], config: AgentConfig, hosting: bool, deadline: Deadline
 ) -> str:
     """``waiting for nodes: 1 of 2 joined (...)``: the state of the first round."""
-    here = ", ".join(peer.name for peer in peers) or "none"
+    here = listed([peer.name for peer in peers]) or "none"
     role = "hosting the rendezvous" if hosting else "rendezvous"
     text = f"{WAITING_FOR_NODES}{joined_text(peers, config)}; here: {here}"
     text += f"; {missing_text(peers, config)}"
@@ -142,9 +143,9 @@ def later_round_line(
     """``waiting for nodes (round 2): 1 of 2 here (...); not back since the last round:
     node 1: h1 (agent pid 7); ...``: a round after the first, from torch's state."""
     text = f"waiting for nodes (round {round_}): {len(here)} of {config.min_nodes} here"
-    text += f" ({', '.join(sorted(here))})" if here else ""
+    text += f" ({listed(sorted(here))})" if here else ""
     if missing:
-        text += f"; not back since the last round: {', '.join(liveness.node_names(missing))}"
+        text += f"; not back since the last round: {listed(liveness.node_names(missing))}"
     return text + f"; at {config.rdzv_endpoint}, {deadline.text()}"
 
 
@@ -168,6 +169,9 @@ class ExplainedRendezvous(WrappedRendezvous):
         self._entries: list[roll_call.NodeEntry] = []
         self._unverified: list[roll_call.NodeEntry] = []
         self._said: set[str] = set()
+        self._checked = (0, 0)  # (verified, unverified) roll-call entries checked so far
+        self._mismatch: Problem | None = None
+        self._sample: list[roll_call.NodeEntry] = []  # the peers whose addresses it checks
         self._reached: set[str] = set()  # published addresses that answered this node
         self._resolved: set[str] = set()  # published names that resolved here
         self._abandoned = threading.Event()
@@ -270,20 +274,32 @@ class ExplainedRendezvous(WrappedRendezvous):
         return str(self._config.rdzv_endpoint)
 
     def _check(self) -> None:
+        """The roll call's problems, said once each. Entries only ever come in (roll_call.py):
+        the settings of each new one are compared once, and what is derived from all of them
+        is derived again only when some came, so a tick costs the same at any job size."""
         entries = self._read()
         me = self._call.me
-        mismatch = roll_call.settings_mismatch(entries, me)
-        if mismatch is not None:
+        if (len(entries), len(self._unverified)) != self._checked:
+            self._mismatch = self._mismatch or roll_call.settings_mismatch(
+                entries[self._checked[0] :], me
+            )
+            self._checked = (len(entries), len(self._unverified))
+            self._sample = roll_call.sampled_peers(entries, me)
+            self._say_once(
+                [
+                    roll_call.other_jobs(entries + self._unverified, me, self._endpoint),
+                    roll_call.other_secret(self._unverified, me),
+                ]
+            )
+        if self._mismatch is not None:
             if self._hosting:
                 time.sleep(HOST_LINGER_S)
-            raise RendezvousDiagnosis(self._config.rdzv_endpoint, mismatch)
-        warnings = [
-            roll_call.other_jobs(entries + self._unverified, me, self._endpoint),
-            roll_call.other_secret(self._unverified, me),
-        ]
-        warnings += roll_call.unresolvable_addresses(entries, me, self._resolves)
-        warnings += self._unreachable_addresses(entries, me)
-        for problem in warnings:
+            raise RendezvousDiagnosis(self._config.rdzv_endpoint, self._mismatch)
+        problems = roll_call.unresolvable_addresses(self._sample, me, self._resolves)
+        self._say_once(problems + self._unreachable_addresses(self._sample, me))
+
+    def _say_once(self, problems: Sequence[Problem | None]) -> None:
+        for problem in problems:
             if problem is not None and problem.cause not in self._said:
                 self._said.add(problem.cause)
                 say(f"warning: {problem.line()}")
@@ -298,14 +314,15 @@ class ExplainedRendezvous(WrappedRendezvous):
         return True
 
     def _unreachable_addresses(
-        self, entries: list[roll_call.NodeEntry], me: roll_call.NodeEntry
+        self, sample: list[roll_call.NodeEntry], me: roll_call.NodeEntry
     ) -> list[Problem]:
-        """Sampled peers (``roll_call.sampled_peers``) whose published address resolves but
-        does not answer from this node (a TCP connect to the rendezvous port: refused is an
-        answer), each probed until it answers once, at most every :data:`REPROBE_S`."""
+        """Of the sampled peers (``roll_call.sampled_peers``), those whose published address
+        resolves but does not answer from this node (a TCP connect to the rendezvous port:
+        refused is an answer), each probed until it answers once, at most every
+        :data:`REPROBE_S`."""
         port = self._config.rdzv_endpoint.port
         problems: list[Problem] = []
-        for peer in roll_call.sampled_peers(entries, me):
+        for peer in sample:
             addr = peer.addr
             if addr in self._reached or time.monotonic() < self._probe_after_s.get(addr, 0):
                 continue
@@ -333,7 +350,7 @@ class ExplainedRendezvous(WrappedRendezvous):
 
     def _timed_out(self) -> Problem:
         peers = self._peers()
-        here = ", ".join(peer.name for peer in peers) or "none"
+        here = listed([peer.name for peer in peers]) or "none"
         return Problem(
             f"only {len(peers)} of {self._config.min_nodes} nodes joined within"
             f" {self._join_timeout_s:g}s (here: {here})",
