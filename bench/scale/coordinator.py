@@ -27,6 +27,7 @@ REPO = Path(__file__).resolve().parents[2]
 HOST = "127.0.0.1"
 # a launcher's variables from an enclosing job must not reach the simulated agents
 _INHERITED_PREFIXES = ("PET_", "TORCHELASTIC_", "TORCHX_")
+STRAGGLERS_SHOWN = 20  # of the survivors not back in time, the stacks of this many
 
 
 class HarnessError(Exception):
@@ -194,6 +195,7 @@ class RunState:
         self.lost: list[dict[str, Any]] = []
         self.errors: list[dict[str, Any]] = []
         self.forming: list[dict[str, Any]] = []
+        self.stacks: list[dict[str, Any]] = []
         self.marks: dict[str, dict[int, dict[str, Any]]] = {}
         self.exited: set[int] = set()
 
@@ -215,6 +217,8 @@ class RunState:
             self.errors.append(event)
         elif kind == "forming":
             self.forming.append(event)
+        elif kind == "stacks":
+            self.stacks.append(event)
         elif kind == "mark":
             self.marks.setdefault(event["phase"], {})[event["proc"]] = event
         elif kind == "exit":
@@ -285,6 +289,32 @@ def _worst_ms(values: Any) -> float | None:
     return round(max(found) * 1000, 1) if found else None
 
 
+def _progress(state: RunState, since: float) -> list[dict[str, Any]]:
+    """What the processes said of a round forming since ``since``, every few seconds."""
+    said = [e for e in state.forming if e["since"] == since]
+    hidden = ("ev", "t", "since")
+    return [
+        {k: v for k, v in e.items() if k not in hidden} | {"s": round(e["t"] - since, 1)}
+        for e in said
+    ]
+
+
+def _stragglers(state: RunState, late: set[int]) -> dict[str, Any]:
+    """Where the threads of the nodes ``late`` wait (at most :data:`STRAGGLERS_SHOWN` of them),
+    and every harness process's threads grouped by their innermost frames."""
+    shown = sorted(late)[:STRAGGLERS_SHOWN]
+    live = [proc for proc in state.procs.procs if proc.poll() is None]
+    before = len(state.stacks)
+    state.procs.send("stacks " + " ".join(map(str, shown)))
+    state.wait_for(lambda: len(state.stacks) - before >= len(live), 30)
+    found = state.stacks[before:]
+    return {
+        "late": len(late),
+        "nodes": {n: s for e in found for n, s in e["nodes"].items()},
+        "threads": [{"proc": e["proc"], "threads": e["threads"]} for e in found],
+    }
+
+
 def _form(state: RunState, options: Options, server: StoreServer, record: dict[str, Any]) -> float:
     everyone = set(range(options.nodes))
     _mark(state, "setup")
@@ -310,10 +340,7 @@ def _form(state: RunState, options: Options, server: StoreServer, record: dict[s
         "start_lag_s": max((j["started"] - go_at for j in firsts), default=None),
         "harness": _mark(state, "form"),
         "store_cores": (server.cpu_s() - store_cpu_s) / max(time.time() - go_at, 1e-3),
-        "progress": [
-            {k: v for k, v in e.items() if k not in ("ev", "t")} | {"s": round(e["t"] - go_at, 1)}
-            for e in state.forming
-        ],
+        "progress": _progress(state, go_at),
     }
     all_in_s = record["form"]["all_in_s"]
     _say(options, f"first round in {all_in_s:.1f} s" if formed else "no first round")
@@ -363,13 +390,14 @@ def _loss(state: RunState, options: Options, record: dict[str, Any]) -> None:
     victim = _victim(state)
     survivors = set(range(options.nodes)) - {victim} - state.failed_nodes()
     lost_at = time.time()
-    state.procs.send(f"lose {victim} {1 if options.impl == 'torch' else 0}")
+    state.procs.send(f"lose {victim} {1 if options.impl == 'torch' else 0} {lost_at}")
     world = options.nodes - 1
     reformed = state.wait_for(
         lambda: len(state.in_round(survivors, world, lost_at)) == len(survivors),
         options.reform_timeout_s,
     )
     joins = state.in_round(survivors, world, lost_at)
+    late = survivors - set(joins)
     address = node_address(victim)
     named = [
         e["t"] - lost_at
@@ -388,6 +416,8 @@ def _loss(state: RunState, options: Options, record: dict[str, Any]) -> None:
         "detected_first_s": min(named, default=None),
         "detected_last_s": max(named, default=None),
         "detections": len(named),
+        "progress": _progress(state, lost_at),
+        "stragglers": _stragglers(state, late) if late else None,
     }
     reformed_s = record["loss"]["reformed_s"]
     _say(options, f"re-formed in {reformed_s:.1f} s" if reformed else "not re-formed")

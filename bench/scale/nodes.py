@@ -7,15 +7,18 @@ other), says ``ready`` and waits for the coordinator's commands on stdin, one a 
 - ``go <unix time>``: every node joins the first round at that moment;
 - ``window_start`` / ``window_end``: counters from zero / what the nodes did since, with
   this process's CPU time and the lag of its threads;
-- ``lose <node> <tell>``: that node vanishes (its store calls never return: no keep-alive,
-  no leave); ``tell`` 1: every other node starts a new round at once (torchrun's agent
-  learns of a lost node only from its workers' failure: the best case for it);
+- ``lose <node> <tell> <unix time>``: that node vanishes (its store calls never return: no
+  keep-alive, no leave); ``tell`` 1: every other node starts a new round at once (torchrun's
+  agent learns of a lost node only from its workers' failure: the best case for it); how far
+  the survivors got since that time is reported as ``forming``;
+- ``stacks <node> ...``: where the threads of those nodes wait, and every thread of the
+  process grouped by its innermost frames (``stacks``: a round that did not re-form);
 - ``stop``: the last report, then exit.
 
 It answers with JSON lines on its stdout (torch's and the agent's own output goes to
 stderr): ``ready``, ``joined`` (a node returned from a round), ``dropped`` (a healthy node
 saw itself left out of the rendezvous), ``lost`` (our agent declared peers dead),
-``error``, ``window`` and ``final``.
+``forming``, ``stacks``, ``error``, ``window`` and ``final``.
 """
 
 from __future__ import annotations
@@ -93,8 +96,8 @@ class NodeRunner:
         self._emit = emit
         self.go = threading.Event()
         self.told = threading.Event()  # torch: its workers failed, the agent re-forms
-        self.joined = threading.Event()  # the first round
         self._said_dropped = False
+        self.last_join_started = 0.0  # when it started the last round it returned from
         self.thread = threading.Thread(target=self._run, name=f"node-{index}", daemon=True)
 
     def _run(self) -> None:
@@ -136,7 +139,7 @@ class NodeRunner:
         started = time.time()
         rank, world = self.node.join()
         self.node.store.new_round()
-        self.joined.set()
+        self.last_join_started = started
         self._said_dropped = False
         self._emit(
             "joined",
@@ -248,26 +251,66 @@ def window_report(
 
 
 FORMING_REPORT_S = 5.0
+STACK_FRAMES = 14  # of a straggler's thread, the innermost frames said
 
 
-def report_forming(nodes: list[SimNode], runners: dict[int, NodeRunner], emit: Emitter) -> None:
-    """Every :data:`FORMING_REPORT_S` until its nodes are in the first round: how far the
-    rendezvous got, as this process's first node last read it, and the CAS so far."""
-    first = torch_handler(nodes[0].handler)
-    while not all(runner.joined.is_set() for runner in runners.values()):
+def report_forming(
+    nodes: list[SimNode], runners: dict[int, NodeRunner], emit: Emitter, since: float
+) -> None:
+    """Every :data:`FORMING_REPORT_S` until its nodes (but a lost one) returned from a round
+    they started to join at ``since`` or later (the first round, or after a loss): how far
+    the rendezvous got, as this process's first live node last read it, and the CAS so far."""
+    live = [i for i, node in enumerate(nodes) if not node.store.frozen]
+    if not live:
+        return
+    first = torch_handler(nodes[live[0]].handler)
+
+    def back() -> int:
+        return sum(
+            runner.last_join_started >= since
+            for runner in runners.values()
+            if not runner.node.store.frozen
+        )
+
+    while back() < len(live):
         time.sleep(FORMING_REPORT_S)
         state = first._state_holder.state  # noqa: SLF001
         emit(
             "forming",
             t=time.time(),
+            since=since,
+            round=int(state.round),
             participants=len(state.participants),
             wait_list=len(state.wait_list),
             complete=bool(state.complete),
-            joined=sum(runner.joined.is_set() for runner in runners.values()),
+            joined=back(),
             cas_attempts=sum(node.store.counters.cas_attempts for node in nodes),
             cas_conflicts=sum(node.store.counters.cas_conflicts for node in nodes),
             lag_s_max=max(LagProbe.recent, default=0.0),
         )
+
+
+def stacks_of(runners: dict[int, NodeRunner], stragglers: list[int]) -> dict[str, Any]:
+    """Where the threads of nodes that did not come back wait (each one's innermost frames),
+    and the threads of the whole process grouped by their innermost frame, with counts."""
+    import traceback
+
+    frames = sys._current_frames()  # noqa: SLF001
+
+    def innermost(ident: int | None) -> list[str]:
+        frame = frames.get(ident) if ident is not None else None
+        if frame is None:
+            return []
+        stack = traceback.extract_stack(frame)[-STACK_FRAMES:]
+        return [f"{f.name} ({os.path.basename(f.filename)}:{f.lineno})" for f in stack]
+
+    nodes = {str(i): innermost(runners[i].thread.ident) for i in stragglers if i in runners}
+    threads: dict[str, int] = {}
+    for thread in threading.enumerate():
+        stack = innermost(thread.ident)
+        key = f"{thread.name.rstrip('0123456789')}: {' < '.join(reversed(stack[-4:]))}"
+        threads[key] = threads.get(key, 0) + 1
+    return {"nodes": nodes, "threads": dict(sorted(threads.items(), key=lambda kv: -kv[1]))}
 
 
 def _cpu_s() -> float:
@@ -290,7 +333,7 @@ def serve(nodes: list[SimNode], runners: dict[int, NodeRunner], emit: Emitter) -
             for runner in runners.values():
                 runner.go.set()
             threading.Thread(
-                target=report_forming, args=(nodes, runners, emit), daemon=True
+                target=report_forming, args=(nodes, runners, emit, float(words[1])), daemon=True
             ).start()
         elif command == "mark":  # the end of a phase: this process's lag and CPU in it
             lag = probe.take()
@@ -307,10 +350,15 @@ def serve(nodes: list[SimNode], runners: dict[int, NodeRunner], emit: Emitter) -
             victim, tell = int(words[1]), words[2] == "1"
             if victim in runners:
                 runners[victim].node.store.freeze()
+            threading.Thread(
+                target=report_forming, args=(nodes, runners, emit, float(words[3])), daemon=True
+            ).start()
             if tell:
                 for index, runner in runners.items():
                     if index != victim:
                         runner.told.set()
+        elif command == "stacks":
+            emit("stacks", **stacks_of(runners, [int(w) for w in words[1:]]))
         elif command == "stop":
             break
     emit("final", cpu_s=_cpu_s(), threads=threading.active_count())

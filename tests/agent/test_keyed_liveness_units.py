@@ -492,6 +492,25 @@ def test_about_two_nodes_of_the_job_audit_the_state_an_interval(
     assert audits == ["a_1_0", "c_1_0"] * 2
 
 
+def test_a_node_that_has_not_joined_yet_audits_as_rarely_as_any_node_of_the_job(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Of the job's size (its --nnodes maximum), not the state's: a node whose handler has
+    not read a state yet (every node before its first round, thousands at a job's start)
+    would otherwise read the whole state every interval."""
+    audits: list[float] = []
+    handler = _Handler(Node("a"), [])
+    store = SignedStore(HashStore(), StoreSigner(None))
+    for job_nodes, draw in [(1000, 0.001), (1000, 0.003), (1, 0.9)]:
+        beats = KeyedLiveness(
+            handler, store, None, RUN, INTERVAL_S, DEAD_AFTER_S, job_nodes=job_nodes
+        )
+        beats._audited = SimpleNamespace(audit=lambda draw=draw: audits.append(draw))
+        beats._chance = lambda draw=draw: draw
+        beats.tick()
+    assert audits == [0.001, 0.9]  # 2 in 1000 of the job's nodes; a node alone always
+
+
 def test_the_liveness_setting_is_checked_before_the_rendezvous() -> None:
     rdzv_conf.check("c10d", {"liveness": "keys"})
     with pytest.raises(ValueError) as err:

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import datetime
 import json
+import threading
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -14,7 +16,7 @@ from torch.distributed import TCPStore
 
 from bench.scale.__main__ import main
 from bench.scale.counting import CountingStore, NodeStopped
-from bench.scale.nodes import node_address
+from bench.scale.nodes import node_address, stacks_of
 from bench.scale.summary import percentile, render_table
 from torchx_elastic.contract import PROGRESS_KEY_PREFIX
 
@@ -102,6 +104,30 @@ def test_every_node_has_an_address_of_its_own() -> None:
     assert "127.0.0.1" not in addresses  # the store's
 
 
+def test_a_straggler_is_shown_where_its_thread_waits() -> None:
+    """A round that did not re-form in time: the harness shows where the late nodes'
+    threads wait, and every thread of the process grouped by its innermost frames."""
+    release = threading.Event()
+
+    def waits_for_the_store() -> None:
+        release.wait(30)
+
+    threads = [threading.Thread(target=waits_for_the_store, name=f"node-{i}") for i in (7, 8)]
+    for thread in threads:
+        thread.start()
+    try:
+        runners = {7: SimpleNamespace(thread=threads[0]), 8: SimpleNamespace(thread=threads[1])}
+        found = stacks_of(runners, [7])  # type: ignore[arg-type]
+    finally:
+        release.set()
+    assert list(found["nodes"]) == ["7"]
+    frames = found["nodes"]["7"]
+    assert frames[-1].startswith("wait (threading.py:")  # innermost last
+    assert any(f.startswith("waits_for_the_store (test_scale_harness.py:") for f in frames)
+    grouped = [k for k, n in found["threads"].items() if n == 2 and k.startswith("node-: ")]
+    assert len(grouped) == 1 and "waits_for_the_store" in grouped[0]
+
+
 def test_percentile_is_a_nearest_rank() -> None:
     assert percentile([], 99) is None
     assert percentile([3.0, 1.0, 2.0], 50) == 2.0
@@ -135,6 +161,8 @@ def test_four_nodes_of_each_rendezvous_are_measured(tmp_path: Path) -> None:
         assert record["harness"]["harness_cores"] > 0
         loss = record["loss"]
         assert loss["reformed"] and loss["survivors_in_new_round"] == 3, impl
+        assert loss["stragglers"] is None
+        assert all(0 <= said["joined"] <= 3 for said in loss["progress"])
         assert loss["reformed_s"] > 0
         assert record["store_server"]["libuv"]
     # ours finds the stopped node lost by itself; torch's agent is told (its workers failed)

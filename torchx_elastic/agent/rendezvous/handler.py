@@ -215,6 +215,7 @@ def handler_on_store(
         liveness.interval_s(params.config),
         liveness.dead_after_s(params.config),
         audited=backend,
+        job_nodes=params.max_nodes,
     )
     return KeyedLivenessRendezvous(handler, beats)
 

@@ -137,7 +137,8 @@ class KeyedLiveness:
     docstring). ``handler``: torch's handler (the state it synced says who is in the
     rendezvous; held weakly: the beats end with it); ``backend``: a rendezvous backend of the
     liveness' own, for the verdicts; ``audited``: the handler's backend, whose audit writes
-    the state that node verified last back over a refused one."""
+    the state that node verified last back over a refused one; ``job_nodes``: the most
+    nodes the job takes, of which about :data:`AUDITORS` audit the state an interval."""
 
     def __init__(
         self,
@@ -150,6 +151,7 @@ class KeyedLiveness:
         audited: Any = None,
         clock: Callable[[], float] = time.monotonic,
         chance: Callable[[], float] = random.random,
+        job_nodes: int = 1,
     ) -> None:
         self._handler = weakref.ref(handler)
         self._store = store
@@ -160,6 +162,7 @@ class KeyedLiveness:
         self.dead_after_s = dead_after_s
         self._clock = clock
         self._chance = chance
+        self._job_nodes = job_nodes  # the most nodes the job takes (its --nnodes maximum)
         self._seq = 0
         self._last_beat_s: float | None = None
         self._steady_since_s: float | None = None  # this node's beats reached the store since
@@ -226,7 +229,9 @@ class KeyedLiveness:
         self.beat(me)
         nodes, watched = self._watch_list(handler)
         self.watch(handler, watched)
-        if self._chance() * max(nodes, 1) < AUDITORS:
+        # of the job's size, not the state's: a node that has not joined yet (an empty state)
+        # or a round still forming would audit every interval
+        if self._chance() * max(nodes, self._job_nodes, 1) < AUDITORS:
             self.audit()
 
     def beat(self, me: str) -> None:
