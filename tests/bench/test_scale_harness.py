@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import datetime
 import json
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -172,3 +174,22 @@ def test_four_nodes_of_each_rendezvous_are_measured(tmp_path: Path) -> None:
     table = document["table_markdown"]
     assert table == render_table(document["records"])
     assert "| torch | 4 |" in table and "| ours | 4 |" in table
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_nodes_that_have_not_joined_yet_seldom_read_the_state() -> None:
+    """Before its first round a node reads the state only for the audit, whose chance is of
+    the job's size (about two of its nodes an interval): not every interval, as each node
+    did while its own state was still empty."""
+    command = [sys.executable, "-m", "bench.scale.before_join"]
+    command += ["--nodes", "40", "--joined", "2", "--seconds", "4"]
+    repo = Path(__file__).resolve().parents[2]
+    done = subprocess.run(
+        command, cwd=repo, capture_output=True, text=True, timeout=100, check=True
+    )
+    measured = json.loads(done.stdout.strip().splitlines()[-1])
+    assert measured["nodes"] == 40 and measured["joined"] == 2
+    # every interval (2 s) would be 0.5; the job's size makes it 2 in 40 an interval
+    assert measured["get_calls_per_node_s"] < 0.25, measured
+    assert measured["agent"]["tree"]
