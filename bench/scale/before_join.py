@@ -25,7 +25,7 @@ from bench.scale.coordinator import REPO, StoreServer, clean_env
 from bench.scale.impls import Job
 from bench.scale.nodes import build_nodes
 
-SETTLE_S = 4.0  # from the joins' start to the count's: the joined nodes' state written
+JOINED_TIMEOUT_S = 60.0  # for the joined nodes to be in the state, at most
 
 
 def measure(nodes: int, joined: int, seconds: float) -> dict[str, Any]:
@@ -36,7 +36,7 @@ def measure(nodes: int, joined: int, seconds: float) -> dict[str, Any]:
     built = build_nodes(job, "ours", 0, nodes)
     for node in built[:joined]:
         threading.Thread(target=node.join, daemon=True).start()
-    time.sleep(SETTLE_S)
+    _until_in_state(built[0], joined)
     waiting = built[joined:]
     for node in waiting:
         node.store.reset()
@@ -53,6 +53,18 @@ def measure(nodes: int, joined: int, seconds: float) -> dict[str, Any]:
         "get_bytes_per_node_s": sum(r.bytes_in for r in reads) / per_node_s,
         "agent": agent_source(REPO),  # with --agent-commit, REPO is that commit's tree
     }
+
+
+def _until_in_state(node: Any, joined: int) -> None:
+    """Until ``node``'s handler has read a state of ``joined`` nodes (the counting starts
+    on a state that holds them all)."""
+    from torchx_elastic.agent import compat
+
+    deadline = time.monotonic() + JOINED_TIMEOUT_S
+    while len(compat.state_node_ids(node.handler)) < joined:
+        if time.monotonic() > deadline:
+            raise SystemExit(f"the {joined} joined nodes were not in the state in time")
+        time.sleep(0.1)
 
 
 def main(argv: list[str] | None = None) -> int:

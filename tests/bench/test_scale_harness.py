@@ -193,3 +193,11 @@ def test_nodes_that_have_not_joined_yet_seldom_read_the_state() -> None:
     # every interval (2 s) would be 0.5; the job's size makes it 2 in 40 an interval
     assert measured["get_calls_per_node_s"] < 0.25, measured
     assert measured["agent"]["tree"]
+
+
+def test_before_join_says_which_joined_counts_it_takes() -> None:
+    from bench.scale.before_join import main as before_join
+
+    with pytest.raises(SystemExit) as err:
+        before_join(["--nodes", "4", "--joined", "4"])
+    assert str(err.value) == "--joined 4: from 1 to --nodes - 1 (3)"
