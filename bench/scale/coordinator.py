@@ -196,6 +196,7 @@ class RunState:
         self.errors: list[dict[str, Any]] = []
         self.forming: list[dict[str, Any]] = []
         self.stacks: list[dict[str, Any]] = []
+        self.counts: list[dict[str, Any]] = []
         self.marks: dict[str, dict[int, dict[str, Any]]] = {}
         self.exited: set[int] = set()
 
@@ -219,6 +220,8 @@ class RunState:
             self.forming.append(event)
         elif kind == "stacks":
             self.stacks.append(event)
+        elif kind == "count":
+            self.counts.append(event)
         elif kind == "mark":
             self.marks.setdefault(event["phase"], {})[event["proc"]] = event
         elif kind == "exit":
@@ -299,6 +302,33 @@ def _progress(state: RunState, since: float) -> list[dict[str, Any]]:
     ]
 
 
+def _traffic(state: RunState, since: float) -> dict[str, Any]:
+    """The store traffic of every live node since ``since`` (the harness processes count from
+    the phase's start), a second per node: calls and bytes in all and of the state."""
+    seconds = max(time.time() - since, 1e-3)
+    live = [proc for proc in state.procs.procs if proc.poll() is None]
+    before = len(state.counts)
+    state.procs.send("count phase")
+    state.wait_for(lambda: len(state.counts) - before >= len(live), 60)
+    found = state.counts[before:]
+    nodes = sum(e["live_nodes"] for e in found)
+    per_node_s = max(nodes, 1) * seconds
+
+    def total(name: str) -> int:
+        return sum(int(e[name]) for e in found)
+
+    return {
+        "seconds": round(seconds, 2),
+        "live_nodes": nodes,
+        "calls_per_s_per_node": total("calls") / per_node_s,
+        "bytes_per_s_per_node": total("bytes") / per_node_s,
+        "state_calls_per_s_per_node": total("state_calls") / per_node_s,
+        "state_bytes_per_s_per_node": total("state_bytes") / per_node_s,
+        "state_bytes_per_s_max_node": max((e["state_bytes_max"] for e in found), default=0)
+        / seconds,
+    }
+
+
 def _stragglers(state: RunState, late: set[int]) -> dict[str, Any]:
     """Where the threads of the nodes ``late`` wait (at most :data:`STRAGGLERS_SHOWN` of them),
     and every harness process's threads grouped by their innermost frames."""
@@ -331,6 +361,7 @@ def _form(state: RunState, options: Options, server: StoreServer, record: dict[s
     joins = state.in_round(everyone, options.nodes, go_at)
     formed = formed and len(joins) == options.nodes
     firsts = [js[0] for js in state.joins.values() if js]
+    traffic = _traffic(state, go_at)
     record["form"] = {
         "go_at": go_at,
         "formed": formed,
@@ -340,6 +371,7 @@ def _form(state: RunState, options: Options, server: StoreServer, record: dict[s
         "start_lag_s": max((j["started"] - go_at for j in firsts), default=None),
         "harness": _mark(state, "form"),
         "store_cores": (server.cpu_s() - store_cpu_s) / max(time.time() - go_at, 1e-3),
+        "traffic": traffic,
         "progress": _progress(state, go_at),
     }
     all_in_s = record["form"]["all_in_s"]
@@ -398,6 +430,7 @@ def _loss(state: RunState, options: Options, record: dict[str, Any]) -> None:
     )
     joins = state.in_round(survivors, world, lost_at)
     late = survivors - set(joins)
+    traffic = _traffic(state, lost_at)
     address = node_address(victim)
     named = [
         e["t"] - lost_at
@@ -416,6 +449,7 @@ def _loss(state: RunState, options: Options, record: dict[str, Any]) -> None:
         "detected_first_s": min(named, default=None),
         "detected_last_s": max(named, default=None),
         "detections": len(named),
+        "traffic": traffic,
         "progress": _progress(state, lost_at),
         "stragglers": _stragglers(state, late) if late else None,
     }

@@ -79,6 +79,8 @@ class NodeCounters:
 
     kinds: dict[str, KindStats] = field(default_factory=dict)
     purposes: dict[str, int] = field(default_factory=lambda: dict.fromkeys(PURPOSES, 0))
+    # bytes out and in per purpose (a call of several keys: its first key's)
+    purpose_bytes: dict[str, int] = field(default_factory=lambda: dict.fromkeys(PURPOSES, 0))
     cas_attempts: int = 0
     cas_conflicts: int = 0
     first_attempts: int = 0  # CASes that are not a retry after a conflict
@@ -181,6 +183,8 @@ class CountingStore(dist.Store):  # type: ignore[misc]
             counters.kind(kind).add(out, into, seconds)
             for key in keys:
                 counters.purposes[purpose_of(key, self._state_key)] += 1
+            if keys:
+                counters.purpose_bytes[purpose_of(keys[0], self._state_key)] += out + into
         return result
 
     def _state_read(self) -> None:

@@ -250,6 +250,22 @@ def window_report(
     }
 
 
+def phase_traffic(nodes: list[SimNode]) -> dict[str, Any]:
+    """What this process's live nodes did since the counters' last reset, summed: calls and
+    bytes in all, and of the rendezvous state (its blob and counter); the most state bytes
+    one node moved."""
+    counted = [node.store.counters for node in nodes if not node.store.frozen]
+    state_bytes = [c.purpose_bytes["state"] for c in counted]
+    return {
+        "live_nodes": len(counted),
+        "calls": sum(k.calls for c in counted for k in c.kinds.values()),
+        "bytes": sum(k.bytes_out + k.bytes_in for c in counted for k in c.kinds.values()),
+        "state_calls": sum(c.purposes["state"] for c in counted),
+        "state_bytes": sum(state_bytes),
+        "state_bytes_max": max(state_bytes, default=0),
+    }
+
+
 FORMING_REPORT_S = 5.0
 STACK_FRAMES = 14  # of a straggler's thread, the innermost frames said
 
@@ -330,6 +346,8 @@ def serve(nodes: list[SimNode], runners: dict[int, NodeRunner], emit: Emitter) -
         command = words[0]
         if command == "go":
             time.sleep(max(0.0, float(words[1]) - time.time()))
+            for node in nodes:
+                node.store.reset()  # counted from here: the first round's traffic
             for runner in runners.values():
                 runner.go.set()
             threading.Thread(
@@ -350,6 +368,8 @@ def serve(nodes: list[SimNode], runners: dict[int, NodeRunner], emit: Emitter) -
             victim, tell = int(words[1]), words[2] == "1"
             if victim in runners:
                 runners[victim].node.store.freeze()
+            for node in nodes:
+                node.store.reset()  # counted from here: the re-forming round's traffic
             threading.Thread(
                 target=report_forming, args=(nodes, runners, emit, float(words[3])), daemon=True
             ).start()
@@ -357,6 +377,8 @@ def serve(nodes: list[SimNode], runners: dict[int, NodeRunner], emit: Emitter) -
                 for index, runner in runners.items():
                     if index != victim:
                         runner.told.set()
+        elif command == "count":  # the traffic since the last reset (a phase's)
+            emit("count", phase=words[1], **phase_traffic(nodes))
         elif command == "stacks":
             emit("stacks", **stacks_of(runners, [int(w) for w in words[1:]]))
         elif command == "stop":

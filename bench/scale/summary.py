@@ -244,6 +244,7 @@ LOAD_COLUMNS = (
     "CAS conflicts",
     "retries p99",
     "store CPU",
+    "KiB/s per node forming / re-forming",
 )
 LIVENESS_COLUMNS = (
     "impl",
@@ -292,8 +293,16 @@ def load_row(record: dict[str, Any]) -> str:
             _pct(cas.get("conflict_rate")),
             _num(cas.get("retries_p99"), 0),
             _num((record.get("harness") or {}).get("store_cores"), 2),
+            f"{_phase_kib(record.get('form'))} / {_phase_kib(record.get('loss'))}",
         ]
     )
+
+
+def _phase_kib(phase: dict[str, Any] | None) -> str:
+    """KiB/s per node a phase (the first round forming, the round re-forming) moved."""
+    traffic = (phase or {}).get("traffic") or {}
+    per_node = traffic.get("bytes_per_s_per_node")
+    return _num(None if per_node is None else per_node / 1024, 1)
 
 
 def liveness_row(record: dict[str, Any]) -> str:

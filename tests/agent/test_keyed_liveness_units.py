@@ -327,7 +327,7 @@ def _tuned_holder(nodes: list[Any], backend_class: Any, backoff_s: float) -> tup
     backend = GenerationCachedBackend(backend_class(store, RUN), store, RUN)
     holder = dr._BackendRendezvousStateHolder(backend, _settings(), cache_duration=1)
     handler = SimpleNamespace(_state_holder=holder)
-    assert compat.tune_state_syncs(handler, backend.unchanged, backoff_s)  # type: ignore[arg-type]
+    assert compat.tune_state_syncs(handler, backend, backoff_s)  # type: ignore[arg-type]
     holder.sync()
     return writer, holder
 

@@ -21,7 +21,8 @@ The rest of the agent uses torch.distributed.elastic's public API only (rendezvo
   (rendezvous/liveness.py); private, degrades to torch's own.
 - :func:`tune_state_syncs` / :class:`StateMemo` / :func:`synced_state`: the state holder's
   private cache, token and state (an unchanged state kept instead of unpickled again, a
-  random wait after a lost write, what is derived from the state derived once per change:
+  state changed by membership alone read again at a pace of its size, a random wait after a
+  lost write, what is derived from the state derived once per change:
   rendezvous/state_generation.py); private, degrades to torch's own syncs.
 - :func:`job_ended` / :func:`is_this_machine`: the "rendezvous closed" errors of each
   release; torch's private test of whether an endpoint names this machine.
@@ -67,7 +68,7 @@ import time
 import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Callable, Generic, TypeVar
+from typing import Any, Callable, Generic, Protocol, TypeVar
 
 from torch.distributed.distributed_c10d import PrefixStore, Store
 from torch.distributed.elastic.rendezvous import RendezvousHandler
@@ -225,51 +226,97 @@ class StateMemo(Generic[T]):
         return self._value  # type: ignore[return-value]
 
 
+class StateCounter(Protocol):
+    """What :func:`tune_state_syncs` asks of the backend below the handler
+    (rendezvous/state_generation.py)."""
+
+    def unchanged(self, token: Any) -> bool:
+        """Whether the stored state is still the one of ``token``."""
+
+    def must_read(self, token: Any) -> bool:
+        """Whether a holder of the state of ``token`` must read the stored state now."""
+
+    def mark_round_moved(self) -> None:
+        """This node's last write moved a round: the others should read it at once."""
+
+
 def tune_state_syncs(
-    handler: RendezvousHandler, unchanged: Callable[[Any], bool], backoff_max_s: float
+    handler: RendezvousHandler, counter: StateCounter, backoff_max_s: float
 ) -> bool:
     """Make the handler's syncs keep the state they hold, as torch's one-second cache does,
-    where ``unchanged(token)`` says the stored state is still the one of that token (the
-    state holder's ``_token``, from its last read or write): torch's holder unpickles the
-    whole state on every read it does not serve from its cache, O(N) per node a second.
-    And after a write that lost the race to another node's (its compare-and-set failed: a
-    join, a leave, a verdict), wait a random time up to ``backoff_max_s`` and read the state
+    until ``counter.must_read(token)`` (the state holder's ``_token``, from its last read or
+    write): torch's holder unpickles the whole state on every read it does not serve from
+    its cache, O(N) per node a second. A write of this node that moved a round (the round,
+    its completion, its closing) is told through ``counter.mark_round_moved()`` (compared
+    with the state as it was read, before torch's clean-up of lost nodes changed it). And
+    after a write that lost the race to another node's (its compare-and-set failed: a join,
+    a leave, a verdict), wait a random time up to ``backoff_max_s`` and read the state
     again before the handler decides its next write (torch 2.15's
     ``cas_backoff_max_seconds`` waits but decides on the state it got before the wait): a
     herd of nodes that re-form at once spreads its writes instead of failing them all again.
-    False, changing nothing, where this torch's holder is otherwise (private)."""
+    A sync asked for past the cache (``_last_sync_time`` set back, as :func:`sync_now` does)
+    reads any change. False, changing nothing, where this torch's holder is otherwise (private)."""
     holder: Any = getattr(_torch_handler(handler), "_state_holder", None)
     read = getattr(type(holder), "sync", None)
-    private = ("_dirty", "_token", "_last_sync_time", "_cache_duration")
+    private = ("_dirty", "_token", "_last_sync_time", "_cache_duration", "_state")
     if read is None or not all(hasattr(holder, name) for name in private):
         return False
     # the class's sync and a weak reference: a closure over the holder, kept on the holder,
     # would make a reference cycle that frees the handler and its store only at some later
     # garbage collection (in whatever process runs then: a forked worker's, say)
     holder_ref = weakref.ref(holder)
+    stored: list[tuple[int, bool, bool] | None] = [None]  # the stored state's round marks
+    clean_up = getattr(type(holder), "_sanitize", None)
+
+    def marked_clean_up() -> None:  # torch's after every read and write, of what it got
+        held: Any = holder_ref()
+        if held is not None and clean_up is not None:
+            stored[0] = _round_marks(held._state)
+            clean_up(held)
+
+    def synced(held: Any) -> bool | None:
+        result: bool | None = read(held)
+        if clean_up is None:  # this torch cleans up otherwise: the marks as it left them
+            stored[0] = _round_marks(held._state)
+        return result
 
     def sync() -> bool | None:
         held: Any = holder_ref()
         if held is None:
             return None
         if held._dirty:
-            written: bool | None = read(held)
+            moving = _round_marks(held._state) != stored[0]
+            written = synced(held)
+            if written and moving:
+                counter.mark_round_moved()
             if written is False and backoff_max_s > 0:
                 time.sleep(random.uniform(0, backoff_max_s))
                 held._last_sync_time = -1.0  # past torch's cache: the state after the wait
-                read(held)
+                synced(held)
             return written
         if not held._cache_duration > 0:
-            return read(held)  # type: ignore[no-any-return]
+            return synced(held)
         if held._last_sync_time >= max(time.monotonic() - held._cache_duration, 0):
             return None  # torch's cache serves it
-        if not unchanged(held._token):
-            return read(held)  # type: ignore[no-any-return]
+        if held._last_sync_time < 0:  # asked for the newest state (sync_now)
+            due = not counter.unchanged(held._token)
+        else:
+            due = counter.must_read(held._token)
+        if due:
+            return synced(held)
         held._last_sync_time = time.monotonic()
         return None
 
     holder.sync = sync
+    if clean_up is not None:
+        holder._sanitize = marked_clean_up
     return True
+
+
+def _round_marks(state: Any) -> tuple[int, bool, bool]:
+    """What of a rendezvous state a waiting node must see at once: its round, whether the
+    round is complete, whether the rendezvous closed."""
+    return (int(state.round), bool(state.complete), bool(state.closed))
 
 
 def standbys(handler: RendezvousHandler) -> tuple[int, bool]:

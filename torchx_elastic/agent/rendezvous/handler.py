@@ -206,7 +206,7 @@ def handler_on_store(
     returning_first.install(handler)  # back from the last round before a spare
     if not keyed:
         return handler
-    compat.tune_state_syncs(handler, backend.unchanged, cas_backoff_s(params))
+    compat.tune_state_syncs(handler, backend, cas_backoff_s(params))
     beats = KeyedLiveness(
         handler,
         SignedStore(store, signer),
