@@ -326,6 +326,12 @@ def _traffic(state: RunState, since: float) -> dict[str, Any]:
         "state_bytes_per_s_per_node": total("state_bytes") / per_node_s,
         "state_bytes_per_s_max_node": max((e["state_bytes_max"] for e in found), default=0)
         / seconds,
+        "bytes_per_s_per_node_by_kind": {
+            kind: sum(e["kind_bytes"].get(kind, 0) for e in found) / per_node_s
+            for kind in sorted({k for e in found for k in e["kind_bytes"]})
+        },
+        "cas_attempts": total("cas_attempts"),
+        "cas_conflicts": total("cas_conflicts"),
     }
 
 

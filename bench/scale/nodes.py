@@ -252,10 +252,14 @@ def window_report(
 
 def phase_traffic(nodes: list[SimNode]) -> dict[str, Any]:
     """What this process's live nodes did since the counters' last reset, summed: calls and
-    bytes in all, and of the rendezvous state (its blob and counter); the most state bytes
-    one node moved."""
+    bytes in all, of the rendezvous state (its blob and counter) and of each call kind; the
+    most state bytes one node moved; the state's compare-and-sets and their conflicts."""
     counted = [node.store.counters for node in nodes if not node.store.frozen]
     state_bytes = [c.purpose_bytes["state"] for c in counted]
+    kind_bytes: dict[str, int] = {}
+    for counters in counted:
+        for name, stats in counters.kinds.items():
+            kind_bytes[name] = kind_bytes.get(name, 0) + stats.bytes_out + stats.bytes_in
     return {
         "live_nodes": len(counted),
         "calls": sum(k.calls for c in counted for k in c.kinds.values()),
@@ -263,6 +267,9 @@ def phase_traffic(nodes: list[SimNode]) -> dict[str, Any]:
         "state_calls": sum(c.purposes["state"] for c in counted),
         "state_bytes": sum(state_bytes),
         "state_bytes_max": max(state_bytes, default=0),
+        "kind_bytes": kind_bytes,
+        "cas_attempts": sum(c.cas_attempts for c in counted),
+        "cas_conflicts": sum(c.cas_conflicts for c in counted),
     }
 
 

@@ -69,6 +69,7 @@ def test_a_lost_state_cas_is_a_conflict_and_the_next_success_a_beat(server: Any)
     assert counters.beat_retries == [1]
     assert counters.state_bytes == len("v2")
     assert counters.purposes["state"] == 2
+    assert counters.purpose_bytes["state"] == 2 * (len(STATE_KEY) + 6)  # key, 2 values, answer
 
 
 def test_a_prefixed_round_store_is_counted_through_torch(server: Any) -> None:
@@ -166,6 +167,13 @@ def test_four_nodes_of_each_rendezvous_are_measured(tmp_path: Path) -> None:
         assert loss["stragglers"] is None
         assert all(0 <= said["joined"] <= 3 for said in loss["progress"])
         assert loss["reformed_s"] > 0
+        # each phase's traffic, counted from its start: the first round's, the re-forming's
+        for phase, nodes in ((record["form"], 4), (loss, 3)):
+            traffic = phase["traffic"]
+            assert traffic["live_nodes"] == nodes, impl
+            assert traffic["state_bytes_per_s_per_node"] > 0, impl
+            assert traffic["bytes_per_s_per_node"] >= traffic["state_bytes_per_s_per_node"]
+            assert traffic["cas_attempts"] >= nodes, impl  # each node's join is a write
         assert record["store_server"]["libuv"]
     # ours finds the stopped node lost by itself; torch's agent is told (its workers failed)
     assert records["ours"]["loss"]["detected_first_s"] is not None

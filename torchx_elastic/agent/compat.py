@@ -357,11 +357,7 @@ def hold_joins(handler: RendezvousHandler, hold: Callable[[JoinView], bool]) -> 
     moves = {getattr(action, n, None) for n in _JOIN_MOVES}
     if join_op is None or executor is None or None in moves:
         return False
-    # the class's run and a weak reference: a closure over the executor, kept on the executor,
-    # would make a reference cycle that frees torch's handler and its store only at some
-    # later garbage collection (their sockets closed then, in whatever runs at that moment)
-    run = type(executor).run
-    executor_ref = weakref.ref(executor)
+    run = _executor_run(executor)
 
     def held(inner: Callable[[Any, float], Any]) -> Callable[[Any, float], Any]:
         def state_handler(ctx: Any, deadline: float) -> Any:
@@ -390,7 +386,7 @@ def hold_joins(handler: RendezvousHandler, hold: Callable[[JoinView], bool]) -> 
     def run_held(state_handler: Any, deadline: float, *args: Any) -> Any:
         if isinstance(state_handler, join_op):
             state_handler = held(state_handler)
-        return run(executor_ref(), state_handler, deadline, *args)
+        return run(state_handler, deadline, *args)
 
     executor.run = run_held
     return True
@@ -398,6 +394,59 @@ def hold_joins(handler: RendezvousHandler, hold: Callable[[JoinView], bool]) -> 
 
 # the join's moves into a round that ``hold_joins`` may hold back
 _JOIN_MOVES = ("ADD_TO_PARTICIPANTS", "ADD_TO_WAIT_LIST", "REMOVE_FROM_REDUNDANCY_LIST")
+
+
+def leave_into_wait_list(handler: RendezvousHandler) -> bool:
+    """Make a node that leaves a complete round to join the next one (torch's exit operation,
+    which ``next_rendezvous`` runs before its join) join the wait list in the same write,
+    where the round stays complete without it: torch's join would write that next, so a
+    round that re-forms takes one write less per node. The node that leaves last (its leave
+    opens the next round) leaves as torch has it leave. False, changing nothing, where this
+    torch has no such operation (private)."""
+    dr = _dynamic_rendezvous()
+    action: Any = getattr(dr, "_Action", None)
+    exit_op = getattr(dr, "_RendezvousExitOp", None)
+    executor = getattr(_torch_handler(handler), "_op_executor", None)
+    moves = ("_remove_from_participants", "_add_to_wait_list")
+    if action is None or exit_op is None or not all(hasattr(executor, m) for m in moves):
+        return False
+    run = _executor_run(executor)
+    executor_ref = weakref.ref(executor)
+
+    def leaving(inner: Callable[[Any, float], Any]) -> Callable[[Any, float], Any]:
+        def state_handler(ctx: Any, deadline: float) -> Any:
+            chosen = inner(ctx, deadline)
+            state = ctx.state
+            others = len(state.participants) - 1
+            held: Any = executor_ref()
+            staying = state.complete and 0 < others < ctx.settings.max_nodes
+            if chosen != action.REMOVE_FROM_PARTICIPANTS or not staying or held is None:
+                return chosen
+            held._remove_from_participants()
+            held._add_to_wait_list()
+            return action.KEEP_ALIVE  # both written as one change (the heartbeat: the join's)
+
+        return state_handler
+
+    def run_leaving(state_handler: Any, deadline: float, *args: Any) -> Any:
+        if isinstance(state_handler, exit_op):
+            state_handler = leaving(state_handler)
+        return run(state_handler, deadline, *args)
+
+    executor.run = run_leaving
+    return True
+
+
+def _executor_run(executor: Any) -> Callable[..., Any]:
+    """What runs an operation on torch's op executor: a run put on it before (it holds the
+    executor weakly), or the class's, through a weak reference (a bound method kept on the
+    executor would make a reference cycle that frees it only at a later collection)."""
+    put = vars(executor).get("run")
+    if put is not None:
+        return put  # type: ignore[no-any-return]
+    run = type(executor).run
+    executor_ref = weakref.ref(executor)
+    return lambda *args: run(executor_ref(), *args)
 
 
 def number_nodes_apart() -> None:

@@ -204,6 +204,7 @@ def handler_on_store(
     except (RendezvousError, RuntimeError, TimeoutError, ValueError, OSError) as err:
         raise RendezvousFailure(endpoint, describe_error(err)) from None
     returning_first.install(handler)  # back from the last round before a spare
+    compat.leave_into_wait_list(handler)  # a re-forming round: one write less per node
     if not keyed:
         return handler
     compat.tune_state_syncs(handler, backend, cas_backoff_s(params))
