@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from bench.scale.impls import Job
+from bench.scale.summary import percentile
 
 REPO = Path(__file__).resolve().parents[2]
 HOST = "127.0.0.1"
@@ -332,7 +333,15 @@ def _traffic(state: RunState, since: float) -> dict[str, Any]:
         },
         "cas_attempts": total("cas_attempts"),
         "cas_conflicts": total("cas_conflicts"),
+        "think_ms": _percentiles_ms([s for e in found for s in e["think_wall_s"]]),
+        "think_cpu_ms": _percentiles_ms([s for e in found for s in e["think_cpu_s"]]),
     }
+
+
+def _percentiles_ms(seconds: list[float]) -> dict[str, float | None]:
+    """p50 and p99 of ``seconds``, in milliseconds."""
+    found = {q: percentile(seconds, q) for q in (50, 99)}
+    return {f"p{q}": None if v is None else round(v * 1000, 2) for q, v in found.items()}
 
 
 def _stragglers(state: RunState, late: set[int]) -> dict[str, Any]:

@@ -270,6 +270,9 @@ def phase_traffic(nodes: list[SimNode]) -> dict[str, Any]:
         "kind_bytes": kind_bytes,
         "cas_attempts": sum(c.cas_attempts for c in counted),
         "cas_conflicts": sum(c.cas_conflicts for c in counted),
+        # a CAS's read to its write on the same thread: wall time, and the thread's CPU in it
+        "think_wall_s": [round(s, 5) for c in counted for s in c.think_wall_s],
+        "think_cpu_s": [round(s, 5) for c in counted for s in c.think_cpu_s],
     }
 
 
