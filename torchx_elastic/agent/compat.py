@@ -357,7 +357,6 @@ def hold_joins(handler: RendezvousHandler, hold: Callable[[JoinView], bool]) -> 
     moves = {getattr(action, n, None) for n in _JOIN_MOVES}
     if join_op is None or executor is None or None in moves:
         return False
-    run = _executor_run(executor)
 
     def held(inner: Callable[[Any, float], Any]) -> Callable[[Any, float], Any]:
         def state_handler(ctx: Any, deadline: float) -> Any:
@@ -383,12 +382,7 @@ def hold_joins(handler: RendezvousHandler, hold: Callable[[JoinView], bool]) -> 
 
         return state_handler
 
-    def run_held(state_handler: Any, deadline: float, *args: Any) -> Any:
-        if isinstance(state_handler, join_op):
-            state_handler = held(state_handler)
-        return run(state_handler, deadline, *args)
-
-    executor.run = run_held
+    _wrap_operation(executor, join_op, held)
     return True
 
 
@@ -406,11 +400,10 @@ def leave_into_wait_list(handler: RendezvousHandler) -> bool:
     dr = _dynamic_rendezvous()
     action: Any = getattr(dr, "_Action", None)
     exit_op = getattr(dr, "_RendezvousExitOp", None)
-    executor = getattr(_torch_handler(handler), "_op_executor", None)
+    executor: Any = getattr(_torch_handler(handler), "_op_executor", None)
     moves = ("_remove_from_participants", "_add_to_wait_list")
     if action is None or exit_op is None or not all(hasattr(executor, m) for m in moves):
         return False
-    run = _executor_run(executor)
     executor_ref = weakref.ref(executor)
 
     def leaving(inner: Callable[[Any, float], Any]) -> Callable[[Any, float], Any]:
@@ -428,25 +421,30 @@ def leave_into_wait_list(handler: RendezvousHandler) -> bool:
 
         return state_handler
 
-    def run_leaving(state_handler: Any, deadline: float, *args: Any) -> Any:
-        if isinstance(state_handler, exit_op):
-            state_handler = leaving(state_handler)
-        return run(state_handler, deadline, *args)
-
-    executor.run = run_leaving
+    _wrap_operation(executor, exit_op, leaving)
     return True
 
 
-def _executor_run(executor: Any) -> Callable[..., Any]:
-    """What runs an operation on torch's op executor: a run put on it before (it holds the
-    executor weakly), or the class's, through a weak reference (a bound method kept on the
-    executor would make a reference cycle that frees it only at a later collection)."""
+def _wrap_operation(
+    executor: Any, operation: Any, wrap: Callable[[Callable[[Any, float], Any]], Any]
+) -> None:
+    """Have torch's op executor run each ``operation`` (a state handler: join, exit) as
+    ``wrap(operation)``, through a run put on it before (hold_joins' and
+    leave_into_wait_list's chain) or the class's. The class's is reached through a weak
+    reference: a bound method kept on the executor would make a reference cycle that frees
+    torch's handler and its store only at some later garbage collection (their sockets
+    closed then, in whatever process runs at that moment: a forked worker's, say)."""
     put = vars(executor).get("run")
-    if put is not None:
-        return put  # type: ignore[no-any-return]
-    run = type(executor).run
-    executor_ref = weakref.ref(executor)
-    return lambda *args: run(executor_ref(), *args)
+    if put is None:
+        cls_run = type(executor).run
+        executor_ref = weakref.ref(executor)
+        put = lambda *args: cls_run(executor_ref(), *args)  # noqa: E731
+
+    def run(state_handler: Any, deadline: float, *args: Any) -> Any:
+        chosen = wrap(state_handler) if isinstance(state_handler, operation) else state_handler
+        return put(chosen, deadline, *args)
+
+    executor.run = run
 
 
 def number_nodes_apart() -> None:
