@@ -203,6 +203,31 @@ def test_nodes_that_have_not_joined_yet_seldom_read_the_state() -> None:
     assert measured["agent"]["tree"]
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_nodes_waiting_in_a_forming_round_read_a_large_changing_state_at_its_pace() -> None:
+    """A state of 600 nodes (about 45 KB) that changes 5 times a second: a waiting node
+    reads it about every 3 s (16 KiB a second), not at every poll of torch's join (1 s)."""
+    command = [sys.executable, "-m", "bench.scale.while_forming", "--state-nodes", "600"]
+    command += ["--waiting", "3", "--changes", "5", "--seconds", "6"]
+    repo = Path(__file__).resolve().parents[2]
+    done = subprocess.run(
+        command, cwd=repo, capture_output=True, text=True, timeout=100, check=True
+    )
+    measured = json.loads(done.stdout.strip().splitlines()[-1])
+    assert measured["state_nodes"] == 600 and measured["changes_per_s"] > 2, measured
+    assert measured["state_bytes"] > 32 * 1024, measured
+    assert 0 < measured["state_reads_per_s_per_node"] < 0.7, measured
+
+
+def test_while_forming_says_what_it_takes() -> None:
+    from bench.scale.while_forming import main as while_forming
+
+    with pytest.raises(SystemExit) as err:
+        while_forming(["--waiting", "0"])
+    assert str(err.value) == "--state-nodes and --waiting: 1 or more; --changes: more than 0"
+
+
 def test_before_join_says_which_joined_counts_it_takes() -> None:
     from bench.scale.before_join import main as before_join
 

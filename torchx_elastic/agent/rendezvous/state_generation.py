@@ -24,8 +24,8 @@ the state's round, its completion or its closing adds :data:`ROUND_STEP` to the 
 (:meth:`GenerationCachedBackend.mark_round_moved`, ``compat.tune_state_syncs``). A node whose
 counter moved by membership alone reads the blob again only once a read of its size is due
 (:meth:`GenerationCachedBackend.must_read`: at most :data:`STATE_READ_BYTES_PER_S` bytes a
-second; a state of up to that many bytes, about 150 nodes, is read once a second as torch
-reads it, one of 1,000 nodes every 5 to 8 s): it learns of a
+second; a state of up to that many bytes, 150 to 180 nodes, is read once a second as torch
+reads it, one of 1,000 nodes with pod names, about 100 KB, every 6 s): it learns of a
 completed or new round within a second at any N, and of nodes that came or went up to that
 spacing later (a slow node's view, which torch's protocol allows for: a write from a stale
 view fails its compare-and-set and reads the state the write met).
