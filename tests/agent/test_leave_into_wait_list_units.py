@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pickle
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import timedelta
 from types import SimpleNamespace
 from typing import Any
 
@@ -17,6 +17,8 @@ from torch.distributed.elastic.rendezvous import dynamic_rendezvous as dr
 from torch.distributed.elastic.rendezvous.c10d_rendezvous_backend import C10dRendezvousBackend
 
 from torchx_elastic.agent import compat
+
+from .test_keyed_liveness_units import _torch_now
 
 RUN = "job"
 A, B, C = (dr._NodeDesc(addr, 1, 0) for addr in ("a", "b", "c"))
@@ -38,7 +40,7 @@ def _executor(members: list[Any], leaves_into_wait_list: bool) -> tuple[Any, lis
     state = dr._RendezvousState()
     state.round, state.complete = 1, True
     state.participants = {node: rank for rank, node in enumerate(members)}
-    state.last_heartbeats = dict.fromkeys(members, datetime.now(timezone.utc))
+    state.last_heartbeats = dict.fromkeys(members, _torch_now())  # naive before torch 2.5
     C10dRendezvousBackend(store, RUN).set_state(pickle.dumps(state))
     settings = dr.RendezvousSettings(
         RUN, 1, 3, dr.RendezvousTimeout(), timedelta(seconds=5), keep_alive_max_attempt=3
