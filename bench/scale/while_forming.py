@@ -8,7 +8,8 @@ bench.scale`` builds them, in this one process); the round never completes (its 
 more nodes than there are). A writer then swaps one of the state's nodes for another
 ``--changes`` times a second (nodes coming and going while a round forms: the state's size
 stays) and for ``--seconds`` the waiting nodes' store calls are counted. Prints one JSON line:
-the state's size and the bytes of it the waiting nodes read, a second per node. A state of
+the state's size (pickled, and as stored: signed, in base64) and the bytes of it the waiting
+nodes read, a second per node. A state of
 N nodes without N processes: the reads of a 4,000-node round on two CPUs.
 """
 
@@ -63,14 +64,16 @@ def measure(state_nodes: int, waiting: int, changes: float, seconds: float) -> d
     stop.set()
     per_node_s = waiting * seconds
     state_read = sum(c.purpose_bytes["state"] for c in counted) / per_node_s
+    stored = len(client.get(job.state_key))  # as read: torch's backend stores it in base64
     return {
         "state_nodes": state_nodes,
         "waiting": waiting,
         "changes_per_s": writer.written / max(seconds + 2.0, 1e-3),
         "seconds": seconds,
         "state_bytes": writer.size,
+        "stored_bytes": stored,
         "state_bytes_per_s_per_node": state_read,
-        "state_reads_per_s_per_node": state_read / max(writer.size, 1),
+        "state_reads_per_s_per_node": state_read / max(stored, 1),
         "agent": agent_source(REPO),  # with --agent-commit, REPO is that commit's tree
     }
 

