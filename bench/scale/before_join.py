@@ -36,7 +36,7 @@ def measure(nodes: int, joined: int, seconds: float) -> dict[str, Any]:
     built = build_nodes(job, "ours", 0, nodes)
     for node in built[:joined]:
         threading.Thread(target=node.join, daemon=True).start()
-    _until_in_state(built[0], joined)
+    until_in_state(built[0], joined)
     waiting = built[joined:]
     for node in waiting:
         node.store.reset()
@@ -55,15 +55,15 @@ def measure(nodes: int, joined: int, seconds: float) -> dict[str, Any]:
     }
 
 
-def _until_in_state(node: Any, joined: int) -> None:
-    """Until ``node``'s handler has read a state of ``joined`` nodes (the counting starts
+def until_in_state(node: Any, count: int) -> None:
+    """Until ``node``'s handler has read a state of ``count`` nodes (the counting starts
     on a state that holds them all)."""
     from torchx_elastic.agent import compat
 
     deadline = time.monotonic() + JOINED_TIMEOUT_S
-    while len(compat.state_node_ids(node.handler)) < joined:
+    while len(compat.state_node_ids(node.handler)) < count:
         if time.monotonic() > deadline:
-            raise SystemExit(f"the {joined} joined nodes were not in the state in time")
+            raise SystemExit(f"a state of {count} nodes was not read in time")
         time.sleep(0.1)
 
 

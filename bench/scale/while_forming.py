@@ -27,11 +27,11 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from bench.scale.agent_tree import agent_source, agent_tree
+from bench.scale.before_join import until_in_state
 from bench.scale.coordinator import REPO, StoreServer, clean_env
 from bench.scale.impls import Job, ours_config
 from bench.scale.nodes import build_nodes
 
-JOINED_TIMEOUT_S = 60.0  # for the waiting nodes to be in the state, at most
 # no verdicts on the nodes no process runs: their heartbeats are never written
 CONF = {"keep_alive_max_attempt": "100000"}
 
@@ -53,7 +53,7 @@ def measure(state_nodes: int, waiting: int, changes: float, seconds: float) -> d
     built = build_nodes(job, "ours", 0, waiting)
     for node in built:
         threading.Thread(target=node.join, daemon=True).start()
-    _until_in_state(built[0], state_nodes + waiting)
+    until_in_state(built[0], state_nodes + waiting)
     stop = threading.Event()
     threading.Thread(target=writer.run, args=(changes, stop), daemon=True).start()
     time.sleep(2.0)  # every waiting node past its first read of a changing state
@@ -126,16 +126,6 @@ class _Writer:
                     break
             self.written += 1
             self.size = len(pickle.dumps(self._holder.state))
-
-
-def _until_in_state(node: Any, count: int) -> None:
-    from torchx_elastic.agent import compat
-
-    deadline = time.monotonic() + JOINED_TIMEOUT_S
-    while len(compat.state_node_ids(node.handler)) < count:
-        if time.monotonic() > deadline:
-            raise SystemExit(f"the waiting nodes were not in the state of {count} in time")
-        time.sleep(0.1)
 
 
 def main(argv: list[str] | None = None) -> int:
