@@ -238,3 +238,29 @@ def test_before_join_says_which_joined_counts_it_takes() -> None:
     with pytest.raises(SystemExit) as err:
         before_join(["--nodes", "4", "--joined", "4"])
     assert str(err.value) == "--joined 4: from 1 to --nodes - 1 (3)"
+
+
+def test_a_state_that_never_holds_the_nodes_is_said_and_the_run_ends(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from types import SimpleNamespace
+
+    from bench.scale import before_join
+
+    monkeypatch.setattr(before_join, "JOINED_TIMEOUT_S", -1.0)
+    node = SimpleNamespace(handler=SimpleNamespace(_state_holder=SimpleNamespace(state=None)))
+    with pytest.raises(SystemExit) as err:
+        before_join.until_in_state(node, 3)
+    assert str(err.value) == "a state of 3 nodes was not read in time"
+
+
+def test_while_forming_ends_where_its_state_cannot_be_written() -> None:
+    from bench.scale.while_forming import _Writer
+
+    class Refusing:
+        def set_state(self, state: bytes, token: object = None) -> None:
+            return None  # the store refused it
+
+    with pytest.raises(SystemExit) as err:
+        _Writer(Refusing(), 2)
+    assert str(err.value) == "the state could not be written first"
