@@ -1,7 +1,8 @@
-"""A node that leaves a complete round to join the next one joins the wait list in the same
-write (``compat.leave_into_wait_list``): what torch's join would write next, one write less
-per node of a re-forming round. On torch's own op executor, state holder and c10d backend
-over a ``HashStore``; torch's one-second poll stops the join where it would wait."""
+"""A node that leaves a complete round to join the next one writes what torch's join would
+write next in the same write (``compat.leave_into_wait_list``): it joins the wait list, or,
+the last to leave, the next round with the nodes of the wait list that left the same round.
+On torch's own op executors, state holders and c10d backend over one ``HashStore``; torch's
+one-second poll stops a join where it would wait."""
 
 from __future__ import annotations
 
@@ -21,69 +22,171 @@ from torchx_elastic.agent import compat
 from .test_keyed_liveness_units import _torch_now
 
 RUN = "job"
-A, B, C = (dr._NodeDesc(addr, 1, 0) for addr in ("a", "b", "c"))
+A, B, C, D = (dr._NodeDesc(addr, 1, 0) for addr in ("a", "b", "c", "d"))
 
 
 class Waits(Exception):
     """torch's join polls: the node waits for the next round."""
 
 
-def _executor(members: list[Any], leaves_into_wait_list: bool) -> tuple[Any, list[bytes]]:
-    """Node A's op executor on a complete round 1 of ``members``; the writes it makes."""
-    store, writes = HashStore(), []
-
-    class Counted(C10dRendezvousBackend):  # type: ignore[misc]
-        def set_state(self, state: bytes, token: Any = None) -> Any:
-            writes.append(state)
-            return super().set_state(state, token)
-
-    state = dr._RendezvousState()
-    state.round, state.complete = 1, True
-    state.participants = {node: rank for rank, node in enumerate(members)}
-    state.last_heartbeats = dict.fromkeys(members, _torch_now())  # naive before torch 2.5
-    C10dRendezvousBackend(store, RUN).set_state(pickle.dumps(state))
-    settings = dr.RendezvousSettings(
-        RUN, 1, 3, dr.RendezvousTimeout(), timedelta(seconds=5), keep_alive_max_attempt=3
-    )
-    holder = dr._BackendRendezvousStateHolder(Counted(store, RUN), settings)
-    executor = dr._DistributedRendezvousOpExecutor(A, holder, settings)
-    if leaves_into_wait_list:
-        assert compat.leave_into_wait_list(SimpleNamespace(_op_executor=executor))  # type: ignore[arg-type]
-    return executor, writes
-
-
-def _next_rendezvous(executor: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
-    """torch's ``next_rendezvous``: its exit, then its join until the join would wait; the
-    state it wrote last."""
-
+@pytest.fixture(autouse=True)
+def _polls_stop(monkeypatch: pytest.MonkeyPatch) -> None:
     def poll(seconds: Any) -> None:
         raise Waits
 
     monkeypatch.setattr(dr, "_delay", poll)
-    deadline = time.monotonic() + 60
-    executor.run(dr._RendezvousExitOp(), deadline)
-    with pytest.raises(Waits):
-        executor.run(dr._RendezvousJoinOp(), deadline)
-    return executor._state_holder.state
 
 
-@pytest.mark.parametrize("leaves_into_wait_list", [True, False])
+class Job:
+    """Complete round 1 of ``members`` with ``waiting`` on its wait list in one store, each
+    node's op executor on it (with ``leave_into_wait_list`` where ``ours``, after
+    ``compat.hold_joins(hold)`` where given, as the agent installs them), ``nodes``: a
+    round's (min, max); the state writes of each node."""
+
+    def __init__(
+        self,
+        members: list[Any],
+        ours: bool = True,
+        waiting: tuple[Any, ...] = (),
+        nodes: tuple[int, int] = (1, 3),
+        hold: Any = None,
+    ) -> None:
+        self.store = HashStore()
+        self.hold = hold
+        state = dr._RendezvousState()
+        state.round, state.complete = 1, True
+        state.participants = {member: rank for rank, member in enumerate(members)}
+        state.wait_list = set(waiting)
+        state.last_heartbeats = dict.fromkeys([*members, *waiting], _torch_now())
+        C10dRendezvousBackend(self.store, RUN).set_state(pickle.dumps(state))
+        self.settings = dr.RendezvousSettings(
+            RUN, *nodes, dr.RendezvousTimeout(), timedelta(seconds=5), keep_alive_max_attempt=3
+        )
+        self.writes: dict[Any, list[bytes]] = {}
+        self.executors = {node: self._executor(node, ours) for node in [*members, *waiting]}
+        for member in members:  # each one's join of round 1 ended: it knows its members
+            assert self.join(member) is not None
+
+    def _executor(self, node: Any, ours: bool) -> Any:
+        writes = self.writes.setdefault(node, [])
+
+        class Counted(C10dRendezvousBackend):  # type: ignore[misc]
+            def set_state(self, state: bytes, token: Any = None) -> Any:
+                writes.append(state)
+                return super().set_state(state, token)
+
+        # every sync reads: a node's view is never its one-second cache's
+        holder = dr._BackendRendezvousStateHolder(
+            Counted(self.store, RUN), self.settings, cache_duration=0
+        )
+        executor = dr._DistributedRendezvousOpExecutor(node, holder, self.settings)
+        if self.hold is not None:
+            assert compat.hold_joins(SimpleNamespace(_op_executor=executor), self.hold)  # type: ignore[arg-type]
+        if ours:
+            assert compat.leave_into_wait_list(SimpleNamespace(_op_executor=executor))  # type: ignore[arg-type]
+        return executor
+
+    def join(self, node: Any) -> Any:
+        """``node``'s join until done (its state) or waiting (None)."""
+        executor = self.executors[node]
+        try:
+            executor.run(dr._RendezvousJoinOp(), time.monotonic() + 60)
+        except Waits:
+            return None
+        return executor._state_holder.state
+
+    def next_rendezvous(self, node: Any) -> Any:
+        """torch's ``next_rendezvous``: ``node``'s exit, then its join until done or waiting
+        (None)."""
+        self.executors[node].run(dr._RendezvousExitOp(), time.monotonic() + 60)
+        return self.join(node)
+
+    def state(self) -> Any:
+        return pickle.loads(C10dRendezvousBackend(self.store, RUN).get_state()[0])
+
+
+@pytest.mark.parametrize("ours", [True, False])
 def test_a_node_that_leaves_a_round_the_others_keep_waits_for_the_next_in_one_write(
-    monkeypatch: pytest.MonkeyPatch, leaves_into_wait_list: bool
+    ours: bool,
 ) -> None:
-    executor, writes = _executor([A, B, C], leaves_into_wait_list)
-    state = _next_rendezvous(executor, monkeypatch)
+    job = Job([A, B, C], ours)
+    assert job.next_rendezvous(A) is None
+    state = job.state()
     assert (state.round, state.complete) == (1, True)
     assert set(state.participants) == {B, C} and state.wait_list == {A}
     assert A in state.last_heartbeats
-    assert len(writes) == (1 if leaves_into_wait_list else 2)  # torch's own: leave, then wait
+    assert len(job.writes[A]) == (1 if ours else 2)  # torch's own: leave, then wait
 
 
-def test_the_node_that_leaves_last_opens_the_next_round_as_torch_has_it(
-    monkeypatch: pytest.MonkeyPatch,
+@pytest.mark.parametrize("ours", [True, False])
+def test_the_last_to_leave_brings_those_that_left_before_it_into_the_next_round(
+    ours: bool,
 ) -> None:
-    executor, writes = _executor([A], leaves_into_wait_list=True)
-    state = _next_rendezvous(executor, monkeypatch)
+    """A full round again: complete with torch's ranks in the last leaver's one write, and
+    the others' joins done at their next poll. torch's own exit opens the round, and each
+    node then writes its join."""
+    job = Job([A, B, C], ours)
+    for node in (B, C):
+        assert job.next_rendezvous(node) is None
+    brought = job.next_rendezvous(A)
+    if not ours:
+        assert brought is None  # waits for B and C to join
+        assert (job.state().round, dict(job.state().participants)) == (2, {A: 0})
+        assert len(job.writes[A]) == 2  # its leave, then its join
+        return
+    assert (brought.round, brought.complete, brought.deadline) == (2, True, None)
+    assert brought.participants == {A: 0, B: 1, C: 2} and not brought.wait_list
+    assert set(brought.last_heartbeats) == {A, B, C}
+    assert len(job.writes[A]) == 1
+    for node in (B, C):  # their joins' next polls: done, nothing written
+        before = len(job.writes[node])
+        assert job.join(node).participants == {A: 0, B: 1, C: 2}
+        assert len(job.writes[node]) == before
+
+
+def test_the_last_to_leave_opens_the_next_round_alone_where_nobody_waits() -> None:
+    job = Job([A])
+    assert job.next_rendezvous(A) is None
+    state = job.state()
+    assert (state.round, state.complete, dict(state.participants)) == (2, False, {A: 0})
+    assert state.deadline is not None  # its minimum: 1
+    assert len(job.writes[A]) == 1  # its leave and its join of the new round, torch's two
+
+
+def test_a_round_brought_below_its_maximum_waits_for_its_last_call() -> None:
+    """Room for one more (maximum 4): the round has its minimum, so its deadline is set as
+    the join that reached it sets it; it completes when that passes, as torch's would."""
+    job = Job([A, B, C], nodes=(2, 4))
+    for node in (B, C, A):
+        assert job.next_rendezvous(node) is None
+    state = job.state()
     assert (state.round, state.complete) == (2, False)
-    assert set(state.participants) == {A} and not state.wait_list
-    assert len(writes) == 2  # its leave, then its join of the new round
+    assert set(state.participants) == {A, B, C} and state.deadline is not None
+    assert len(job.writes[A]) == 1
+
+
+def test_a_waiting_node_new_to_the_job_joins_itself() -> None:
+    """D came to the wait list of round 1 (A's): it may have failed since (settings of its
+    own, say), so A's leave does not count it into the next round; D's join joins it."""
+    job = Job([A], waiting=(D,))
+    assert job.next_rendezvous(A) is None
+    state = job.state()
+    assert (state.round, dict(state.participants), state.wait_list) == (2, {A: 0}, {D})
+    assert job.join(D) is None  # in the round, for its last call
+    assert set(job.state().participants) == {A, D}
+
+
+def test_a_join_is_held_as_before_with_the_leave_beside_it() -> None:
+    """Both put on the same op executor (the hold on torch's join, the leave's record of the
+    round on it too): the hold still sees every join and holds D out of the round."""
+    views: list[compat.JoinView] = []
+
+    def hold(view: compat.JoinView) -> bool:
+        views.append(view)
+        return view.node == D
+
+    job = Job([A], waiting=(D,), hold=hold)
+    assert job.next_rendezvous(A) is None
+    assert job.join(D) is None
+    assert set(job.state().participants) == {A} and job.state().wait_list == {D}
+    assert views[-1].node == D and views[-1].joining

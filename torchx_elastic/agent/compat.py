@@ -392,37 +392,89 @@ _JOIN_MOVES = ("ADD_TO_PARTICIPANTS", "ADD_TO_WAIT_LIST", "REMOVE_FROM_REDUNDANC
 
 def leave_into_wait_list(handler: RendezvousHandler) -> bool:
     """Make a node that leaves a complete round to join the next one (torch's exit operation,
-    which ``next_rendezvous`` runs before its join) join the wait list in the same write,
-    where the round stays complete without it: torch's join would write that next, so a
-    round that re-forms takes one write less per node. The node that leaves last (its leave
-    opens the next round) leaves as torch has it leave. False, changing nothing, where this
-    torch has no such operation (private)."""
+    which ``next_rendezvous`` runs before its join) write what torch's join would write next
+    in the same write:
+
+    - where the round stays complete without it, it joins the wait list;
+    - where it is the last to leave (its leave opens the next round), it joins the next round
+      and so do the nodes of the wait list that left the same round before it, as each one's
+      own join would (a deadline once the round has its minimum, complete with torch's ranks
+      at its maximum): each is in its join already, and finds itself in the round at its next
+      poll instead of writing its join after the others'. A waiting node new to the job
+      joins itself, as torch has it: one that failed once it came is never counted in.
+
+    A round that re-forms takes one write per node and one more, torch's two per node.
+    False, changing nothing, where this torch has no such operation (private)."""
     dr = _dynamic_rendezvous()
     action: Any = getattr(dr, "_Action", None)
     exit_op = getattr(dr, "_RendezvousExitOp", None)
+    join_op = getattr(dr, "_RendezvousJoinOp", None)
     executor: Any = getattr(_torch_handler(handler), "_op_executor", None)
-    moves = ("_remove_from_participants", "_add_to_wait_list")
-    if action is None or exit_op is None or not all(hasattr(executor, m) for m in moves):
+    moves = ("_remove_from_participants", "_add_to_wait_list", "_add_to_participants")
+    if None in (action, exit_op, join_op) or not all(hasattr(executor, m) for m in moves):
         return False
     executor_ref = weakref.ref(executor)
+    members: list[frozenset[Any]] = [frozenset()]  # of the round this node's last join ended in
 
-    def leaving(inner: Callable[[Any, float], Any]) -> Callable[[Any, float], Any]:
+    def joining(inner: Callable[[Any, float], Any]) -> Callable[[Any, float], Any]:
         def state_handler(ctx: Any, deadline: float) -> Any:
             chosen = inner(ctx, deadline)
-            state = ctx.state
-            others = len(state.participants) - 1
-            held: Any = executor_ref()
-            staying = state.complete and 0 < others < ctx.settings.max_nodes
-            if chosen != action.REMOVE_FROM_PARTICIPANTS or not staying or held is None:
-                return chosen
-            held._remove_from_participants()
-            held._add_to_wait_list()
-            return action.KEEP_ALIVE  # both written as one change (the heartbeat: the join's)
+            if chosen == action.FINISH:
+                members[0] = frozenset(ctx.state.participants)
+            return chosen
 
         return state_handler
 
+    def leaving(inner: Callable[[Any, float], Any]) -> Callable[[Any, float], Any]:
+        opened: list[int] = []  # the round this node's leave opened, once it wrote it
+
+        def state_handler(ctx: Any, deadline: float) -> Any:
+            state = ctx.state
+            if opened and state.round == opened[0] and ctx.node in state.participants:
+                return action.FINISH  # written: it is in the next round already
+            chosen = inner(ctx, deadline)
+            held: Any = executor_ref()
+            if chosen != action.REMOVE_FROM_PARTICIPANTS or not state.complete or held is None:
+                return chosen
+            if len(state.participants) > 1:
+                held._remove_from_participants()
+                held._add_to_wait_list()
+            else:
+                held._remove_from_participants()  # torch's epilogue opens the next round
+                held._add_to_participants()
+                _bring_into_round(held, state, ctx.settings, ctx.node, members[0])
+                opened[:] = [state.round]
+            return action.KEEP_ALIVE  # one change (the heartbeat: the join's)
+
+        return state_handler
+
+    _wrap_operation(executor, join_op, joining)
     _wrap_operation(executor, exit_op, leaving)
     return True
+
+
+def _bring_into_round(
+    executor: Any, state: Any, settings: Any, node: Any, members: frozenset[Any]
+) -> None:
+    """Move the nodes of ``state``'s wait list that were ``members`` of the last round into
+    its open round as torch's ``_add_to_participants`` moves a node itself, ``node`` having
+    just joined it: the round's deadline once it has its minimum, the ranks once it has its
+    maximum (``executor``'s own ``_mark_rendezvous_complete``)."""
+    now = state.last_heartbeats[node]  # the kind of time this torch writes (aware from 2.5)
+    for waiting in sorted(state.wait_list & members - {node}):
+        if len(state.participants) >= settings.max_nodes:
+            break
+        state.wait_list.discard(waiting)
+        state.participants[waiting] = 0
+        state.last_heartbeats.setdefault(waiting, now)  # its own, kept since its leave
+        if len(state.participants) == settings.min_nodes:
+            state.deadline = now + settings.timeout.last_call
+        if len(state.participants) == settings.max_nodes:
+            executor._mark_rendezvous_complete()
+
+
+# what a wrapped operation keeps of the operation it wraps: its class
+_OPERATION_KIND = "torch_operation"
 
 
 def _wrap_operation(
@@ -430,7 +482,8 @@ def _wrap_operation(
 ) -> None:
     """Have torch's op executor run each ``operation`` (a state handler: join, exit) as
     ``wrap(operation)``, through a run put on it before (hold_joins' and
-    leave_into_wait_list's chain) or the class's. The class's is reached through a weak
+    leave_into_wait_list's chain: an operation wrapped once is wrapped again by each run
+    of the chain that wraps its kind) or the class's. The class's is reached through a weak
     reference: a bound method kept on the executor would make a reference cycle that frees
     torch's handler and its store only at some later garbage collection (their sockets
     closed then, in whatever process runs at that moment: a forked worker's, say)."""
@@ -441,8 +494,11 @@ def _wrap_operation(
         put = lambda *args: cls_run(executor_ref(), *args)  # noqa: E731
 
     def run(state_handler: Any, deadline: float, *args: Any) -> Any:
-        chosen = wrap(state_handler) if isinstance(state_handler, operation) else state_handler
-        return put(chosen, deadline, *args)
+        kind = getattr(state_handler, _OPERATION_KIND, type(state_handler))
+        if issubclass(kind, operation):
+            state_handler = wrap(state_handler)
+            setattr(state_handler, _OPERATION_KIND, kind)
+        return put(state_handler, deadline, *args)
 
     executor.run = run
 
