@@ -59,6 +59,7 @@ class Outcome:
     launcher: str
     root: Path
     port: int
+    port_given: bool = False  # whether the form names ``{port}`` (else the launcher picks one)
     exit_codes: list[int] = field(default_factory=list)
     stdout: list[str] = field(default_factory=list)
     stderr: list[str] = field(default_factory=list)
@@ -133,6 +134,9 @@ def start(outcome: Outcome, nodes: tuple[Node, ...]) -> list[subprocess.Popen[by
     """Start every node of the form (each a launcher process) in the background."""
     base = {"COMPAT_DUMP_DIR": str(outcome.root / "dumps")}
     outcome.launch_env = _env(base)
+    outcome.port_given = any(
+        "{port}" in text for node in nodes for text in (*node.args, *(v for _, v in node.env))
+    )
     processes = []
     for index, node in enumerate(nodes):
         env = _env({**base, **{key: _fill(value, outcome) for key, value in node.env}})
@@ -226,6 +230,8 @@ def _paths(text: str, outcome: Outcome) -> str:
 
 def _normalised_value(key: str, value: str, outcome: Outcome) -> str:
     if key == "MASTER_PORT":
+        if not outcome.port_given:  # a free port of the launcher's, which may be the one
+            return "<a port of the launcher's>"  # that the run held for {port} and let go
         return "<the form's {port}>" if value == str(outcome.port) else "<another port>"
     if key == "TORCHELASTIC_RUN_ID" and UUID.match(value):
         return "<a uuid>"

@@ -11,7 +11,15 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import run_agent
-from tests.e2e.agents import alive, descendants, free_port, start_agent, wait_for_text
+from tests.e2e.agents import (
+    DUMPS_STACKS,
+    alive,
+    descendants,
+    free_port,
+    start_agent,
+    wait_for_exit,
+    wait_for_text,
+)
 from tests.waiting import wait_until
 from torchx_elastic.contract import SECRET_ENV, SUMMARY_PREFIX, WAITING_FOR_NODES
 
@@ -46,20 +54,18 @@ dist.destroy_process_group()
 
 
 def test_twenty_random_crashes_twenty_restarts_right_result(tmp_path: Path) -> None:
+    """A few seconds; an agent that hangs shows its threads' stacks before pytest's own
+    timeout (300 s) would end the test without them."""
     (tmp_path / "train.py").write_text(CRASHY_TRAINING)
-    result = run_agent(
-        "--nproc-per-node",
-        "2",
-        "--max-restarts",
-        "20",
-        "train.py",
-        cwd=tmp_path,
-        env={"CKPT_DIR": str(tmp_path), "SEED": "7", "CRASHES": "20"},
-        timeout_s=600,
-    )
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    log = tmp_path / "agent.log"
+    agent = start_agent(
+        "--nproc-per-node", "2", "--max-restarts", "20", "train.py",
+        cwd=tmp_path, log=log,
+        env={"CKPT_DIR": str(tmp_path), "SEED": "7", "CRASHES": "20", **DUMPS_STACKS},
+    )  # fmt: skip
+    assert wait_for_exit(agent, log, timeout_s=240) == 0, log.read_text()[-6000:]
     expected_total = sum(2 * step for step in range(200))
-    assert f'RESULT {{"step": 200, "total": {float(expected_total)}}} attempt 20' in result.stdout
+    assert f'RESULT {{"step": 200, "total": {float(expected_total)}}} attempt 20' in log.read_text()
 
 
 def test_failing_rank_without_restarts_left_fails_the_job(tmp_path: Path) -> None:
