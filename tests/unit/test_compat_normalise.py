@@ -8,8 +8,9 @@ from tests.e2e.compat_runner import Outcome, normalised_record, record_differenc
 from torchx_elastic.contract import CHANNEL_ENV
 
 
-def _outcome(root: Path, port: int, launch_env: dict[str, str]) -> Outcome:
-    return Outcome(launcher="x", root=root, port=port, launch_env=launch_env)
+def _outcome(root: Path, port: int, launch_env: dict[str, str], port_given: bool = True) -> Outcome:
+    """A run of a form that names ``{port}`` (``port``), unless not ``port_given``."""
+    return Outcome(launcher="x", root=root, port=port, launch_env=launch_env, port_given=port_given)
 
 
 def _record(root: Path, env: dict[str, str], argv: list[str]) -> dict[str, object]:
@@ -66,3 +67,15 @@ def test_a_value_the_user_chose_is_compared_as_is(tmp_path: Path) -> None:
         " ours '<another port>'",
         "rank0-attempt0 env_set_by_launcher[TORCHELASTIC_RUN_ID]: torchrun 'job42', ours 'none'",
     ]
+
+
+def test_a_port_the_launchers_picked_themselves_is_not_the_forms(tmp_path: Path) -> None:
+    """A form without ``{port}``: the port the harness held for it and let go may be the
+    very one a launcher's store then gets from the kernel; neither is the form's."""
+    reference = _outcome(tmp_path / "a", 1000, {}, port_given=False)
+    ours = _outcome(tmp_path / "b", 2000, {}, port_given=False)
+    reference.records["rank0-attempt0"] = _record(reference.root, {"MASTER_PORT": "1000"}, ["w.py"])
+    ours.records["rank0-attempt0"] = _record(ours.root, {"MASTER_PORT": "41234"}, ["w.py"])
+    assert record_differences(reference, ours) == []
+    port = normalised_record(ours.records["rank0-attempt0"], ours)["env_set_by_launcher"]
+    assert port == {"MASTER_PORT": "<a port of the launcher's>"}
