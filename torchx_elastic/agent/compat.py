@@ -436,11 +436,11 @@ def leave_into_wait_list(handler: RendezvousHandler) -> bool:
             held: Any = executor_ref()
             if chosen != action.REMOVE_FROM_PARTICIPANTS or not state.complete or held is None:
                 return chosen
-            if len(state.participants) > 1:
-                held._remove_from_participants()
+            last = len(state.participants) == 1
+            held._remove_from_participants()  # the last one's: torch opens the next round
+            if not last:
                 held._add_to_wait_list()
             else:
-                held._remove_from_participants()  # torch's epilogue opens the next round
                 held._add_to_participants()
                 _bring_into_round(held, state, ctx.settings, ctx.node, members[0])
                 opened[:] = [state.round]
