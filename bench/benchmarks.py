@@ -100,6 +100,7 @@ def _run(
     envs: list[dict[str, str]] | None = None,
     timeout_s: float | None = None,
     sample_rss: bool = False,
+    started: Callable[[int], None] = lambda pid: None,
 ) -> procs.Outcome:
     return procs.run_together(
         commands_,
@@ -108,6 +109,7 @@ def _run(
         cwd=REPO,
         envs=envs or [dict(s.env)] * len(commands_),
         sample_rss=sample_rss,
+        started=started,
     )
 
 
@@ -498,12 +500,17 @@ _CHANNEL_WAIT_S = 10.0  # the agent's channel reads a datagram already sent in w
 
 
 def _in_process(
-    command: list[str], s: Settings, run_dir: Path, env: Mapping[str, str]
+    command: list[str],
+    s: Settings,
+    run_dir: Path,
+    env: Mapping[str, str],
+    started: Callable[[int], None] = lambda pid: None,
 ) -> tuple[dict[str, object], procs.Outcome] | Sample:
     """Run a benchmark's process; what it timed in itself (its ``--result-file``), or the
     failed sample."""
     result_file = run_dir / "result.json"
-    outcome = _run([[*command, "--result-file", str(result_file)]], s, run_dir, envs=[dict(env)])
+    command = [*command, "--result-file", str(result_file)]
+    outcome = _run([command], s, run_dir, envs=[dict(env)], started=started)
     if not outcome.ok:
         return Sample(None, _failure(outcome))
     if not result_file.exists():
@@ -539,7 +546,9 @@ def _progress(kind: str) -> RunVariant:
         try:
             env = {**s.env, **channel.env(), "LOCAL_RANK": "0", RESTART_COUNT_ENV: "0"}
             command = [commands.PYTHON, PROGRESS_SCRIPT, "--kind", kind]
-            found = _in_process([*command, "--calls", str(s.progress_calls)], s, run_dir, env)
+            command += ["--calls", str(s.progress_calls)]
+            # the process is the agent's worker here: heard even if read once it has ended
+            found = _in_process(command, s, run_dir, env, started=lambda pid: channel.expect([pid]))
             if isinstance(found, Sample):
                 return found
             result, outcome = found

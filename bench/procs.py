@@ -15,7 +15,7 @@ import socket
 import subprocess
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -250,9 +250,11 @@ def run_together(
     cwd: Path,
     envs: Sequence[Mapping[str, str]],
     sample_rss: bool = False,
+    started: Callable[[int], None] = lambda pid: None,
 ) -> Outcome:
     """Start ``commands`` at once (stdout and stderr of all into ``output_path``), time them
-    from the first start to the last exit, and stop them all after ``timeout_s``."""
+    from the first start to the last exit, and stop them all after ``timeout_s``;
+    ``started`` gets each one's pid as it starts."""
     if len(envs) != len(commands):
         raise ValueError(f"{len(commands)} commands but {len(envs)} environments")
     procs: list[subprocess.Popen[bytes]] = []
@@ -272,6 +274,7 @@ def run_together(
                     start_new_session=True,
                 )
             )
+            started(procs[-1].pid)
             if sample_rss:
                 samplers.append(TreeSampler(procs[-1].pid))
                 samplers[-1].start()

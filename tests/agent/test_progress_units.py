@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+import threading
 import time
 from collections.abc import Iterator
 
@@ -10,6 +13,7 @@ import pytest
 
 from tests.waiting import wait_until
 from torchx_elastic import contract, worker
+from torchx_elastic.agent.console.progress import channel as channel_module
 from torchx_elastic.agent.console.progress.channel import (
     ActivityChannel,
     RankActivity,
@@ -90,6 +94,53 @@ def test_heartbeat_counts_as_seen(
     finally:
         channel.close()
     assert abstract or not os.path.exists(os.path.dirname(channel.path))  # nothing left behind
+
+
+SHORT_SCRIPT = """
+import sys
+from torchx_elastic.worker import progress
+sys.stdin.read()  # the test's go
+progress(1, 1)
+"""
+
+
+@pytest.mark.parametrize("expected", [True, False], ids=["a-worker", "another-process"])
+def test_a_worker_read_after_it_ended_is_heard_and_another_process_is_not(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, expected: bool
+) -> None:
+    """A short script sends its last step and exits; the agent reads it only once the process
+    is gone (a busy machine): its ancestry can no longer be read, so what counts is that the
+    agent started it."""
+    reaped = threading.Event()
+    descends_from = channel_module._descends_from
+    monkeypatch.setattr(  # the channel's check of a sender runs once the sender is reaped
+        channel_module,
+        "_descends_from",
+        lambda pid, agent: reaped.wait(30) and descends_from(pid, agent),
+    )
+    activity = RankActivity()
+    channel = ActivityChannel(activity, abstract=True)
+    try:
+        env = {**os.environ, **channel.env(), "LOCAL_RANK": "0", RESTART_COUNT_ENV: "0"}
+        script = subprocess.Popen(
+            [sys.executable, "-c", SHORT_SCRIPT], env=env, stdin=subprocess.PIPE
+        )
+        if expected:
+            channel.expect([script.pid])
+        script.communicate(b"", timeout=60)
+        reaped.set()
+        if expected:
+            wait_until(
+                lambda: 0 in activity.snapshot() and activity.snapshot()[0].step == 1,
+                what="the ended worker's last step at the agent",
+            )
+            assert "refused" not in caplog.text
+        else:
+            wait_until(lambda: "refused" in caplog.text, what="the refusal")
+            assert activity.snapshot() == {}
+            assert channel_module.REFUSED_SENDER % (script.pid, os.getuid()) in caplog.text
+    finally:
+        channel.close()
 
 
 def test_activity_ignores_old_attempts_and_malformed_datagrams() -> None:

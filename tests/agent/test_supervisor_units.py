@@ -173,6 +173,7 @@ class Harness:
     attempts: list[FakeWorkers] = field(default_factory=list)
     move_rendezvous: Callable[[HostLost, dict[int, str]], str] | None = None
     on_rendezvous_lost: Callable[[], None] = lambda: None
+    started_pids: list[list[int]] = field(default_factory=list)  # what the channel was told
 
     def make_workers(self, *, envs: dict[int, dict[str, str]], **_: Any) -> FakeWorkers:
         assert self.plans, "the loop started more attempts than the test planned"
@@ -196,6 +197,7 @@ class Harness:
                 watchdog=self.watchdog,
                 move_rendezvous=self.move_rendezvous,
                 on_rendezvous_lost=self.on_rendezvous_lost,
+                workers_started=lambda pids: self.started_pids.append(sorted(pids)),
             ),
             make_workers=self.make_workers,
         )
@@ -232,6 +234,7 @@ def test_a_failed_rank_restarts_the_group_while_restarts_are_left(
     assert [w.envs[0][RESTART_COUNT_ENV] for w in h.attempts] == ["0", "1"]
     assert h.attempts[0].closed_with[0] == signal.SIGTERM  # stopped before the next start
     assert h.rendezvous.rounds == [1, 1]  # a new round for the new attempt
+    assert h.started_pids == [[1000, 1001], [1000, 1001]]  # each attempt's, once started
     (restart,) = h.events(ev.RESTART)
     assert (restart["reason"], restart["attempt"], restart["restarts_left"]) == ("failure", 1, 0)
     assert supervisor.remaining_restarts == 0

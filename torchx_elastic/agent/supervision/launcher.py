@@ -151,6 +151,7 @@ def launch(
             signer=signer,
             move_rendezvous=move.move if move else None,
             on_rendezvous_lost=session.rendezvous_lost,
+            workers_started=session.channel.expect,
             health_check=(
                 HealthCheck(config.health_check, session.log_dir) if config.health_check else None
             ),

@@ -16,7 +16,7 @@ import signal
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -138,6 +138,8 @@ class Supervision:
     # where the rendezvous went (rendezvous/failover.py); None: a lost host ends the node
     move_rendezvous: Callable[[HostLost, dict[int, str]], str] | None = None
     on_rendezvous_lost: Callable[[], None] = lambda: None  # before the workers' end
+    # the pids of an attempt's workers, once started (the worker channel hears them)
+    workers_started: Callable[[Iterable[int]], None] = lambda pids: None
     health_check: HealthCheck | None = None  # run before each round this node would join
     presence: PeerPresence | None = None  # this node's presence port, its peers' (multi-node)
 
@@ -504,6 +506,7 @@ class Supervisor:
             self._supervision.watchdog.attempt_started(self.attempt)
         self._workers.start()
         pids = self._workers.pids()
+        self._supervision.workers_started(pids.values())
         self._events.emit(
             ev.START,
             attempt=self.attempt,

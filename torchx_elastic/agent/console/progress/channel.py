@@ -10,8 +10,9 @@ watchdog both read it.
 Only the agent's own workers are heard. On Linux the socket is in the abstract namespace
 (no file permissions: any local process can send to it), so the kernel attaches each
 sender's credentials (``SO_PASSCRED``) and a datagram counts only when its sender runs as the
-agent's user and descends from the agent (one warning per other sender). Elsewhere the
-socket is a file in a private (0700) directory.
+agent's user and is one of the workers it started (:meth:`ActivityChannel.expect`) or
+descends from the agent (one warning per other sender). Elsewhere the socket is a file in a
+private (0700) directory.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from torchx_elastic.contract import CHANNEL_ENV
@@ -208,6 +209,12 @@ class ActivityChannel:
     def env(self) -> dict[str, str]:
         """What each worker's environment needs to reach this channel."""
         return {CHANNEL_ENV: self.path}
+
+    def expect(self, pids: Iterable[int]) -> None:
+        """The workers the agent just started: heard without a look at their ancestry, which
+        is gone once a worker has exited and been reaped (a short script's messages, its last
+        step among them, may be read only then)."""
+        self._senders.update(dict.fromkeys(pids, True))
 
     def _serve(self) -> None:
         space = socket.CMSG_SPACE(_UCRED.size) if self._check_senders else 0
