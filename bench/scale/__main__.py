@@ -69,6 +69,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=0.0,
         help="seconds over which the nodes' first joins are spread (0: all at once)",
     )
+    parser.add_argument(
+        "--switch-interval",
+        type=float,
+        default=0.005,
+        help="each harness process's sys.setswitchinterval (0.005: Python's); a thread waiting"
+        " for the interpreter lock wakes up once an interval",
+    )
     parser.add_argument("--min-nodes", type=int, default=None, help="default: nodes - 1")
     parser.add_argument(
         "--no-progress", action="store_true", help="ours: without the progress exchange"
@@ -119,6 +126,7 @@ def options_for(args: argparse.Namespace, impl: str, nodes: int, root: Path) -> 
         reform_timeout_s=args.reform_timeout,
         log_dir=args.log_dir,
         join_spread_s=args.join_spread,
+        switch_interval_s=args.switch_interval,
     )
 
 

@@ -52,6 +52,7 @@ class Options:
     reform_timeout_s: float = 180.0
     log_dir: Path | None = None
     join_spread_s: float = 0.0
+    switch_interval_s: float = 0.005  # Python's
     root: Path = REPO  # where the simulated agents import torchx_elastic and bench from
 
 
@@ -491,6 +492,7 @@ def run(options: Options) -> dict[str, Any]:
         options.monitor_interval_s,
         options.progress,
         options.join_spread_s,
+        options.switch_interval_s,
     )
     record: dict[str, Any] = {
         "impl": options.impl,
@@ -499,6 +501,7 @@ def run(options: Options) -> dict[str, Any]:
         "procs": process_count(options),
         "monitor_interval_s": options.monitor_interval_s,
         "join_spread_s": options.join_spread_s,
+        "switch_interval_s": options.switch_interval_s,
         "conf": dict(options.conf),
         "progress": options.progress and options.impl == "ours",
         "store_server": server.facts,

@@ -52,6 +52,10 @@ class Job:
     monitor_interval_s: float
     progress: bool = True  # ours: the cross-node progress exchange
     join_spread_s: float = 0.0  # the first joins spread over this long (0: all at once)
+    # each harness process's sys.setswitchinterval: a thread waiting for the interpreter lock
+    # wakes up once an interval, and a process holds hundreds of node threads where a real
+    # node's has a few (Python's 0.005: hundreds of wake-ups per thread a second, the kernel's)
+    switch_interval_s: float = 0.005
 
     def join_delay_s(self, index: int) -> float:
         """When node ``index`` first joins, after the start: spread evenly over

@@ -403,6 +403,7 @@ def main(argv: list[str]) -> None:
     os.dup2(2, 1)  # whatever torch or the agent prints goes to stderr, not the protocol
     emit = Emitter(protocol)
     threading.stack_size(STACK_BYTES)
+    sys.setswitchinterval(job.switch_interval_s)
     started = time.monotonic()
     nodes = build_nodes(job, impl, first, count)
     runners = {first + i: NodeRunner(first + i, node, job, emit) for i, node in enumerate(nodes)}

@@ -1,6 +1,7 @@
 """A node that leaves a complete round to join the next one writes what torch's join would
 write next in the same write (``compat.leave_into_wait_list``): it joins the wait list, or,
 the last to leave, the next round with the nodes of the wait list that left the same round.
+A verdict on a lost member re-forms the round in its own write (``compat.reform_without``).
 On torch's own op executors, state holders and c10d backend over one ``HashStore``; torch's
 one-second poll stops a join where it would wait."""
 
@@ -104,6 +105,9 @@ class Job:
     def state(self) -> Any:
         return pickle.loads(C10dRendezvousBackend(self.store, RUN).get_state()[0])
 
+    def token(self) -> Any:
+        return C10dRendezvousBackend(self.store, RUN).get_state()[1]
+
 
 @pytest.mark.parametrize("ours", [True, False])
 def test_a_node_that_leaves_a_round_the_others_keep_waits_for_the_next_in_one_write(
@@ -190,3 +194,68 @@ def test_a_join_is_held_as_before_with_the_leave_beside_it() -> None:
     assert job.join(D) is None
     assert set(job.state().participants) == {A} and job.state().wait_list == {D}
     assert views[-1].node == D and views[-1].joining
+
+
+def verdict(job: Job, *lost: Any) -> int:
+    """A watcher's verdict on ``lost`` (``compat.expire_in_state``, as the keyed liveness
+    writes it, through a backend of its own): how many state writes it took."""
+    writes: list[bytes] = []
+
+    class Verdicts(C10dRendezvousBackend):  # type: ignore[misc]
+        def set_state(self, state: bytes, token: Any = None) -> Any:
+            writes.append(state)
+            return super().set_state(state, token)
+
+    handler = SimpleNamespace(_settings=job.settings)
+    ids = {compat.node_id(node) for node in lost}
+    assert compat.expire_in_state(Verdicts(job.store, RUN), handler, ids, 3, 0.0)  # type: ignore[arg-type]
+    return len(writes)
+
+
+@pytest.mark.parametrize("nodes", [(2, 4), (4, 4)], ids=["minimum-kept", "below-minimum"])
+def test_a_verdict_on_a_lost_member_re_forms_the_round_in_its_own_write(
+    nodes: tuple[int, int],
+) -> None:
+    """D is lost: the verdict's one write opens round 2 with A, B and C in it (a deadline
+    where they are the minimum); each of them then leaves round 1 and joins round 2 without
+    a write, and the round completes at its deadline with torch's ranks (one write)."""
+    job = Job([A, B, C, D], nodes=nodes)
+    assert verdict(job, D) == 1
+    state = job.state()
+    assert (state.round, state.complete, set(state.participants)) == (2, False, {A, B, C})
+    assert (state.deadline is not None) == (nodes[0] <= 3)
+    for node in (A, B, C):
+        assert job.next_rendezvous(node) is None  # in round 2, for its last call
+        assert job.writes[node] == []
+    if state.deadline is None:
+        return  # three nodes of a job of four at least: the round waits for a fourth
+    state.deadline = _torch_now() - timedelta(seconds=1)  # the last call is over
+    C10dRendezvousBackend(job.store, RUN).set_state(pickle.dumps(state), job.token())
+    done = job.join(B)
+    assert (done.round, done.complete, done.participants) == (2, True, {A: 0, B: 1, C: 2})
+    assert len(job.writes[B]) == 1  # torch's: the round complete
+    for node in (A, C):
+        assert job.join(node).participants == {A: 0, B: 1, C: 2}
+        assert job.writes[node] == []
+
+
+def test_a_verdict_on_a_waiting_node_leaves_the_round_as_it_is() -> None:
+    job = Job([A, B], waiting=(D,))
+    assert verdict(job, D) == 1
+    state = job.state()
+    assert (state.round, state.complete, dict(state.participants)) == (1, True, {A: 0, B: 1})
+    assert state.last_heartbeats[D].timestamp() == 0  # dropped at every node's next read
+
+
+@pytest.mark.parametrize("ours", [True, False])
+def test_a_member_that_left_before_the_verdict_joins_the_re_formed_round_itself(
+    ours: bool,
+) -> None:
+    """B left round 1 (a failure of its own) before D's verdict: the verdict moves A and C;
+    B, on the wait list, joins round 2 as torch's join has it."""
+    job = Job([A, B, C, D], ours, nodes=(2, 4))
+    assert job.next_rendezvous(B) is None
+    assert verdict(job, D) == 1
+    assert set(job.state().participants) == {A, C}
+    assert job.join(B) is None
+    assert set(job.state().participants) == {A, B, C}

@@ -66,7 +66,7 @@ import socket
 import sys
 import time
 import weakref
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, Callable, Generic, Protocol, TypeVar
 
@@ -403,8 +403,10 @@ def leave_into_wait_list(handler: RendezvousHandler) -> bool:
       poll instead of writing its join after the others'. A waiting node new to the job
       joins itself, as torch has it: one that failed once it came is never counted in.
 
-    A round that re-forms takes one write per node and one more, torch's two per node.
-    False, changing nothing, where this torch has no such operation (private)."""
+    A round that re-forms takes one write per node and one more, torch's two per node (and
+    one write in all where a verdict on a lost node re-formed it: :func:`reform_without`,
+    the leave then finds its node in the next round and writes nothing). False, changing
+    nothing, where this torch has no such operation (private)."""
     dr = _dynamic_rendezvous()
     action: Any = getattr(dr, "_Action", None)
     exit_op = getattr(dr, "_RendezvousExitOp", None)
@@ -414,24 +416,25 @@ def leave_into_wait_list(handler: RendezvousHandler) -> bool:
     if None in (action, exit_op, join_op) or not all(hasattr(executor, m) for m in moves):
         return False
     executor_ref = weakref.ref(executor)
-    members: list[frozenset[Any]] = [frozenset()]  # of the round this node's last join ended in
+    # the round this node's last join ended in, and its members
+    joined: list[tuple[int, frozenset[Any]]] = [(-1, frozenset())]
 
     def joining(inner: Callable[[Any, float], Any]) -> Callable[[Any, float], Any]:
         def state_handler(ctx: Any, deadline: float) -> Any:
             chosen = inner(ctx, deadline)
             if chosen == action.FINISH:
-                members[0] = frozenset(ctx.state.participants)
+                joined[0] = (ctx.state.round, frozenset(ctx.state.participants))
             return chosen
 
         return state_handler
 
     def leaving(inner: Callable[[Any, float], Any]) -> Callable[[Any, float], Any]:
-        opened: list[int] = []  # the round this node's leave opened, once it wrote it
-
         def state_handler(ctx: Any, deadline: float) -> Any:
             state = ctx.state
-            if opened and state.round == opened[0] and ctx.node in state.participants:
-                return action.FINISH  # written: it is in the next round already
+            if 0 <= joined[0][0] < state.round and ctx.node in state.participants:
+                # in a later round than its last already: brought there by the last leaver's
+                # write, its own, or a verdict's (reform_without): nothing to leave
+                return action.FINISH
             chosen = inner(ctx, deadline)
             held: Any = executor_ref()
             if chosen != action.REMOVE_FROM_PARTICIPANTS or not state.complete or held is None:
@@ -442,8 +445,7 @@ def leave_into_wait_list(handler: RendezvousHandler) -> bool:
                 held._add_to_wait_list()
             else:
                 held._add_to_participants()
-                _bring_into_round(held, state, ctx.settings, ctx.node, members[0])
-                opened[:] = [state.round]
+                _bring_into_round(held, state, ctx.settings, ctx.node, joined[0][1])
             return action.KEEP_ALIVE  # one change (the heartbeat: the join's)
 
         return state_handler
@@ -471,6 +473,31 @@ def _bring_into_round(
             state.deadline = now + settings.timeout.last_call
         if len(state.participants) == settings.max_nodes:
             executor._mark_rendezvous_complete()
+
+
+def reform_without(state: Any, doomed: Iterable[Any], settings: Any) -> bool:
+    """Re-form ``state``'s complete round without the ``doomed`` nodes in the verdict's own
+    write: the next round opened with every other member of the round in it, as each one's
+    leave and join would leave it (torch's ``_add_to_participants``: the ranks given at
+    completion, a last-call deadline once the round has its minimum). A round of N nodes
+    re-forms in one write instead of N (or 2N, torch's). Each member is in its supervision
+    loop still; once it sees the verdict it leaves its round (``leave_into_wait_list``
+    finds it in the next one and writes nothing) and joins, and the round completes at its
+    deadline. Waiting nodes (spares, nodes new to the job) join themselves, as before.
+    False, changing nothing, where the round is not complete or none of ``doomed`` is in it."""
+    doomed = set(doomed)
+    stay = [node for node in state.participants if node not in doomed]
+    if not state.complete or state.closed or len(stay) == len(state.participants) or not stay:
+        return False
+    beat = next(iter(state.last_heartbeats.values()), None)
+    now = datetime.datetime.now(datetime.timezone.utc)
+    if beat is not None and beat.tzinfo is None:
+        now = now.replace(tzinfo=None)  # the state's own kind of time (naive before torch 2.5)
+    state.round += 1
+    state.complete = False
+    state.participants = dict.fromkeys(stay, 0)
+    state.deadline = now + settings.timeout.last_call if len(stay) >= settings.min_nodes else None
+    return True
 
 
 # what a wrapped operation keeps of the operation it wraps: its class
@@ -571,6 +598,7 @@ def expire_nodes(handler: RendezvousHandler, node_ids: set[str]) -> bool:
         for node in doomed:
             # the state's own kind of time: naive UTC before torch 2.5, aware after
             beats[node] = epoch if beats[node].tzinfo else epoch.replace(tzinfo=None)
+        reform_without(ctx.state, doomed, ctx.settings)
         holder.mark_dirty()
         # written at once with this node's own heartbeat where it has one (a sync waits 1 s)
         return action.KEEP_ALIVE if ctx.node in beats else action.SYNC
@@ -689,8 +717,11 @@ def expire_in_state(
         for node in doomed:
             # the state's own kind of time: naive UTC before torch 2.5, aware after
             beats[node] = epoch if beats[node].tzinfo else epoch.replace(tzinfo=None)
+        moved = reform_without(holder.state, doomed, settings)
         holder.mark_dirty()
         if holder.sync():
+            if moved:  # the nodes that read the state at their pace read it at once
+                getattr(backend, "mark_round_moved", lambda: None)()
             return True
         time.sleep(random.uniform(0.0, backoff_s * 2**attempt))
     return False
