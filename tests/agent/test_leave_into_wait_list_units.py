@@ -8,6 +8,7 @@ one-second poll stops a join where it would wait."""
 from __future__ import annotations
 
 import pickle
+import threading
 import time
 from datetime import timedelta
 from types import SimpleNamespace
@@ -196,9 +197,24 @@ def test_a_join_is_held_as_before_with_the_leave_beside_it() -> None:
     assert views[-1].node == D and views[-1].joining
 
 
-def verdict(job: Job, *lost: Any) -> int:
-    """A watcher's verdict on ``lost`` (``compat.expire_in_state``, as the keyed liveness
-    writes it, through a backend of its own): how many state writes it took."""
+def verdict(job: Job, *lost: Any, by: Any = None) -> int:
+    """A watcher's verdict on ``lost``: as the keyed liveness writes it
+    (``compat.expire_in_state``, through a backend of its own), or, ``by`` a node, as the
+    presence port's does (``compat.expire_nodes``, through that node's handler); how many
+    state writes it took."""
+    ids = {compat.node_id(node) for node in lost}
+    if by is not None:
+        executor = job.executors[by]
+        before = len(job.writes[by])
+        handler = SimpleNamespace(
+            _op_executor=executor,
+            _state_holder=executor._state_holder,
+            _heartbeat_lock=threading.Lock(),
+        )
+        assert compat.expire_nodes(handler, ids)  # type: ignore[arg-type]
+        written = len(job.writes[by]) - before
+        job.writes[by] = job.writes[by][:before]  # the verdict's, not the node's leave or join
+        return written
     writes: list[bytes] = []
 
     class Verdicts(C10dRendezvousBackend):  # type: ignore[misc]
@@ -207,20 +223,20 @@ def verdict(job: Job, *lost: Any) -> int:
             return super().set_state(state, token)
 
     handler = SimpleNamespace(_settings=job.settings)
-    ids = {compat.node_id(node) for node in lost}
     assert compat.expire_in_state(Verdicts(job.store, RUN), handler, ids, 3, 0.0)  # type: ignore[arg-type]
     return len(writes)
 
 
+@pytest.mark.parametrize("by", [None, A], ids=["keyed-liveness", "presence"])
 @pytest.mark.parametrize("nodes", [(2, 4), (4, 4)], ids=["minimum-kept", "below-minimum"])
 def test_a_verdict_on_a_lost_member_re_forms_the_round_in_its_own_write(
-    nodes: tuple[int, int],
+    nodes: tuple[int, int], by: Any
 ) -> None:
     """D is lost: the verdict's one write opens round 2 with A, B and C in it (a deadline
     where they are the minimum); each of them then leaves round 1 and joins round 2 without
     a write, and the round completes at its deadline with torch's ranks (one write)."""
     job = Job([A, B, C, D], nodes=nodes)
-    assert verdict(job, D) == 1
+    assert verdict(job, D, by=by) == 1
     state = job.state()
     assert (state.round, state.complete, set(state.participants)) == (2, False, {A, B, C})
     assert (state.deadline is not None) == (nodes[0] <= 3)
