@@ -578,8 +578,9 @@ def this_node_id(handler: RendezvousHandler) -> str | None:
 def expire_nodes(handler: RendezvousHandler, node_ids: set[str]) -> bool:
     """Drop the nodes ``node_ids`` from the rendezvous now, as torch drops a node whose
     heartbeats are stale: their last heartbeat is set to the epoch and the state written
-    back (every node's next sync then removes them). False when this torch's handler does
-    not offer what it takes (nothing is changed)."""
+    back (every node's next sync then removes them); a complete round they were members of
+    is re-formed without them in the same write (:func:`reform_without`). False when this
+    torch's handler does not offer what it takes (nothing is changed)."""
     dr = _dynamic_rendezvous()
     torch_handler = _torch_handler(handler)
     executor: Any = getattr(torch_handler, "_op_executor", None)
@@ -698,7 +699,9 @@ def expire_in_state(
     """Drop ``node_ids`` from the rendezvous state as :func:`expire_nodes` does, from another
     thread than the handler's: through ``backend`` (one of the caller's own) and a state
     holder of its own (torch's ``_BackendRendezvousStateHolder``, private) with the handler's
-    settings, so nothing of the handler's join is touched. A write that another node's beat
+    settings, so nothing of the handler's join is touched (the round re-formed in the same
+    write, as there; the nodes that read the state at their pace told so through
+    ``backend``'s counter where it has one). A write that another node's beat
     is retried after a jittered wait (up to ``backoff_s`` doubled each time), ``attempts``
     times at most. Whether the nodes are out of the state; False also where this torch has
     no such holder."""
