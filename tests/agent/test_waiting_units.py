@@ -262,6 +262,29 @@ def test_a_waiting_line_of_a_thousand_nodes_names_sixteen() -> None:
     )
 
 
+def test_a_first_round_that_did_not_form_says_whether_nodes_were_missing() -> None:
+    few = waiting.timed_out(peers(1), 1, config("2"), 14)
+    assert (few.cause, few.fix) == (
+        "only 1 of 2 nodes joined within 14s (here: n0 (pid 7))",
+        "start the missing node(s) with --rdzv-endpoint n0:29500 --rdzv-id job, or raise the"
+        " limit with --rdzv-conf join_timeout=SECONDS",
+    )
+    # all came (the roll call) but their joins of the state did not all land in time: never
+    # "only 1000 of 999 nodes joined"
+    slow = waiting.timed_out(peers(1000), 370, config("999:1000"), 600)
+    assert slow.cause == (
+        "1000 nodes came (the job starts with 999) but only 370 of them were in the"
+        " rendezvous within 600s (here: "
+        + ", ".join(f"n{i} (pid 7)" for i in range(16))
+        + " and 984 more)"
+    )
+    assert slow.fix == (
+        "each node joins with one write of the whole rendezvous state, one after another: a"
+        " rendezvous host short of CPU, or thousands of nodes at once, take longer; raise the"
+        " limit with --rdzv-conf join_timeout=SECONDS"
+    )
+
+
 def test_each_tick_compares_only_the_entries_that_came_since_the_last(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

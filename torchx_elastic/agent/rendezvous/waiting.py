@@ -149,6 +149,29 @@ def later_round_line(
     return text + f"; at {config.rdzv_endpoint}, {deadline.text()}"
 
 
+def timed_out(
+    peers: list[roll_call.NodeEntry], in_rendezvous: int, config: AgentConfig, timeout_s: float
+) -> Problem:
+    """Why the first round did not form within the join timeout: too few nodes came
+    (``peers``, the roll call), or enough came and only ``in_rendezvous`` of them got into
+    the rendezvous state (their joins, one write of the whole state each, took longer)."""
+    here = listed([peer.name for peer in peers]) or "none"
+    if len(peers) < config.min_nodes:
+        return Problem(
+            f"only {len(peers)} of {config.min_nodes} nodes joined within {timeout_s:g}s"
+            f" (here: {here})",
+            f"start the missing node(s) with --rdzv-endpoint {config.rdzv_endpoint}"
+            f" --rdzv-id {config.run_id}, or {JOIN_TIMEOUT_HINT}",
+        )
+    return Problem(
+        f"{len(peers)} nodes came (the job starts with {config.min_nodes}) but only"
+        f" {in_rendezvous} of them were in the rendezvous within {timeout_s:g}s (here: {here})",
+        "each node joins with one write of the whole rendezvous state, one after another: a"
+        " rendezvous host short of CPU, or thousands of nodes at once, take longer;"
+        f" {JOIN_TIMEOUT_HINT}",
+    )
+
+
 class ExplainedRendezvous(WrappedRendezvous):
     def __init__(
         self,
@@ -349,14 +372,8 @@ class ExplainedRendezvous(WrappedRendezvous):
             self._on_waiting(progress_line(self._peers(), self._config))
 
     def _timed_out(self) -> Problem:
-        peers = self._peers()
-        here = listed([peer.name for peer in peers]) or "none"
-        return Problem(
-            f"only {len(peers)} of {self._config.min_nodes} nodes joined within"
-            f" {self._join_timeout_s:g}s (here: {here})",
-            f"start the missing node(s) with --rdzv-endpoint {self._config.rdzv_endpoint}"
-            f" --rdzv-id {self._config.run_id}, or {JOIN_TIMEOUT_HINT}",
-        )
+        in_rendezvous = len(compat.state_node_ids(self.handler))
+        return timed_out(self._peers(), in_rendezvous, self._config, self._join_timeout_s)
 
     def _write_status(self, line: str) -> None:
         if self._config.log_dir:
