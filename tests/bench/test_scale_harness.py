@@ -173,7 +173,10 @@ def test_four_nodes_of_each_rendezvous_are_measured(tmp_path: Path) -> None:
             assert traffic["live_nodes"] == nodes, impl
             assert traffic["state_bytes_per_s_per_node"] > 0, impl
             assert traffic["bytes_per_s_per_node"] >= traffic["state_bytes_per_s_per_node"]
-            assert traffic["cas_attempts"] >= nodes, impl  # each node's join is a write
+            if impl == "torch" or phase is record["form"]:
+                assert traffic["cas_attempts"] >= nodes, impl  # each node's join is a write
+            else:  # ours re-forms in the verdict's write (compat.reform_without)
+                assert traffic["cas_attempts"] >= 1
         assert record["store_server"]["libuv"]
     # ours finds the stopped node lost by itself; torch's agent is told (its workers failed)
     assert records["ours"]["loss"]["detected_first_s"] is not None
