@@ -459,12 +459,18 @@ def _bring_into_round(
     executor: Any, state: Any, settings: Any, node: Any, members: frozenset[Any]
 ) -> None:
     """Move the nodes of ``state``'s wait list that were ``members`` of the last round into
-    its open round as torch's ``_add_to_participants`` moves a node itself, ``node`` having
-    just joined it: the round's deadline once it has its minimum, the ranks once it has its
-    maximum (``executor``'s own ``_mark_rendezvous_complete``)."""
+    its open round (:func:`_admit`), ``node`` having just joined it."""
     now = state.last_heartbeats[node]  # the kind of time this torch writes (aware from 2.5)
-    for waiting in sorted(state.wait_list & members - {node}):
-        if len(state.participants) >= settings.max_nodes:
+    _admit(executor, state, settings, sorted(state.wait_list & members - {node}), now)
+
+
+def _admit(executor: Any, state: Any, settings: Any, nodes: Iterable[Any], now: Any) -> None:
+    """Add ``nodes`` to ``state``'s open round as torch's ``_add_to_participants`` adds a
+    node itself, until the round has its maximum: off the wait list, a heartbeat of ``now``
+    unless it has one, the round's deadline once it has its minimum, the ranks once it has
+    its maximum (``executor``'s own ``_mark_rendezvous_complete``)."""
+    for waiting in nodes:
+        if state.complete or len(state.participants) >= settings.max_nodes:
             break
         state.wait_list.discard(waiting)
         state.participants[waiting] = 0
@@ -473,6 +479,83 @@ def _bring_into_round(
             state.deadline = now + settings.timeout.last_call
         if len(state.participants) == settings.max_nodes:
             executor._mark_rendezvous_complete()
+
+
+# a node that came to the first round, as its roll-call entry names it: torch's node
+# descriptor (address, process id, number in its process)
+NodeKey = tuple[str, int, int]
+
+
+def gather_first_round(
+    handler: RendezvousHandler, pending: Callable[[], Iterable[NodeKey]]
+) -> bool:
+    """Have this node's join of the job's first round (round 0, open) bring into the round,
+    in the same write, every node of ``pending()`` that is not in the rendezvous yet (the
+    nodes of the roll call with this node's settings: rendezvous/waiting.py), in that order
+    and as each one's own join would (:func:`_admit`). torch's join takes one write per node
+    of the whole state, and N nodes that come at once race for it (O(N^2) compare-and-sets);
+    here a node finds itself in the round at its next poll and writes nothing, so the first
+    round takes about one write per wave of nodes that come; its own first leave (torch's
+    ``next_rendezvous`` leaves the last round before it joins) leaves nothing. A node
+    brought in that has
+    died meanwhile is dropped by the liveness like a node that joined and died. Nodes that
+    come once the round is complete, and every later round, join as torch has it. False,
+    changing nothing, where this torch's join is not as expected (private)."""
+    dr = _dynamic_rendezvous()
+    describe = getattr(dr, "_NodeDesc", None)
+    action: Any = getattr(dr, "_Action", None)
+    exit_op = getattr(dr, "_RendezvousExitOp", None)
+    join_op = getattr(dr, "_RendezvousJoinOp", None)
+    executor: Any = getattr(_torch_handler(handler), "_op_executor", None)
+    add = getattr(type(executor), "_add_to_participants", None)
+    if None in (describe, action, exit_op, join_op, add) or not hasattr(
+        executor, "_mark_rendezvous_complete"
+    ):
+        return False
+    executor_ref = weakref.ref(executor)  # no cycle through the executor's own attribute
+    joined = [False]  # whether this node's own join of a round ended
+
+    def joining(inner: Callable[[Any, float], Any]) -> Callable[[Any, float], Any]:
+        def state_handler(ctx: Any, deadline: float) -> Any:
+            chosen = inner(ctx, deadline)
+            joined[0] = joined[0] or chosen == action.FINISH
+            return chosen
+
+        return state_handler
+
+    def leaving(inner: Callable[[Any, float], Any]) -> Callable[[Any, float], Any]:
+        def state_handler(ctx: Any, deadline: float) -> Any:
+            if not joined[0] and ctx.node in ctx.state.participants:
+                # brought in before its first join (torch's next_rendezvous leaves the last
+                # round first): leaving would take it out of the round it joins
+                return action.FINISH
+            return inner(ctx, deadline)
+
+        return state_handler
+
+    def add_to_participants() -> None:
+        held: Any = executor_ref()
+        add(held)
+        state = held._state
+        if state.round != 0 or state.complete or state.closed:
+            return
+        try:
+            came = [describe(addr, pid, local_id) for addr, pid, local_id in pending()]
+        except Exception:  # noqa: BLE001 - the others join themselves, as in torch
+            log.debug("the first round's roll call is not readable", exc_info=True)
+            return
+        spares = getattr(state, "redundancy_list", ())
+        absent = [
+            n
+            for n in came
+            if n not in state.participants and n not in state.wait_list and n not in spares
+        ]
+        _admit(held, state, held._settings, absent, state.last_heartbeats[held._node])
+
+    executor._add_to_participants = add_to_participants
+    _wrap_operation(executor, join_op, joining)
+    _wrap_operation(executor, exit_op, leaving)
+    return True
 
 
 def reform_without(state: Any, doomed: Iterable[Any], settings: Any) -> bool:
@@ -568,6 +651,12 @@ def round_node_ids(handler: RendezvousHandler) -> dict[int, str]:
     """Node rank -> torch's id of each member of the handler's last known round."""
     _, participants, _ = _participants(handler)
     return {rank: node_id(node) for node, rank in participants.items()}
+
+
+def this_node_key(handler: RendezvousHandler) -> NodeKey | None:
+    """This node's torch descriptor: (address, process id, number in its process)."""
+    node, _, _ = _participants(handler)
+    return None if node is None else (str(node.addr), int(node.pid), int(node.local_id))
 
 
 def this_node_id(handler: RendezvousHandler) -> str | None:

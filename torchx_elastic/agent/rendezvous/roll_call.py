@@ -16,7 +16,7 @@ import json
 import os
 import socket
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from torchx_elastic.agent.config.launch import AgentConfig
@@ -52,9 +52,13 @@ class NodeEntry:
     rdzv_backend: str
     left: bool = False
     liveness: str = "state"  # an agent's entry without it: torch's heartbeats
+    local_id: int | None = None
+    """The number of this node's rendezvous handler in its process (torch's node descriptor
+    is ``addr``, ``pid`` and it), by which a peer brings it into the first round
+    (:func:`first_round_keys`); None: it joins by itself."""
 
     @classmethod
-    def of_this_node(cls, config: AgentConfig) -> NodeEntry:
+    def of_this_node(cls, config: AgentConfig, local_id: int | None = None) -> NodeEntry:
         return cls(
             host=socket.gethostname(),
             pid=os.getpid(),
@@ -65,6 +69,7 @@ class NodeEntry:
             max_restarts=config.max_restarts,
             rdzv_backend=config.rdzv_backend,
             liveness=liveness.mode(config.rdzv_configs, config.rdzv_backend),
+            local_id=local_id,
         )
 
     @property
@@ -72,18 +77,25 @@ class NodeEntry:
         return f"{self.host} (pid {self.pid})"
 
     def to_json(self) -> bytes:
-        fields = asdict(self)
-        if fields["liveness"] == "state":  # as an agent without the field writes it
-            del fields["liveness"]
-        return json.dumps(fields).encode()
+        values = asdict(self)
+        if values["liveness"] == "state":  # as an agent without the field writes it
+            del values["liveness"]
+        if values["local_id"] is None:
+            del values["local_id"]
+        return json.dumps(values).encode()
 
     @classmethod
     def from_json(cls, data: bytes) -> NodeEntry | None:
+        """The entry, of the fields this agent knows (a later agent's entry may have more);
+        None where ``data`` is not one."""
         try:
-            fields: dict[str, Any] = json.loads(data)
-            return cls(**fields)
-        except (ValueError, TypeError):
+            values: dict[str, Any] = json.loads(data)
+            return cls(**{k: v for k, v in values.items() if k in _FIELDS})
+        except (ValueError, TypeError, AttributeError):
             return None
+
+
+_FIELDS = {f.name for f in fields(NodeEntry)}
 
 
 class RollCall:
@@ -187,6 +199,19 @@ def unreachable_address(peer: NodeEntry, me: NodeEntry, port: int, timeout_s: fl
         "start that node with --local-addr set to an address its peers reach (torch"
         " publishes socket.getfqdn() by default)",
     )
+
+
+def first_round_keys(entries: list[NodeEntry], me: NodeEntry) -> list[tuple[str, int, int]]:
+    """torch's node descriptors (address, pid, number) of the peers that a join of this node
+    brings into the job's first round (``compat.gather_first_round``): those of the roll
+    call, in its order, of this job, there still, started with this node's settings (a
+    mismatched one is said and never joined to the round) and that published their number."""
+    return [
+        (peer.addr, peer.pid, peer.local_id)
+        for peer in job_peers(entries, me.run_id)
+        if peer.local_id is not None
+        and all(getattr(peer, name) == getattr(me, name) for name in SHARED_SETTINGS)
+    ]
 
 
 PEERS_SAMPLED = 8  # each node checks the published addresses of this many peers

@@ -17,7 +17,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from torch.distributed.elastic.rendezvous import (
@@ -358,6 +358,12 @@ class ExplainedRendezvous(WrappedRendezvous):
                 problems.append(roll_call.unreachable_address(peer, me, port, PEER_PROBE_S))
         return problems
 
+    def first_round_peers(self) -> list[compat.NodeKey]:
+        """The peers this node's join brings into the first round, of the roll call as
+        this node's last tick read it (``compat.gather_first_round``: read on the join's
+        thread, no store call)."""
+        return roll_call.first_round_keys(self._entries, self._call.me)
+
     def _peers(self) -> list[roll_call.NodeEntry]:
         return roll_call.job_peers(self._entries, self._config.run_id)
 
@@ -410,11 +416,17 @@ def explained(
 ) -> RendezvousHandler:
     """``handler`` that says what its first round waits for (the roll call on ``store``);
     on the host of the rendezvous, ``on_waiting`` gets the job-wide progress line too."""
+    me = roll_call.NodeEntry.of_this_node(config)
+    node = compat.this_node_key(handler)
+    if node is not None and node[:2] == (me.addr, me.pid):  # its peers can name its node
+        me = replace(me, local_id=node[2])
     try:
-        call = roll_call.RollCall(store, roll_call.NodeEntry.of_this_node(config), signer)
+        call = roll_call.RollCall(store, me, signer)
     except Exception:  # noqa: BLE001 (an extra: the rendezvous goes on without it)
         log.warning(
             "cannot publish this node in the roll call at %s", config.rdzv_endpoint, exc_info=True
         )
         return handler
-    return ExplainedRendezvous(handler, call, config, hosting, join_timeout_s, on_waiting)
+    explained = ExplainedRendezvous(handler, call, config, hosting, join_timeout_s, on_waiting)
+    compat.gather_first_round(handler, explained.first_round_peers)
+    return explained
