@@ -209,15 +209,18 @@ def test_the_agents_stack_forms_the_first_round_in_one_write() -> None:
         params = rendezvous_parameters(node_config)
         handler = handler_on_store(store, params, signer, node_config.rdzv_endpoint)
         backend = compat._torch_handler(handler)._state_holder._backend
-        set_state = backend.set_state
 
-        def counted(state: bytes, token: Any = None, name: str = f"n{index}") -> Any:
+        def counted(
+            state: bytes, token: Any = None, name: str = f"n{index}", inner: Any = backend.set_state
+        ) -> Any:
             writes.append(name)
-            return set_state(state, token)
+            return inner(state, token)
 
         backend.set_state = counted
         handlers.append(waiting.explained(handler, store, node_config, signer, index == 0, 60))
-    handlers[2]._check()  # n2's tick read the roll call: n0 and n1 came
+    for came in handlers[:2]:  # n0's and n1's agents came (as their joins start)
+        came._publish()
+    handlers[2]._check()  # n2's tick read the roll call
     outcome: dict[int, Any] = {}
 
     def join(index: int) -> None:

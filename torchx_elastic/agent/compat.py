@@ -502,12 +502,12 @@ def gather_first_round(
     come once the round is complete, and every later round, join as torch has it. False,
     changing nothing, where this torch's join is not as expected (private)."""
     dr = _dynamic_rendezvous()
-    describe = getattr(dr, "_NodeDesc", None)
+    describe: Any = getattr(dr, "_NodeDesc", None)
     action: Any = getattr(dr, "_Action", None)
     exit_op = getattr(dr, "_RendezvousExitOp", None)
     join_op = getattr(dr, "_RendezvousJoinOp", None)
     executor: Any = getattr(_torch_handler(handler), "_op_executor", None)
-    add = getattr(type(executor), "_add_to_participants", None)
+    add: Any = getattr(type(executor), "_add_to_participants", None)
     if None in (describe, action, exit_op, join_op, add) or not hasattr(
         executor, "_mark_rendezvous_complete"
     ):

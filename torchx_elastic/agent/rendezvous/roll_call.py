@@ -101,23 +101,33 @@ _FIELDS = {f.name for f in fields(NodeEntry)}
 class RollCall:
     """This node's entry in a store, and everyone's."""
 
-    def __init__(self, store: Any, me: NodeEntry, signer: StoreSigner) -> None:
+    def __init__(
+        self, store: Any, me: NodeEntry, signer: StoreSigner, publish: bool = True
+    ) -> None:
         self._store = store
         self._signer = signer
         self.me = me
         self._fetched = 0  # entries read so far (an entry is written once, then only left)
         self._verified: list[NodeEntry] = []
         self._unverified: list[NodeEntry] = []
-        self._index = int(store.add(COUNT_KEY, 1)) - 1
-        self._publish(me)
+        self._index: int | None = None
+        if publish:
+            self.publish()
+
+    def publish(self) -> None:
+        """Publish this node's entry (once): it came."""
+        if self._index is None:
+            self._index = int(self._store.add(COUNT_KEY, 1)) - 1
+            self._publish(self.me)
 
     @staticmethod
     def _key(index: int) -> str:
         return f"{PREFIX}{index}"
 
     def _publish(self, entry: NodeEntry) -> None:
-        key = self._key(self._index)
-        self._store.set(key, self._signer.seal(key, entry.to_json()))
+        if self._index is not None:
+            key = self._key(self._index)
+            self._store.set(key, self._signer.seal(key, entry.to_json()))
 
     def entries(self) -> tuple[list[NodeEntry], list[NodeEntry]]:
         """Every node that published itself, in the order they came: those signed with
@@ -143,7 +153,7 @@ class RollCall:
 
     def leave(self) -> None:
         """Say that this node is no longer there (its agent ends; read by the nodes that
-        come after)."""
+        come after), where it said it came."""
         self._publish(NodeEntry(**{**asdict(self.me), "left": True}))
 
 

@@ -259,6 +259,7 @@ class ExplainedRendezvous(WrappedRendezvous):
         self._rounds += 1
         if self._rounds > 1:
             return self._later_round()
+        self._publish()
         deadline = Deadline.from_now(self._join_timeout_s)
         reports = GrowingInterval()
 
@@ -284,6 +285,18 @@ class ExplainedRendezvous(WrappedRendezvous):
         self._check()  # the round may have taken in a mismatched peer
         self._last_members = compat.round_members(self.handler)
         return outcome["info"]  # type: ignore[no-any-return]
+
+    def _publish(self) -> None:
+        """This node in the roll call, as it comes to its first round (a peer's join may
+        bring it into the round from then on: ``compat.gather_first_round``)."""
+        try:
+            self._call.publish()
+        except Exception:  # noqa: BLE001 (an extra: the rendezvous goes on without it)
+            log.warning(
+                "cannot publish this node in the roll call at %s",
+                self._config.rdzv_endpoint,
+                exc_info=True,
+            )
 
     def _read(self) -> list[roll_call.NodeEntry]:
         try:
@@ -420,13 +433,7 @@ def explained(
     node = compat.this_node_key(handler)
     if node is not None and node[:2] == (me.addr, me.pid):  # its peers can name its node
         me = replace(me, local_id=node[2])
-    try:
-        call = roll_call.RollCall(store, me, signer)
-    except Exception:  # noqa: BLE001 (an extra: the rendezvous goes on without it)
-        log.warning(
-            "cannot publish this node in the roll call at %s", config.rdzv_endpoint, exc_info=True
-        )
-        return handler
+    call = roll_call.RollCall(store, me, signer, publish=False)  # once it joins
     explained = ExplainedRendezvous(handler, call, config, hosting, join_timeout_s, on_waiting)
     compat.gather_first_round(handler, explained.first_round_peers)
     return explained
