@@ -128,35 +128,55 @@ class NodeStopped(RuntimeError):
 class CountingStore(dist.Store):  # type: ignore[misc]
     """One node's store client, counted (see the module's docstring)."""
 
-    def __init__(self, inner: Any, state_key: str) -> None:
+    def __init__(self, inner: Any, state_key: str, twin_of: CountingStore | None = None) -> None:
         super().__init__()
         self._inner = inner
         self._state_key = state_key
-        self._lock = threading.Lock()
-        self.counters = NodeCounters()
+        # a second connection of the same node (connect_again) counts into the first's
+        # counters, and vanishes with it
+        first = twin_of
+        self._lock: threading.Lock = first._lock if first else threading.Lock()
+        self._box: list[NodeCounters] = first._box if first else [NodeCounters()]
+        self._twins: list[CountingStore] = []
         self._last_success_s: float | None = None
         self._last_beat_set_s: float | None = None  # the keyed liveness' last beat
         self._read_at: tuple[float, int, float] | None = None  # time, thread, its CPU time
         self._streak = 0  # conflicts since the last successful state CAS
         self._streak_start_s = 0.0
-        self._frozen = threading.Event()
-        self._released = threading.Event()
+        self._frozen: threading.Event = first._frozen if first else threading.Event()
+        self._released: threading.Event = first._released if first else threading.Event()
         super().set_timeout(inner.timeout)
+
+    @property
+    def counters(self) -> NodeCounters:
+        return self._box[0]
+
+    def connect_again(self) -> CountingStore:
+        """Another connection of this node to the store (the agent's liveness has its own:
+        handler.py's ``own_connection``), counted as this one."""
+        from torch.distributed import TCPStore
+
+        inner = self._inner
+        client = TCPStore(inner.host, inner.port, is_master=False, timeout=inner.timeout)
+        twin = CountingStore(client, self._state_key, twin_of=self)
+        self._twins.append(twin)
+        return twin
 
     # -- the harness's controls ---------------------------------------------------------
 
     def reset(self) -> NodeCounters:
         """The counters so far; counting starts again from zero (the beat clock goes on)."""
         with self._lock:
-            done, self.counters = self.counters, NodeCounters()
-            self.counters.state_bytes = done.state_bytes
+            done, self._box[0] = self._box[0], NodeCounters()
+            self._box[0].state_bytes = done.state_bytes
         return done
 
     def new_round(self) -> None:
         """The node returned from a round: its next heartbeat starts the beat clock again
         (the first one after a join comes later than the keep-alive interval)."""
         with self._lock:
-            self._last_success_s = self._last_beat_set_s = None
+            for store in (self, *self._twins):
+                store._last_success_s = store._last_beat_set_s = None
 
     def freeze(self) -> None:
         self._frozen.set()

@@ -135,15 +135,17 @@ class TorchNode:
 @contextlib.contextmanager
 def _store_given(store: CountingStore) -> Iterator[None]:
     """The agent's ``create_handler`` with this node's counted client as the store it
-    connects to (it would make a ``TCPStore`` client of the endpoint itself)."""
+    connects to (it would make a ``TCPStore`` client of the endpoint itself), and a second
+    counted client of the node as its liveness' own connection."""
     from torchx_elastic.agent.rendezvous import handler as handler_module
 
-    original = handler_module.rendezvous_store
+    original = handler_module.rendezvous_store, handler_module.own_connection
     handler_module.rendezvous_store = lambda params, endpoint: (store, False)
+    handler_module.own_connection = lambda given: given.connect_again()
     try:
         yield
     finally:
-        handler_module.rendezvous_store = original
+        handler_module.rendezvous_store, handler_module.own_connection = original
 
 
 def ours_config(job: Job) -> Any:

@@ -569,3 +569,67 @@ def test_a_store_that_went_away_is_a_rendezvous_connection_error_or_no_verdict()
     away = KeyedLiveness(handler, SignedStore(_Away(), StoreSigner(None)), None, RUN, 2.0, 10.0)
     assert away.dead(["b_1_0"], since_round=0) == set()
     assert not away.suspects()
+
+
+def test_the_liveness_has_a_connection_of_its_own_that_a_waiting_call_does_not_hold() -> None:
+    """torch's client holds its connection for a call that waits (torch's wait for rank 0's
+    address after a round): the liveness' own connection beats meanwhile."""
+    import threading
+
+    from torch.distributed import TCPStore  # type: ignore[attr-defined]
+
+    server = TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+    rendezvous = TCPStore("127.0.0.1", server.port, is_master=False, timeout=timedelta(seconds=20))
+    own = handler_module.own_connection(rendezvous)
+    assert own is not rendezvous and (own.host, own.port) == (rendezvous.host, rendezvous.port)
+    assert own.timeout == rendezvous.timeout
+    got: list[bytes] = []
+    waiting = threading.Thread(target=lambda: got.append(rendezvous.get("rank0 address")))
+    waiting.start()
+    own.set("beat", "1")  # through the rendezvous' connection: held until the get timed out
+    own.set("rank0 address", "h0 29500")
+    waiting.join(30)
+    assert got == [b"h0 29500"]
+    hashed = HashStore()
+    assert handler_module.own_connection(hashed) is hashed  # no server to connect to again
+
+
+def test_beats_go_on_while_a_look_is_held() -> None:
+    """A look that takes long (an audit through the handler's connection, a verdict's
+    retried write) never delays the node's beats: they run on a thread of their own."""
+    import threading
+    import time
+
+    store = HashStore()
+    release, auditing = threading.Event(), threading.Event()
+
+    class HeldAudit:
+        def audit(self) -> bool:
+            auditing.set()
+            release.wait(30)
+            return False
+
+    me = Node("a")
+    handler = _Handler(me, [me, Node("b")])
+    beats = KeyedLiveness(
+        handler,
+        SignedStore(store, StoreSigner(None)),
+        None,
+        RUN,
+        0.01,
+        1.0,
+        audited=HeldAudit(),
+        chance=lambda: 0.0,
+    ).start()
+    try:
+        assert auditing.wait(10)
+        key = keyed_liveness.beat_key(RUN, str(me))
+        first = int(store.get(key))
+        deadline = time.monotonic() + 10
+        while int(store.get(key)) < first + 5 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert int(store.get(key)) >= first + 5  # the look is still held
+        assert auditing.is_set() and not release.is_set()
+    finally:
+        release.set()
+        beats.stop()

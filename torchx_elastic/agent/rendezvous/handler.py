@@ -40,6 +40,7 @@ from the bottom of the stack (``torch_handler()``).
 from __future__ import annotations
 
 import datetime
+import logging
 from typing import Any
 
 from torch.distributed.elastic.rendezvous import (
@@ -76,6 +77,8 @@ from torchx_elastic.agent.rendezvous.signed_store import SignedStore, StoreSigne
 from torchx_elastic.agent.rendezvous.state_generation import GenerationCachedBackend
 from torchx_elastic.agent.rendezvous.wrapped import WrappedRendezvous
 from torchx_elastic.contract import SECRET_ENV, SECRET_FILE_ENV
+
+log = logging.getLogger(__name__)
 
 # the longest random wait after a state write that lost the race, per node of the job and
 # in all: writes take the store about a millisecond or more each, a herd of N nodes that
@@ -208,10 +211,11 @@ def handler_on_store(
     if not keyed:
         return handler
     compat.tune_state_syncs(handler, backend, cas_backoff_s(params))
+    own = own_connection(store)
     beats = KeyedLiveness(
         handler,
-        SignedStore(store, signer),
-        state_backend(store, params.run_id, signer, keyed),  # the verdicts' own
+        SignedStore(own, signer),
+        state_backend(own, params.run_id, signer, keyed),  # the verdicts' own
         params.run_id,
         liveness.interval_s(params.config),
         liveness.dead_after_s(params.config),
@@ -219,6 +223,26 @@ def handler_on_store(
         job_nodes=params.max_nodes,
     )
     return KeyedLivenessRendezvous(handler, beats)
+
+
+def own_connection(store: Any) -> Any:
+    """Another client of ``store``'s server, for the keyed liveness, where ``store`` is a
+    ``TCPStore`` client: a call that waits holds its client for every thread that uses it
+    (torch's ``next_rendezvous`` waits for rank 0's address after a round, up to the
+    store's timeout; rank 0 of a round of 1,000 nodes may take more than the dead-node
+    time to finish its join), and a node whose heartbeats wait that long looks dead to its
+    watchers. ``store`` itself where it is another kind, or where no second connection
+    could be made (said in the debug log)."""
+    from torch.distributed import TCPStore  # type: ignore[attr-defined]
+
+    if not isinstance(store, TCPStore):
+        return store
+    try:
+        timeout = store.timeout  # type: ignore[attr-defined]
+        return TCPStore(store.host, store.port, is_master=False, timeout=timeout)
+    except (RuntimeError, OSError, ValueError) as err:
+        log.debug("the liveness shares the rendezvous' connection: %s", err)
+        return store
 
 
 def cas_backoff_s(params: RendezvousParameters) -> float:

@@ -7,7 +7,11 @@ like a dead node (docs/bench.md, "Rendezvous at scale"). With the keyed liveness
 (the default; ``--rdzv-conf liveness=state`` keeps torch's heartbeats):
 
 - every node writes its own key (:func:`beat_key`: a counter, signed) every
-  ``keep_alive_interval``: a plain ``set``, which no other node's write can make fail;
+  ``keep_alive_interval``: a plain ``set``, which no other node's write can make fail, on
+  a thread and a store connection of its own (handler.py's ``own_connection``: a call that
+  waits on the rendezvous' connection, torch's wait for rank 0's address after a round,
+  holds it for every thread, and a verdict's retried write or an audit takes its time), so
+  that nothing else the node does delays its beats;
 - every node watches the :data:`WATCHED` nodes after it in the rendezvous state's sorted
   node ids (the round's participants, the wait list, the spares): one ``check`` and one
   ``multi_get`` an interval, and every node is watched by as many peers whatever the job's
@@ -172,20 +176,26 @@ class KeyedLiveness:
         self.stopped: set[str] = set()  # nodes whose verdict says their agent was stopped
         self._lock = threading.Lock()  # _watched, read by other threads
         self._stop = threading.Event()
-        self._thread = threading.Thread(
-            target=self._run, name="torchx-elastic-liveness", daemon=True
+        # the beats on a thread of their own: a look that takes long (a verdict's retried
+        # write, an audit through the handler's connection) never delays them
+        self._threads = (
+            threading.Thread(target=self._beat_run, name="torchx-elastic-beat", daemon=True),
+            threading.Thread(target=self._run, name="torchx-elastic-liveness", daemon=True),
         )
 
     def start(self) -> KeyedLiveness:
-        self._thread.start()
+        for thread in self._threads:
+            thread.start()
         _running_here(self)
         return self
 
     def end(self, deadline_s: float) -> None:
-        """No more beats; the tick in progress waited for until ``deadline_s`` (monotonic)."""
+        """No more beats; the beat and look in progress waited for until ``deadline_s``
+        (monotonic)."""
         self._stop.set()
-        if self._thread.is_alive() and self._thread is not threading.current_thread():
-            self._thread.join(max(0.0, deadline_s - time.monotonic()))
+        for thread in self._threads:
+            if thread.is_alive() and thread is not threading.current_thread():
+                thread.join(max(0.0, deadline_s - time.monotonic()))
 
     def stop(self) -> None:
         """No more beats (the node leaves, or its rendezvous moved): its watchers drop it
@@ -206,27 +216,53 @@ class KeyedLiveness:
             except Exception as err:  # noqa: BLE001 - the store is away: nothing to take back
                 log.debug("cannot take back this node's suspicions: %s", err)
 
-    def _run(self) -> None:
+    def _every_interval(self, step: Callable[[], None]) -> None:
         while not self._stop.is_set():
             started_s = self._clock()
-            try:
-                self.tick()
-            except Exception as err:  # noqa: BLE001 - the store is away: nobody is accused
-                log.debug("liveness tick failed: %s", err)
-                self._steady_since_s = None
+            step()
             self._stop.wait(max(0.0, self.interval_s - (self._clock() - started_s)))
 
-    def tick(self) -> None:
-        """One beat of this node, one look at the nodes it watches, and by chance an audit
-        of the state."""
+    def _beat_run(self) -> None:
+        def step() -> None:
+            try:
+                me = self._me()
+                if me is not None:
+                    self.beat(me)
+            except Exception as err:  # noqa: BLE001 - the store is away: nobody is accused
+                log.debug("liveness beat failed: %s", err)
+                self._steady_since_s = None
+
+        self._every_interval(step)
+
+    def _run(self) -> None:
+        def step() -> None:
+            try:
+                self.look()
+            except Exception as err:  # noqa: BLE001 - the store is away: nobody is accused
+                log.debug("liveness look failed: %s", err)
+
+        self._every_interval(step)
+
+    def _me(self) -> str | None:
+        """This node's id; None once the rendezvous is gone (the beats end)."""
         handler = self._handler()
-        if handler is None:  # the rendezvous is gone
+        if handler is None:
             self._stop.set()
+            return None
+        return compat.this_node_id(handler)
+
+    def tick(self) -> None:
+        """One beat of this node and one look (:meth:`look`): the two threads' steps."""
+        me = self._me()
+        if me is not None:
+            self.beat(me)
+            self.look()
+
+    def look(self) -> None:
+        """One look at the nodes this node watches, and by chance an audit of the state."""
+        handler = self._handler()
+        if handler is None or compat.this_node_id(handler) is None:
             return
-        me = compat.this_node_id(handler)
-        if me is None:
-            return
-        self.beat(me)
         nodes, watched = self._watch_list(handler)
         self.watch(handler, watched)
         # of the job's size, not the state's: a node that has not joined yet (an empty state)

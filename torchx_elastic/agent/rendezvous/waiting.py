@@ -154,7 +154,8 @@ def timed_out(
 ) -> Problem:
     """Why the first round did not form within the join timeout: too few nodes came
     (``peers``, the roll call), or enough came and only ``in_rendezvous`` of them got into
-    the rendezvous state (their joins, one write of the whole state each, took longer)."""
+    the rendezvous state (their joins, writes of the whole state one after another, took
+    longer)."""
     here = listed([peer.name for peer in peers]) or "none"
     if len(peers) < config.min_nodes:
         return Problem(
@@ -166,9 +167,9 @@ def timed_out(
     return Problem(
         f"{len(peers)} nodes came (the job starts with {config.min_nodes}) but only"
         f" {in_rendezvous} of them were in the rendezvous within {timeout_s:g}s (here: {here})",
-        "each node joins with one write of the whole rendezvous state, one after another: a"
-        " rendezvous host short of CPU, or thousands of nodes at once, take longer;"
-        f" {JOIN_TIMEOUT_HINT}",
+        "the joins write the whole rendezvous state one after another (each brings in the nodes"
+        " it saw come): a rendezvous host short of CPU, or thousands of nodes at once, take"
+        f" longer; {JOIN_TIMEOUT_HINT}",
     )
 
 
