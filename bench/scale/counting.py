@@ -138,6 +138,8 @@ class CountingStore(dist.Store):  # type: ignore[misc]
         self._lock: threading.Lock = first._lock if first else threading.Lock()
         self._box: list[NodeCounters] = first._box if first else [NodeCounters()]
         self._twins: list[CountingStore] = []
+        # the node's longest gap between two of its heartbeats, over the whole run
+        self._longest_gap_s: list[float] = first._longest_gap_s if first else [0.0]
         self._last_success_s: float | None = None
         self._last_beat_set_s: float | None = None  # the keyed liveness' last beat
         self._read_at: tuple[float, int, float] | None = None  # time, thread, its CPU time
@@ -150,6 +152,12 @@ class CountingStore(dist.Store):  # type: ignore[misc]
     @property
     def counters(self) -> NodeCounters:
         return self._box[0]
+
+    def longest_beat_gap_s(self) -> float:
+        """The longest time between two heartbeats of this node so far (its beat thread did
+        not run, or its store call waited: a watcher cannot tell that from a dead node)."""
+        with self._lock:
+            return self._longest_gap_s[0]
 
     def connect_again(self) -> CountingStore:
         """Another connection of this node to the store (the agent's liveness has its own:
@@ -257,7 +265,9 @@ class CountingStore(dist.Store):  # type: ignore[misc]
             with self._lock:
                 counters = self.counters
                 if self._last_beat_set_s is not None:
-                    counters.beat_gaps_s.append(now_s - self._last_beat_set_s)
+                    gap_s = now_s - self._last_beat_set_s
+                    counters.beat_gaps_s.append(gap_s)
+                    self._longest_gap_s[0] = max(self._longest_gap_s[0], gap_s)
                 counters.beat_retries.append(0)
                 counters.beat_spans_s.append(now_s - start_s)
                 self._last_beat_set_s = now_s

@@ -127,13 +127,17 @@ class NodeRunner:
             if reason is None:
                 if not self._said_dropped and compat.dropped_from_round(self.node.handler, False):
                     self._said_dropped = True  # torch's agent does not look: it trains on
-                    self._emit("dropped", node=self.index, t=time.time())
+                    self._emit_dropped()
                 continue
             if reason == "lost":
                 self._emit("lost", node=self.index, names=names, t=time.time())
             elif reason == "dropped":
-                self._emit("dropped", node=self.index, t=time.time())
+                self._emit_dropped()
             self._join(reason)
+
+    def _emit_dropped(self) -> None:
+        gap_s = round(self.node.store.longest_beat_gap_s(), 2)
+        self._emit("dropped", node=self.index, t=time.time(), beat_gap_s=gap_s)
 
     def _join(self, reason: str) -> None:
         started = time.time()

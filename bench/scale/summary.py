@@ -207,6 +207,11 @@ def summarize(raw: dict[str, Any], cpus: int | None = None) -> dict[str, Any]:
         assess(record, cpus)
     victim = raw.get("loss", {}).get("victim")
     record["false_drops"] = sorted({e["node"] for e in raw.get("dropped", [])} - {victim})
+    # each one's longest gap between two heartbeats until it saw itself dropped: longer
+    # than the dead-node time, its beats did not run (a harness process short of CPU)
+    record["false_drop_beat_gaps_s"] = {
+        str(e["node"]): e.get("beat_gap_s") for e in raw.get("dropped", []) if e["node"] != victim
+    }
     victim_address = raw.get("loss", {}).get("victim_address")
     declared = {
         name.split(" ")[0]
