@@ -64,6 +64,7 @@ import random
 import secrets
 import socket
 import sys
+import threading
 import time
 import weakref
 from collections.abc import Iterable, Iterator
@@ -71,7 +72,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Generic, Protocol, TypeVar
 
 from torch.distributed.distributed_c10d import PrefixStore, Store
-from torch.distributed.elastic.rendezvous import RendezvousHandler
+from torch.distributed.elastic.rendezvous import RendezvousError, RendezvousHandler
 
 from torchx_elastic.contract import MASTER_KEY, SHARE_STORE_OPT_OUT_ENV
 
@@ -171,8 +172,106 @@ def _master_through_store(store: Store, rank: int, local_addr: str | None) -> tu
         addr = local_addr or socket.getfqdn()
         store.set(MASTER_KEY, f"{addr} {port}")
         return addr, int(port)
+    _wait_for_rank0(store, MASTER_KEY)
     addr, port_text = store.get(MASTER_KEY).decode().split(" ")
     return addr, int(port_text)
+
+
+class RoundLeft(RendezvousError):
+    """The job left the round this node joined (a verdict re-formed it) before the round's
+    rank 0 said where its workers meet: that node never will."""
+
+
+# the check of a round that this thread's node joined (rejoin_moved_rounds)
+_ROUND_WAIT = threading.local()
+RANK0_WAIT_S = 1.0  # a wait for rank 0's address looks whether the round moved this often
+
+
+def _wait_for_rank0(store: Any, key: str) -> None:
+    """Wait for rank 0 of the round to set ``key``, as torch's ``get`` of it does (up to the
+    store's timeout), but where this thread's node is in :func:`rejoin_moved_rounds`, look
+    every :data:`RANK0_WAIT_S` whether the job moved to a later round meanwhile, and raise
+    :class:`RoundLeft` then. A verdict re-forms a complete round in its own write
+    (:func:`reform_without`), so a member that had not read the round complete yet (rank
+    0 of a round of 1,000 nodes may take seconds) goes to the next one without ever
+    setting the address the others wait for (torch's wait: its read timeout, 60 s, then an
+    error)."""
+    moved = getattr(_ROUND_WAIT, "moved", None)
+    if moved is None:
+        return
+    moved()  # the round it joined, as it read it last
+    deadline = time.monotonic() + store.timeout.total_seconds()
+    while time.monotonic() < deadline:
+        try:
+            store.wait([key], datetime.timedelta(seconds=RANK0_WAIT_S))
+            return
+        except RuntimeError as err:
+            if "timeout" not in str(err).lower():
+                raise  # the store went away: as torch's get would
+        if moved():
+            raise RoundLeft(f"the rendezvous moved past the round this node joined ({key})")
+
+
+def rejoin_moved_rounds(handler: RendezvousHandler) -> bool:
+    """Make torch's ``next_rendezvous`` of ``handler`` join the next round where the round
+    it joined moved on before its rank 0 said where the workers meet
+    (:func:`_wait_for_rank0`, through torch's ``RendezvousStoreInfo.build`` or
+    :func:`_master_through_store`): its leave of the round then writes nothing
+    (:func:`leave_into_wait_list`: it is in the next one already). False where this torch's
+    handler is otherwise (private)."""
+    torch_handler: Any = _torch_handler(handler)
+    original = getattr(type(torch_handler), "next_rendezvous", None)
+    if original is None or not hasattr(torch_handler, "_state_holder"):
+        return False
+    _store_info_waits()
+    handler_ref = weakref.ref(torch_handler)  # no cycle through the handler's own attribute
+
+    def next_rendezvous() -> Any:
+        held = handler_ref()
+        while True:
+            _ROUND_WAIT.moved = _moved_since_first_look(held)
+            try:
+                return original(held)
+            except RoundLeft as err:
+                log.debug("%s: joining the next round", err)
+            finally:
+                _ROUND_WAIT.moved = None
+
+    torch_handler.next_rendezvous = next_rendezvous
+    return True
+
+
+def _moved_since_first_look(handler: Any) -> Callable[[], bool]:
+    """Whether the handler's rendezvous is in a later round than at this check's first
+    call (which answers False): read again where its counter says it changed."""
+    joined: list[int] = []
+
+    def moved() -> bool:
+        if not joined:
+            joined.append(state_round(handler))
+            return False
+        sync_now(handler)
+        return state_round(handler) > joined[0]
+
+    return moved
+
+
+def _store_info_waits() -> None:
+    """torch's ``RendezvousStoreInfo.build`` (torch 2.4 on) waiting for rank 0's address as
+    :func:`_wait_for_rank0` does (once per process)."""
+    api = importlib.import_module("torch.distributed.elastic.rendezvous.api")
+    info: Any = getattr(api, "RendezvousStoreInfo", None)
+    build = getattr(info, "build", None)
+    if build is None or getattr(build, "_waits_for_rank0", False):
+        return
+
+    def waiting_build(rank: int, store: Any, *args: Any, **kwargs: Any) -> Any:
+        if rank != 0:
+            _wait_for_rank0(store, info.MASTER_PORT_KEY)  # set after its address
+        return build(rank, store, *args, **kwargs)
+
+    waiting_build._waits_for_rank0 = True  # type: ignore[attr-defined]
+    info.build = staticmethod(waiting_build)
 
 
 def _torch_handler(handler: RendezvousHandler) -> Any:
