@@ -108,3 +108,34 @@ def test_a_wait_for_rank_0_outside_a_rejoining_handler_is_torchs() -> None:
     store = HashStore()
     store.set("MASTER_PORT", "1")
     compat._wait_for_rank0(store, "never set")  # no check installed: torch's get waits
+
+
+def test_a_look_reads_the_state_only_once_the_counter_says_a_round_moved(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    class Counter:
+        mark = 7
+
+        def round_mark(self) -> int:
+            return self.mark
+
+    reads: list[int] = []
+    rounds = iter([1, 1, 2])
+    state = type("State", (), {"round": 1})()
+    handler = type("Handler", (), {"_state_holder": type("Holder", (), {"state": state})()})()
+
+    def read(held: Any) -> None:
+        reads.append(1)
+        state.round = next(rounds)
+
+    monkeypatch.setattr(compat, "sync_now", read)
+    counter = Counter()
+    moved = compat._moved_since_first_look(handler, counter)
+    assert not moved() and not moved() and reads == []  # the round joined; nothing moved
+    counter.mark = 8  # a write moved a round: read, still round 1 (another change)
+    assert not moved() and len(reads) == 1
+    assert not moved() and len(reads) == 1  # the same mark: not read again
+    counter.mark = 9
+    assert not moved() and len(reads) == 2
+    counter.mark = 10
+    assert moved() and len(reads) == 3

@@ -212,13 +212,15 @@ def _wait_for_rank0(store: Any, key: str) -> None:
             raise RoundLeft(f"the rendezvous moved past the round this node joined ({key})")
 
 
-def rejoin_moved_rounds(handler: RendezvousHandler) -> bool:
+def rejoin_moved_rounds(handler: RendezvousHandler, counter: StateCounter | None = None) -> bool:
     """Make torch's ``next_rendezvous`` of ``handler`` join the next round where the round
     it joined moved on before its rank 0 said where the workers meet
     (:func:`_wait_for_rank0`, through torch's ``RendezvousStoreInfo.build`` or
     :func:`_master_through_store`): its leave of the round then writes nothing
-    (:func:`leave_into_wait_list`: it is in the next one already). False where this torch's
-    handler is otherwise (private)."""
+    (:func:`leave_into_wait_list`: it is in the next one already). Each look reads
+    ``counter``'s round mark and the state only once that changed (without a counter: the
+    state, through torch's one-second cache). False where this torch's handler is otherwise
+    (private)."""
     torch_handler: Any = _torch_handler(handler)
     original = getattr(type(torch_handler), "next_rendezvous", None)
     if original is None or not hasattr(torch_handler, "_state_holder"):
@@ -229,7 +231,7 @@ def rejoin_moved_rounds(handler: RendezvousHandler) -> bool:
     def next_rendezvous() -> Any:
         held = handler_ref()
         while True:
-            _ROUND_WAIT.moved = _moved_since_first_look(held)
+            _ROUND_WAIT.moved = _moved_since_first_look(held, counter)
             try:
                 return original(held)
             except RoundLeft as err:
@@ -241,17 +243,23 @@ def rejoin_moved_rounds(handler: RendezvousHandler) -> bool:
     return True
 
 
-def _moved_since_first_look(handler: Any) -> Callable[[], bool]:
+def _moved_since_first_look(handler: Any, counter: StateCounter | None) -> Callable[[], bool]:
     """Whether the handler's rendezvous is in a later round than at this check's first
-    call (which answers False): read again where its counter says it changed."""
-    joined: list[int] = []
+    call (which answers False); the state read again only where ``counter``'s round mark
+    changed since the last look."""
+    looked: list[tuple[int, int | None]] = []  # (the round joined, the last round mark)
 
     def moved() -> bool:
-        if not joined:
-            joined.append(state_round(handler))
+        mark = counter.round_mark() if counter is not None else None
+        if not looked:
+            looked.append((state_round(handler), mark))
             return False
+        joined, last_mark = looked[0]
+        if counter is not None and mark == last_mark:
+            return False
+        looked[0] = (joined, mark)
         sync_now(handler)
-        return state_round(handler) > joined[0]
+        return state_round(handler) > joined
 
     return moved
 
@@ -337,6 +345,9 @@ class StateCounter(Protocol):
 
     def mark_round_moved(self) -> None:
         """This node's last write moved a round: the others should read it at once."""
+
+    def round_mark(self) -> int:
+        """A number that changes when a write moved a round (one read of the counter)."""
 
 
 def tune_state_syncs(

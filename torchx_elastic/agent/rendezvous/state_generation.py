@@ -125,6 +125,10 @@ class GenerationCachedBackend(RendezvousBackend):
             # torch polls once a second: a smaller state is read as torch reads it
             return spacing_s <= 1.0 or self._clock() - self._read_at >= spacing_s
 
+    def round_mark(self) -> int:
+        """The counter's round part (one read): it changes when a write moved a round."""
+        return self._add(0) // ROUND_STEP
+
     def mark_round_moved(self) -> None:
         """Tell every node that reads through a counter: this node's last write moved a round
         (they read the state at their next sync)."""
