@@ -607,10 +607,10 @@ def gather_first_round(
     here a node finds itself in the round at its next poll and writes nothing, so the first
     round takes about one write per wave of nodes that come; its own first leave (torch's
     ``next_rendezvous`` leaves the last round before it joins) leaves nothing. A node
-    brought in that has
-    died meanwhile is dropped by the liveness like a node that joined and died. Nodes that
-    come once the round is complete, and every later round, join as torch has it. False,
-    changing nothing, where this torch's join is not as expected (private)."""
+    brought in that has died meanwhile is dropped by the liveness like a node that joined
+    and died. Nodes that come once the round is complete, and every later round, join as
+    torch has it. False, changing nothing, where this torch's join is not as expected
+    (private)."""
     dr = _dynamic_rendezvous()
     describe: Any = getattr(dr, "_NodeDesc", None)
     action: Any = getattr(dr, "_Action", None)

@@ -58,7 +58,7 @@ class NodeEntry:
     (:func:`first_round_keys`); None: it joins by itself."""
 
     @classmethod
-    def of_this_node(cls, config: AgentConfig, local_id: int | None = None) -> NodeEntry:
+    def of_this_node(cls, config: AgentConfig) -> NodeEntry:
         return cls(
             host=socket.gethostname(),
             pid=os.getpid(),
@@ -69,7 +69,6 @@ class NodeEntry:
             max_restarts=config.max_restarts,
             rdzv_backend=config.rdzv_backend,
             liveness=liveness.mode(config.rdzv_configs, config.rdzv_backend),
-            local_id=local_id,
         )
 
     @property
