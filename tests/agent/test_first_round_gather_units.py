@@ -242,3 +242,20 @@ def test_the_agents_stack_forms_the_first_round_in_one_write() -> None:
     assert outcome == {i: (rank, 3) for i, rank in ranks.items()} and writes == ["n2"]
     for handler in handlers:
         handler.shutdown()
+
+
+def test_a_node_that_cannot_publish_itself_says_so_and_joins_by_itself(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    class Unreachable:
+        def add(self, key: str, amount: int) -> int:
+            raise ConnectionError("the store went away")
+
+    me = NodeEntry("n1", 7, "job", "n1", "2", 1, 0, "c10d", local_id=3)
+    call = roll_call.RollCall(Unreachable(), me, StoreSigner(None), publish=False)
+    handler = SimpleNamespace()  # never reached: only the roll call is
+    explained = waiting.ExplainedRendezvous(handler, call, config("2"), False, 60)  # type: ignore[arg-type]
+    with caplog.at_level("WARNING"):
+        explained._publish()
+    assert "cannot publish this node in the roll call at n0:29500" in caplog.text
+    assert explained.first_round_peers() == []  # nobody read: the node joins by itself
