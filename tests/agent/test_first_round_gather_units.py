@@ -259,3 +259,25 @@ def test_a_node_that_cannot_publish_itself_says_so_and_joins_by_itself(
         explained._publish()
     assert "cannot publish this node in the roll call at n0:29500" in caplog.text
     assert explained.first_round_peers() == []  # nobody read: the node joins by itself
+
+
+def test_the_explained_stack_is_freed_with_its_store_as_soon_as_it_is_dropped() -> None:
+    """The first round's hook on torch's join holds the roll call's reader weakly: no
+    reference cycle keeps torch's handler (and its store) alive until some later garbage
+    collection, which may run in a forked process."""
+    import gc
+    import weakref
+
+    store = HashStore()
+    node_config = dataclasses.replace(config("2"), local_addr="127.0.0.1")
+    params = rendezvous_parameters(node_config)
+    bottom = handler_on_store(store, params, StoreSigner(None), node_config.rdzv_endpoint)
+    stack = waiting.explained(bottom, store, node_config, StoreSigner(None), False, 60)
+    torch_handler = weakref.ref(compat._torch_handler(stack))
+    stack.shutdown()
+    gc.disable()
+    try:
+        del stack, bottom
+        assert torch_handler() is None
+    finally:
+        gc.enable()

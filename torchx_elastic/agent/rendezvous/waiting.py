@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -436,5 +437,9 @@ def explained(
         me = replace(me, local_id=node[2])
     call = roll_call.RollCall(store, me, signer, publish=False)  # once it joins
     explained = ExplainedRendezvous(handler, call, config, hosting, join_timeout_s, on_waiting)
-    compat.gather_first_round(handler, explained.first_round_peers)
+    # held weakly: torch's handler below keeps the join's hook, and a cycle through it would
+    # free the handler and its store only at some later garbage collection (in whatever
+    # process runs then: a forked one's, where a store's destructor crashes)
+    peers = weakref.WeakMethod(explained.first_round_peers)
+    compat.gather_first_round(handler, lambda: (peers() or list)())
     return explained
