@@ -1,10 +1,12 @@
 """Who came to the rendezvous, with which settings: each node publishes itself in the store.
 
-Every node that reaches the c10d rendezvous store appends one JSON entry (its host, agent
-pid, run id, the address it publishes to its peers, and the settings all nodes must share)
-under ``torchx_elastic/roll_call/``. Any node reads them all to say who is there, and to
-name, within seconds, a peer started with other settings, another job on the same
-endpoint, or a peer whose published address this node cannot resolve. Entries are signed
+Every node that reaches the c10d rendezvous store appends, as its first round starts, one
+JSON entry (its host, agent pid, run id, the address it publishes to its peers, the number
+of its torch node descriptor, and the settings all nodes must share) under
+``torchx_elastic/roll_call/``. Any node reads them all to say who is there, and to name,
+within seconds, a peer started with other settings, another job on the same endpoint, or a
+peer whose published address this node cannot resolve; a node's join of the first round
+brings the nodes of its settings into the round (:func:`first_round_keys`). Entries are signed
 with the job's secret (signed_store.py) and only verified ones are acted on; an entry this
 job cannot verify (another job's, or a node given another secret) is read as JSON, never
 unpickled, for a warning only.
