@@ -10,6 +10,7 @@ import gc
 import inspect
 import logging
 import pickle
+import signal
 import subprocess
 import sys
 import weakref
@@ -633,3 +634,25 @@ def test_beats_go_on_while_a_look_is_held() -> None:
     finally:
         release.set()
         beats.stop()
+
+
+def test_a_stop_signal_during_a_counter_read_stops_the_agent_not_its_rendezvous() -> None:
+    """torch raises its ``SignalException`` where the signal finds the agent: a store call
+    of the state's counter is not a lost store (exit 143, the rendezvous left open)."""
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+
+    class Signalled:
+        def add(self, key: str, amount: int) -> int:
+            raise SignalException("Process 7 got signal: 15", sigval=signal.SIGTERM)
+
+    backend = GenerationCachedBackend(C10dRendezvousBackend(HashStore(), RUN), Signalled(), RUN)
+    with pytest.raises(SignalException):
+        backend.get_state()
+
+    class Lost:
+        def add(self, key: str, amount: int) -> int:
+            raise RuntimeError("Connection reset by peer")
+
+    lost = GenerationCachedBackend(C10dRendezvousBackend(HashStore(), RUN), Lost(), RUN)
+    with pytest.raises(RendezvousConnectionError):
+        lost.get_state()

@@ -44,6 +44,7 @@ import threading
 import time
 from typing import Any, Callable
 
+from torch.distributed.elastic.multiprocessing.api import SignalException
 from torch.distributed.elastic.rendezvous import RendezvousConnectionError
 from torch.distributed.elastic.rendezvous.dynamic_rendezvous import RendezvousBackend, Token
 
@@ -84,6 +85,8 @@ class GenerationCachedBackend(RendezvousBackend):
         (``RendezvousConnectionError``), which the agent's layers above expect."""
         try:
             return int(self._store.add(self._key, amount))
+        except SignalException:
+            raise  # a stop signal that came during the call: the agent stops, as torch's does
         except Exception as err:
             raise RendezvousConnectionError(
                 "The connection to the C10d store has failed. See inner exception for details."
