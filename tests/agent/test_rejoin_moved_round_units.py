@@ -81,8 +81,11 @@ def test_a_node_waiting_for_rank_0_of_a_round_the_job_left_joins_the_next() -> N
     # this node's join completes round 0 (its maximum) and it waits for rank 0's address;
     # rank 0 had not read round 0 complete when the verdict on the lost node re-formed it:
     # rank 0 and this node are in round 1
-    joiner.join(1.0)
-    state = pickle.loads(C10dRendezvousBackend(store, RUN).get_state()[0])
+    for _ in range(300):  # until its join's write completed round 0 (a bound, not a pace)
+        state = pickle.loads(C10dRendezvousBackend(store, RUN).get_state()[0])
+        if state.complete:
+            break
+        joiner.join(0.1)
     assert (state.round, state.complete, state.participants[me]) == (0, True, 1)
     assert joiner.is_alive() and not round0.check(["MASTER_ADDR"])
     settings = handler._settings
