@@ -154,6 +154,52 @@ def test_a_peer_on_the_c10d_backend_is_named_at_once_with_both_settings(
     assert [e.rdzv_backend for e in entries] == ["c10d", "static", "c10d"]
 
 
+class HostedStore:
+    """A store whose host goes away ``linger_s`` after :meth:`leave`: every call then fails
+    as torch's client does on a closed connection."""
+
+    def __init__(self) -> None:
+        self._store, self._gone_at = HashStore(), float("inf")
+
+    def leave(self, linger_s: float) -> None:
+        self._gone_at = time.monotonic() + linger_s
+
+    def __getattr__(self, name: str) -> Any:
+        if time.monotonic() >= self._gone_at:
+            raise RuntimeError("Failed to recv, got 0 bytes. Connection was likely closed.")
+        return getattr(self._store, name)
+
+
+def test_a_c10d_peer_that_publishes_itself_during_the_claims_wait_is_named_then() -> None:
+    """The c10d node that hosts the store publishes itself after the static node's first
+    look, names the mismatch, lingers and takes its store away: the static node names it
+    too while it waits for claims that never come, not a lost connection."""
+    from torchx_elastic.agent.rendezvous.parameters import HOST_LINGER_S
+    from torchx_elastic.agent.rendezvous.static_ranks import CheckedStaticRanks
+
+    store, signer = HostedStore(), StoreSigner(b"s")
+
+    class Static:
+        def next_rendezvous(self) -> Any:
+            return (store, 1, 2)
+
+    argv = ["--nnodes", "2", "--rdzv-backend", "static", "--rdzv-endpoint", "h0:29500"]
+    args = [*argv, "--rdzv-id", "job", "--node-rank", "1", "x.py"]
+    config = config_from_args(build_parser().parse_args(args))
+    checked = CheckedStaticRanks(Static(), config, signer)  # type: ignore[arg-type]
+
+    def host_publishes_once_claimed() -> None:
+        store.wait([f"{STATIC_RANK_KEY_PREFIX}0/count"])  # the static node waits from here
+        RollCall(store, NodeEntry("h0", 7, "job", "h0", "2", 1, 0, "c10d"), signer)
+        store.leave(HOST_LINGER_S)
+
+    host = threading.Thread(target=host_publishes_once_claimed)
+    host.start()
+    with pytest.raises(RendezvousDiagnosis, match="nodes disagree on --rdzv-backend: static"):
+        checked.next_rendezvous()
+    host.join()
+
+
 def test_node_rank_0_says_what_it_waits_for_while_the_store_blocks(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

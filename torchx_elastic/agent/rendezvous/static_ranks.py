@@ -135,9 +135,12 @@ def check_claims(
     me: str,
     wait_s: float = CLAIMS_WAIT_S,
     clock: Callable[[], float] = time.time,
+    named_meanwhile: Callable[[], Problem | None] = lambda: None,
 ) -> Problem | None:
     """Claim ``rank`` for ``me`` in round ``round_``; the problem with the job's node ranks,
-    if there is one.
+    if there is one, or the one ``named_meanwhile()`` finds while this node waits for its
+    peers' claims (a c10d node that published itself since: it claims nothing, names the
+    mismatch itself and stops, and where it hosts the store it takes it away).
 
     Only claims made within ``FRESH_S`` of this one count: a node that replaces a lost one
     (a new pod of the same index) starts its rounds at 0 again and meets the claims its
@@ -154,6 +157,8 @@ def check_claims(
     while claims < nodes:
         if time.monotonic() >= deadline:
             return None  # a peer that claims nothing: nothing to compare
+        if (problem := named_meanwhile()) is not None:
+            return problem
         time.sleep(POLL_S)
         claims = int(store.add(f"{prefix}count", 0))
     found = {
@@ -206,7 +211,9 @@ class CheckedStaticRanks(WrappedRendezvous):
         problem = self._mismatch()
         if problem is None:
             try:
-                problem = check_claims(store, self._rounds, rank, nodes, me.name)
+                problem = check_claims(
+                    store, self._rounds, rank, nodes, me.name, named_meanwhile=self._mismatch
+                )
             except UnreadableClaim as err:  # nothing to name: the job goes on as torch's would
                 log.warning("node ranks not checked: unreadable claim %s", err)
             problem = problem or self._mismatch()  # a peer that claimed nothing: c10d's?
