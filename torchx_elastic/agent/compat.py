@@ -682,14 +682,67 @@ def reform_without(state: Any, doomed: Iterable[Any], settings: Any) -> bool:
     stay = [node for node in state.participants if node not in doomed]
     if not state.complete or state.closed or len(stay) == len(state.participants) or not stay:
         return False
-    beat = next(iter(state.last_heartbeats.values()), None)
-    now = datetime.datetime.now(datetime.timezone.utc)
-    if beat is not None and beat.tzinfo is None:
-        now = now.replace(tzinfo=None)  # the state's own kind of time (naive before torch 2.5)
+    now = _state_time(state, datetime.datetime.now(datetime.timezone.utc))
     state.round += 1
     state.complete = False
     state.participants = dict.fromkeys(stay, 0)
     state.deadline = now + settings.timeout.last_call if len(stay) >= settings.min_nodes else None
+    return True
+
+
+def _state_time(state: Any, when: datetime.datetime) -> datetime.datetime:
+    """``when`` (aware, UTC) in the kind of time ``state`` keeps: naive UTC before torch
+    2.5 (``utcnow()``), aware after; aware where the state holds no time yet."""
+    kept = next(iter(state.last_heartbeats.values()), None)
+    if kept is None and isinstance(state.deadline, datetime.datetime):
+        kept = state.deadline
+    return when.replace(tzinfo=None) if kept is not None and kept.tzinfo is None else when
+
+
+# how long after a round's last-call deadline the node that completes it (its rank 0 to
+# be) has before the others may: they then do one after another over as long again
+COMPLETER_GRACE_S = 3.0
+
+
+def complete_once(handler: RendezvousHandler) -> bool:
+    """Have one node complete a round at its last-call deadline, not all of them.
+
+    torch's join has every member of an open round whose deadline passed mark it complete
+    (a compare-and-set of the whole state each): at the deadline of a round of N nodes
+    (an elastic first round, every re-formed one: ``reform_without``'s) N writes race, one
+    wins, and N - 1 read the state again to find the round complete. Here the member that
+    will be the round's rank 0 (the first in torch's order) marks it at the deadline as
+    torch's does; member i of n (torch's order) only once the round is still open
+    ``COMPLETER_GRACE_S * (1 + i / n)`` after the deadline (the first one lost or late),
+    each syncing meanwhile as torch's waiting member does. False, changing nothing, where
+    this torch's join is not as expected (private)."""
+    dr = _dynamic_rendezvous()
+    action: Any = getattr(dr, "_Action", None)
+    join_op = getattr(dr, "_RendezvousJoinOp", None)
+    executor = getattr(_torch_handler(handler), "_op_executor", None)
+    keep_alive: Any = getattr(dr, "_should_keep_alive", None)
+    if None in (action, join_op, executor, keep_alive) or not hasattr(
+        action, "MARK_RENDEZVOUS_COMPLETE"
+    ):
+        return False
+
+    def completing(inner: Callable[[Any, float], Any]) -> Callable[[Any, float], Any]:
+        def state_handler(ctx: Any, deadline: float) -> Any:
+            chosen = inner(ctx, deadline)
+            if chosen != action.MARK_RENDEZVOUS_COMPLETE:
+                return chosen
+            state = ctx.state
+            order = sorted(state.participants)
+            place = order.index(ctx.node)
+            wait = 0.0 if place == 0 else COMPLETER_GRACE_S * (1 + place / len(order))
+            now = datetime.datetime.now(datetime.timezone.utc)
+            if state.deadline + datetime.timedelta(seconds=wait) < _state_time(state, now):
+                return chosen
+            return action.KEEP_ALIVE if keep_alive(ctx) else action.SYNC
+
+        return state_handler
+
+    _wrap_operation(executor, join_op, completing)
     return True
 
 
@@ -796,8 +849,7 @@ def expire_nodes(handler: RendezvousHandler, node_ids: set[str]) -> bool:
         if not doomed:
             return action.FINISH  # dropped (this sync's own clean-up, or another node's)
         for node in doomed:
-            # the state's own kind of time: naive UTC before torch 2.5, aware after
-            beats[node] = epoch if beats[node].tzinfo else epoch.replace(tzinfo=None)
+            beats[node] = _state_time(ctx.state, epoch)
         reform_without(ctx.state, doomed, ctx.settings)
         holder.mark_dirty()
         # written at once with this node's own heartbeat where it has one (a sync waits 1 s)
@@ -917,8 +969,7 @@ def expire_in_state(
         if not doomed:
             return True  # dropped (by this sync's own clean-up, or another node's)
         for node in doomed:
-            # the state's own kind of time: naive UTC before torch 2.5, aware after
-            beats[node] = epoch if beats[node].tzinfo else epoch.replace(tzinfo=None)
+            beats[node] = _state_time(holder.state, epoch)
         moved = reform_without(holder.state, doomed, settings)
         holder.mark_dirty()
         if holder.sync():

@@ -208,6 +208,7 @@ def handler_on_store(
         raise RendezvousFailure(endpoint, describe_error(err)) from None
     returning_first.install(handler)  # back from the last round before a spare
     compat.leave_into_wait_list(handler)  # a re-forming round: one write less per node
+    compat.complete_once(handler)  # a round's deadline: one write, not one per node
     # a round re-formed before its rank 0 saw it
     compat.rejoin_moved_rounds(handler, backend if keyed else None)
     if not keyed:
