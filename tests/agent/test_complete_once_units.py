@@ -16,6 +16,7 @@ from torch.distributed import HashStore  # type: ignore[attr-defined]
 from torch.distributed.elastic.rendezvous import dynamic_rendezvous as dr
 from torch.distributed.elastic.rendezvous.c10d_rendezvous_backend import C10dRendezvousBackend
 
+from tests.agent.test_keyed_liveness_units import _torch_now
 from torchx_elastic.agent import compat
 
 RUN = "job"
@@ -41,7 +42,7 @@ class OpenRound:
 
     def __init__(self, passed_s: float, once: bool = True) -> None:
         self.store = HashStore()
-        now = datetime.datetime.now(UTC)
+        now = _torch_now()  # the kind of time this torch keeps (naive before 2.5)
         state = dr._RendezvousState()
         state.round = 1
         state.participants = dict.fromkeys((A, B, C), 0)

@@ -189,7 +189,8 @@ def test_a_c10d_peer_that_publishes_itself_during_the_claims_wait_is_named_then(
     checked = CheckedStaticRanks(Static(), config, signer)  # type: ignore[arg-type]
 
     def host_publishes_once_claimed() -> None:
-        store.wait([f"{STATIC_RANK_KEY_PREFIX}0/count"])  # the static node waits from here
+        while not store.check([f"{STATIC_RANK_KEY_PREFIX}0/count"]):  # it waits from here
+            time.sleep(0.01)
         RollCall(store, NodeEntry("h0", 7, "job", "h0", "2", 1, 0, "c10d"), signer)
         store.leave(HOST_LINGER_S)
 
