@@ -92,6 +92,15 @@ def test_the_round_s_rank_0_to_be_completes_it_and_the_others_only_read_it() -> 
     assert job.writes == [A]  # one write for the round, not one a member
 
 
+def test_the_first_completes_it_at_the_deadline_not_at_the_poll_after_it() -> None:
+    job = OpenRound(passed_s=-0.3)  # the deadline in 0.3 s
+    assert job.join(B) is None  # the others poll (a second)
+    assert job.join(A) == {A: 0, B: 1, C: 2}  # waits the 0.3 s, not its poll's second
+    assert job.writes == [A]
+    job = OpenRound(passed_s=-5.0)
+    assert job.join(A) is None  # a deadline further than a poll away: polls as torch's
+
+
 def test_without_it_every_member_past_the_deadline_writes_the_completion() -> None:
     """What torch's join does (the race ``complete_once`` removes)."""
     job = OpenRound(passed_s=0.5, once=False)

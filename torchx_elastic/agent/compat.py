@@ -702,20 +702,22 @@ def _state_time(state: Any, when: datetime.datetime) -> datetime.datetime:
 # how long after a round's last-call deadline the node that completes it (its rank 0 to
 # be) has before the others may: they then do one after another over as long again
 COMPLETER_GRACE_S = 3.0
+COMPLETER_POLL_S = 1.0  # torch's join polls the state once a second
 
 
 def complete_once(handler: RendezvousHandler) -> bool:
     """Have one node complete a round at its last-call deadline, not all of them.
 
     torch's join has every member of an open round whose deadline passed mark it complete
-    (a compare-and-set of the whole state each): at the deadline of a round of N nodes
-    (an elastic first round, every re-formed one: ``reform_without``'s) N writes race, one
-    wins, and N - 1 read the state again to find the round complete. Here the member that
-    will be the round's rank 0 (the first in torch's order) marks it at the deadline as
-    torch's does; member i of n (torch's order) only once the round is still open
-    ``COMPLETER_GRACE_S * (1 + i / n)`` after the deadline (the first one lost or late),
-    each syncing meanwhile as torch's waiting member does. False, changing nothing, where
-    this torch's join is not as expected (private)."""
+    (a compare-and-set of the whole state each) at its next one-second poll: at the
+    deadline of a round of N nodes (an elastic first round, every re-formed one:
+    ``reform_without``'s) up to N writes race, one wins, and the others read the state
+    again to find the round complete. Here the member that will be the round's rank 0 (the
+    first in torch's order) marks it, at the deadline itself (a poll that would pass it
+    waits until it instead); member i of n (torch's order) only once the round is still
+    open ``COMPLETER_GRACE_S * (1 + i / n)`` after the deadline (the first one lost or
+    late), each syncing meanwhile as torch's waiting member does. False, changing nothing,
+    where this torch's join is not as expected (private)."""
     dr = _dynamic_rendezvous()
     action: Any = getattr(dr, "_Action", None)
     join_op = getattr(dr, "_RendezvousJoinOp", None)
@@ -726,17 +728,28 @@ def complete_once(handler: RendezvousHandler) -> bool:
     ):
         return False
 
+    def past_deadline_s(ctx: Any) -> float | None:
+        """How long ago the deadline of the open round of which this node is a member
+        passed (negative: still to come); None where it has none."""
+        state = ctx.state
+        if state.complete or state.deadline is None or ctx.node not in state.participants:
+            return None
+        now = _state_time(state, datetime.datetime.now(datetime.timezone.utc))
+        return float((now - state.deadline).total_seconds())
+
     def completing(inner: Callable[[Any, float], Any]) -> Callable[[Any, float], Any]:
         def state_handler(ctx: Any, deadline: float) -> Any:
             chosen = inner(ctx, deadline)
-            if chosen != action.MARK_RENDEZVOUS_COMPLETE:
+            past = past_deadline_s(ctx)
+            if past is None or chosen not in (action.SYNC, action.MARK_RENDEZVOUS_COMPLETE):
                 return chosen
-            state = ctx.state
-            order = sorted(state.participants)
-            place = order.index(ctx.node)
-            wait = 0.0 if place == 0 else COMPLETER_GRACE_S * (1 + place / len(order))
-            now = datetime.datetime.now(datetime.timezone.utc)
-            if state.deadline + datetime.timedelta(seconds=wait) < _state_time(state, now):
+            nodes = ctx.state.participants
+            place = sum(1 for node in nodes if node < ctx.node)  # in torch's order
+            if place == 0 and chosen == action.SYNC and -COMPLETER_POLL_S < past < 0:
+                time.sleep(-past)  # the deadline, not the poll after it
+                return inner(ctx, deadline)
+            wait = 0.0 if place == 0 else COMPLETER_GRACE_S * (1 + place / len(nodes))
+            if chosen != action.MARK_RENDEZVOUS_COMPLETE or past > wait:
                 return chosen
             return action.KEEP_ALIVE if keep_alive(ctx) else action.SYNC
 
