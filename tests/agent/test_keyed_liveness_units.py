@@ -290,6 +290,36 @@ def test_a_verdict_drops_the_node_from_torchs_state_for_every_node_that_reads_it
     assert list(reader.state.participants) == nodes[:2]
 
 
+def test_a_verdict_whose_write_lost_retries_on_the_state_it_met_without_reading_it() -> None:
+    store = HashStore()
+    nodes = [dr._NodeDesc(addr, 1, 0) for addr in ("a", "b", "c", "d")]
+    old = _torch_now() - timedelta(days=365)
+    C10dRendezvousBackend(store, RUN).set_state(_state_with(nodes, old))
+    reads: list[str] = []
+
+    class Raced(counted_backend(reads)):  # type: ignore[misc]
+        """Another node's verdict on d lands between this one's read and its write."""
+
+        raced = False
+
+        def set_state(self, state: bytes, token: Any = None) -> Any:
+            if not Raced.raced:
+                Raced.raced = True
+                other = C10dRendezvousBackend(store, RUN)
+                blob, other_token = other.get_state()
+                theirs = pickle.loads(blob)
+                del theirs.participants[nodes[3]], theirs.last_heartbeats[nodes[3]]
+                other.set_state(pickle.dumps(theirs), other_token)
+            return super().set_state(state, token)
+
+    handler = SimpleNamespace(_settings=_settings())
+    assert compat.expire_in_state(Raced(store, RUN), handler, {str(nodes[2])}, 3, 0.0)  # type: ignore[arg-type]
+    assert reads == ["blob"]  # the second write's state came back with the first's loss
+    reader = dr._BackendRendezvousStateHolder(C10dRendezvousBackend(store, RUN), _settings())
+    reader.sync()
+    assert list(reader.state.participants) == nodes[:2]  # both verdicts stand
+
+
 def counted_backend(reads: list[str]) -> Any:
     """torch's c10d backend class whose every read of the blob is appended to ``reads``."""
 

@@ -965,18 +965,20 @@ def expire_in_state(
     holder of its own (torch's ``_BackendRendezvousStateHolder``, private) with the handler's
     settings, so nothing of the handler's join is touched (the round re-formed in the same
     write, as there; the nodes that read the state at their pace told so through
-    ``backend``'s counter where it has one). A write that another node's beat
-    is retried after a jittered wait (up to ``backoff_s`` doubled each time), ``attempts``
-    times at most. Whether the nodes are out of the state; False also where this torch has
-    no such holder."""
+    ``backend``'s counter where it has one). A write that another node's write beat is
+    retried on the state it met, after a jittered wait (up to ``backoff_s`` doubled each
+    time), ``attempts`` times at most. Whether the nodes are out of the state; False also
+    where this torch has no such holder."""
     holder_class = getattr(_dynamic_rendezvous(), "_BackendRendezvousStateHolder", None)
     settings = getattr(_torch_handler(handler), "_settings", None)
     if holder_class is None or settings is None:
         return False
     holder = holder_class(backend, settings, cache_duration=0)
     epoch = datetime.datetime.fromtimestamp(0, datetime.timezone.utc)
+    holder.sync()
     for attempt in range(attempts):
-        holder.sync()
+        # the state read, or the one a lost write met (torch's compare-and-set returns it):
+        # not read again (a state of 1,000 nodes is 100 KB, and verdicts race joins)
         beats = holder.state.last_heartbeats
         doomed = [node for node in beats if node_id(node) in node_ids]
         if not doomed:
