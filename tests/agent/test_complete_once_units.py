@@ -1,6 +1,7 @@
 """One member completes a round at its last-call deadline, not each of them
 (``compat.complete_once``). On torch's own op executors, state holders and c10d backend over
-one ``HashStore``; torch's one-second poll stops a join where it would wait."""
+one ``HashStore``; torch's one-second poll stops a join where it would wait (the autouse
+fixture imported)."""
 
 from __future__ import annotations
 
@@ -17,23 +18,12 @@ from torch.distributed.elastic.rendezvous import dynamic_rendezvous as dr
 from torch.distributed.elastic.rendezvous.c10d_rendezvous_backend import C10dRendezvousBackend
 
 from tests.agent.test_keyed_liveness_units import _torch_now
+from tests.agent.test_leave_into_wait_list_units import Waits, _polls_stop  # noqa: F401
 from torchx_elastic.agent import compat
 
 RUN = "job"
 A, B, C = (dr._NodeDesc(addr, 1, 0) for addr in ("a", "b", "c"))
 UTC = datetime.timezone.utc
-
-
-class Waits(Exception):
-    """torch's join polls: the node waits."""
-
-
-@pytest.fixture(autouse=True)
-def polls_stop(monkeypatch: pytest.MonkeyPatch) -> None:
-    def poll(seconds: Any) -> None:
-        raise Waits
-
-    monkeypatch.setattr(dr, "_delay", poll)
 
 
 class OpenRound:
