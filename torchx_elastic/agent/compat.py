@@ -965,7 +965,7 @@ def expire_in_state(
     holder of its own (torch's ``_BackendRendezvousStateHolder``, private) with the handler's
     settings, so nothing of the handler's join is touched (the round re-formed in the same
     write, as there; the nodes that read the state at their pace told so through
-    ``backend``'s counter where it has one). A write that another node's write beat is
+    ``backend``'s counter where it has one). A write that lost to another node's is
     retried on the state it met, after a jittered wait (up to ``backoff_s`` doubled each
     time), ``attempts`` times at most. Whether the nodes are out of the state; False also
     where this torch has no such holder."""
