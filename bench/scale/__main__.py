@@ -55,7 +55,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--monitor-interval",
         type=float,
         default=0.1,
-        help="seconds between an agent's checks (0.1: torchrun's and ours' default)",
+        help="seconds between an agent's checks (0.1: torchrun's and ours' default; 1.0 makes"
+        " the same store calls with far less of the harness's CPU, docs/bench.md)",
     )
     parser.add_argument(
         "--torch-conf", type=_conf, default={}, help="rendezvous config of torch's nodes"

@@ -19,7 +19,7 @@ from torch.distributed import TCPStore
 from bench.scale.__main__ import main
 from bench.scale.counting import CountingStore, NodeStopped
 from bench.scale.nodes import node_address, stacks_of
-from bench.scale.summary import percentile, render_table
+from bench.scale.summary import assess, percentile, render_table
 from torchx_elastic.contract import PROGRESS_KEY_PREFIX
 
 STATE_KEY = "torch.rendezvous.test"
@@ -186,6 +186,29 @@ def test_four_nodes_of_each_rendezvous_are_measured(tmp_path: Path) -> None:
     table = document["table_markdown"]
     assert table == render_table(document["records"])
     assert "| torch | 4 |" in table and "| ours | 4 |" in table
+
+
+def test_a_bound_harness_of_agents_that_check_often_is_told_of_a_quieter_interval() -> None:
+    def assessed(monitor_s: float, cores: float) -> dict[str, Any]:
+        record: dict[str, Any] = {
+            "monitor_interval_s": monitor_s,
+            "settings": {"keep_alive_interval_s": 2.0},
+            "harness": {"harness_cores": cores, "store_cores": 0.1, "lag_ms_p99": 1.0},
+        }
+        assess(record, cpus=2)
+        return record["harness"]
+
+    said = (
+        "each simulated agent checks every 0.1 s, a thread's wake-up each: most of the"
+        " harness's CPU in steady state; --monitor-interval 1 makes the same store calls"
+        " with less of it (docs/bench.md)"
+    )
+    bound = assessed(0.1, 1.8)
+    assert bound["bound_reasons"] == ["harness + store use 1.90 of 2 CPUs"]
+    assert bound["notes"] == [said]
+    assert assessed(1.0, 1.8)["notes"] == []  # checks once a second already
+    quiet = assessed(0.1, 0.5)  # not bound: nothing to say
+    assert not quiet["bound"] and quiet["notes"] == []
 
 
 @pytest.mark.slow
