@@ -27,20 +27,27 @@ UTC = datetime.timezone.utc
 
 
 class OpenRound:
-    """Round 1 open with A, B and C in it (min 2, max 4), its last-call deadline
+    """Round 1 open with A, B and C in it (min 2, max one more), its last-call deadline
     ``passed_s`` ago; each node's op executor on it, with or without ``complete_once``."""
 
-    def __init__(self, passed_s: float, once: bool = True) -> None:
+    def __init__(self, passed_s: float, once: bool = True, between: int = 0) -> None:
         self.store = HashStore()
         now = _torch_now()  # the kind of time this torch keeps (naive before 2.5)
         state = dr._RendezvousState()
         state.round = 1
-        state.participants = dict.fromkeys((A, B, C), 0)
-        state.last_heartbeats = dict.fromkeys((A, B, C), now)
+        # ``between`` more members, between A and B in torch's order (first in the state)
+        members = [*(dr._NodeDesc(f"a{i:04}", 1, 0) for i in range(between)), A, B, C]
+        state.participants = dict.fromkeys(members, 0)
+        state.last_heartbeats = dict.fromkeys(members, now)
         state.deadline = now - timedelta(seconds=passed_s)
         C10dRendezvousBackend(self.store, RUN).set_state(pickle.dumps(state))
         self.settings = dr.RendezvousSettings(
-            RUN, 2, 4, dr.RendezvousTimeout(), timedelta(seconds=5), keep_alive_max_attempt=3
+            RUN,
+            2,
+            len(members) + 1,
+            dr.RendezvousTimeout(),
+            timedelta(seconds=5),
+            keep_alive_max_attempt=3,
         )
         self.writes: list[Any] = []
         self.executors = {node: self._executor(node, once) for node in (A, B, C)}
@@ -109,6 +116,24 @@ def test_the_others_complete_it_one_after_another_once_the_first_is_late(
     assert job.writes == [B]
     job = OpenRound(passed_s=20.0)
     assert job.join(C) == {A: 0, B: 1, C: 2}
+
+
+def test_a_member_that_is_not_first_does_not_count_its_place_while_the_first_may_complete(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each member polls once a second while a round waits: counting its place among N
+    members (N comparisons) is done only once a member other than the first may complete."""
+    job = OpenRound(passed_s=0.5, between=300)
+    compared = []
+    less = dr._NodeDesc.__lt__
+    monkeypatch.setattr(dr._NodeDesc, "__lt__", lambda a, b: compared.append(a) or less(a, b))
+    assert job.join(B) is None and job.join(C) is None  # within the first's grace: they wait
+    assert 0 < len(compared) <= 2  # one look each, at a member before it
+    compared.clear()
+    ranks = job.join(A)
+    assert ranks is not None and ranks[A] == 0 and len(ranks) == 303
+    assert job.writes == [A]
+    assert len(compared) >= 302  # the first looked at every other member (and torch's ranks)
 
 
 def test_a_time_in_the_state_s_own_kind() -> None:

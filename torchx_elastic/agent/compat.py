@@ -737,6 +737,12 @@ def complete_once(handler: RendezvousHandler) -> bool:
         now = _state_time(state, datetime.datetime.now(datetime.timezone.utc))
         return float((now - state.deadline).total_seconds())
 
+    def first_of(nodes: Any, node: Any) -> bool:
+        """Whether ``node`` is the first of ``nodes`` in torch's order: a look at each node
+        only for the first one; any other meets one before it after a few, on average (a
+        member polls once a second while the round waits for its deadline or its minimum)."""
+        return not any(other < node for other in nodes)
+
     def completing(inner: Callable[[Any, float], Any]) -> Callable[[Any, float], Any]:
         def state_handler(ctx: Any, deadline: float) -> Any:
             chosen = inner(ctx, deadline)
@@ -744,13 +750,19 @@ def complete_once(handler: RendezvousHandler) -> bool:
             if past is None or chosen not in (action.SYNC, action.MARK_RENDEZVOUS_COMPLETE):
                 return chosen
             nodes = ctx.state.participants
-            place = sum(1 for node in nodes if node < ctx.node)  # in torch's order
-            if place == 0 and chosen == action.SYNC and -COMPLETER_POLL_S < past < 0:
-                time.sleep(-past)  # the deadline, not the poll after it
-                return inner(ctx, deadline)
-            wait = 0.0 if place == 0 else COMPLETER_GRACE_S * (1 + place / len(nodes))
-            if chosen != action.MARK_RENDEZVOUS_COMPLETE or past > wait:
+            if chosen == action.SYNC:
+                if -COMPLETER_POLL_S < past < 0 and first_of(nodes, ctx.node):
+                    time.sleep(-past)  # the deadline, not the poll after it
+                    return inner(ctx, deadline)
                 return chosen
+            if first_of(nodes, ctx.node):
+                return chosen
+            # member i > 0 of n waits COMPLETER_GRACE_S * (1 + i / n): its place (O(N)) is
+            # counted only once no member's wait can have passed
+            if past > COMPLETER_GRACE_S:
+                place = sum(1 for node in nodes if node < ctx.node)  # in torch's order
+                if past > COMPLETER_GRACE_S * (1 + place / len(nodes)):
+                    return chosen
             return action.KEEP_ALIVE if keep_alive(ctx) else action.SYNC
 
         return state_handler
