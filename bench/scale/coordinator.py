@@ -195,6 +195,7 @@ class RunState:
         self.finals: dict[int, dict[str, Any]] = {}
         self.dropped: list[dict[str, Any]] = []
         self.lost: list[dict[str, Any]] = []
+        self.verdicts: list[dict[str, Any]] = []
         self.errors: list[dict[str, Any]] = []
         self.forming: list[dict[str, Any]] = []
         self.stacks: list[dict[str, Any]] = []
@@ -216,6 +217,8 @@ class RunState:
             self.dropped.append(event)
         elif kind == "lost":
             self.lost.append(event)
+        elif kind == "verdict":
+            self.verdicts.append(event)
         elif kind == "error":
             self.errors.append(event)
         elif kind == "forming":
@@ -523,6 +526,7 @@ def run(options: Options) -> dict[str, Any]:
         server.close()
         record["dropped"] = state.dropped
         record["lost"] = state.lost
+        record["verdicts"] = state.verdicts
         record["errors"] = state.errors
         if state.errors or not record.get("form", {}).get("formed"):
             record["log_tail"] = procs.tail()

@@ -28,7 +28,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any
+from typing import Any, Callable
 
 import torch.distributed as dist
 
@@ -109,6 +109,13 @@ def is_beat_key(key: str) -> bool:
     return key.startswith(LIVENESS_KEY_PREFIX) and "/beat/" in key
 
 
+def verdict_named(key: str) -> str | None:
+    """The node id a keyed liveness verdict (its ``dead`` key) names; None for other keys."""
+    if key.startswith(LIVENESS_KEY_PREFIX) and "/dead/" in key:
+        return key.rsplit("/dead/", 1)[1]
+    return None
+
+
 def purpose_of(key: str, state_key: str) -> str:
     if key == state_key or key.startswith(STATE_GENERATION_KEY_PREFIX):
         return "state"
@@ -138,6 +145,9 @@ class CountingStore(dist.Store):  # type: ignore[misc]
         self._lock: threading.Lock = first._lock if first else threading.Lock()
         self._box: list[NodeCounters] = first._box if first else [NodeCounters()]
         self._twins: list[CountingStore] = []
+        self._origin: CountingStore = first if first else self
+        # told the id of each node this node's liveness says dead (see :func:`verdict_named`)
+        self.on_verdict: Callable[[str], None] | None = None
         # the node's longest gap between two of its heartbeats, over the whole run
         self._longest_gap_s: list[float] = first._longest_gap_s if first else [0.0]
         self._last_success_s: float | None = None
@@ -260,6 +270,10 @@ class CountingStore(dist.Store):  # type: ignore[misc]
     def set(self, key: str, value: Any) -> None:
         start_s = time.perf_counter()
         self._call("set", [key], _size(key) + _size(value), self._inner.set, key, value)
+        named = verdict_named(key)
+        tell = self._origin.on_verdict
+        if named is not None and tell is not None:
+            tell(named)  # this node said that node dead (while joining, too)
         if is_beat_key(key):  # a heartbeat of the keyed liveness: a write that cannot conflict
             now_s = time.perf_counter()
             with self._lock:

@@ -17,12 +17,14 @@ other), says ``ready`` and waits for the coordinator's commands on stdin, one a 
 
 It answers with JSON lines on its stdout (torch's and the agent's own output goes to
 stderr): ``ready``, ``joined`` (a node returned from a round), ``dropped`` (a healthy node
-saw itself left out of the rendezvous), ``lost`` (our agent declared peers dead),
-``forming``, ``stacks``, ``error``, ``window`` and ``final``.
+saw itself left out of the rendezvous), ``lost`` (our agent declared peers dead, in its
+checks), ``verdict`` (its liveness wrote that a node is dead, at any time: while it joins a
+round too), ``forming``, ``stacks``, ``error``, ``window`` and ``final``.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import sys
@@ -400,6 +402,10 @@ def serve(nodes: list[SimNode], runners: dict[int, NodeRunner], emit: Emitter) -
     emit("final", cpu_s=_cpu_s(), threads=threading.active_count())
 
 
+def _said_dead(emit: Emitter, index: int, named: str) -> None:
+    emit("verdict", node=index, named=named, t=time.time())
+
+
 def main(argv: list[str]) -> None:
     job = Job(**json.loads(argv[0]))
     impl, first, count = argv[1], int(argv[2]), int(argv[3])
@@ -411,6 +417,8 @@ def main(argv: list[str]) -> None:
     started = time.monotonic()
     nodes = build_nodes(job, impl, first, count)
     runners = {first + i: NodeRunner(first + i, node, job, emit) for i, node in enumerate(nodes)}
+    for index, runner in runners.items():
+        runner.node.store.on_verdict = functools.partial(_said_dead, emit, index)
     for runner in runners.values():
         runner.thread.start()
     emit(

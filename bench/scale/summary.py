@@ -201,7 +201,7 @@ def assess(record: dict[str, Any], cpus: int) -> None:
 def summarize(raw: dict[str, Any], cpus: int | None = None) -> dict[str, Any]:
     """The record of one run: its settings, formation, steady state, loss and the harness."""
     cpus = cpus or os.cpu_count() or 1
-    record = {k: v for k, v in raw.items() if k not in ("window", "dropped", "lost")}
+    record = {k: v for k, v in raw.items() if k not in ("window", "dropped", "lost", "verdicts")}
     interval_s = raw.get("settings", {}).get("keep_alive_interval_s", 1.0)
     window = raw.get("window")
     if window is not None:
@@ -225,18 +225,20 @@ def summarize(raw: dict[str, Any], cpus: int | None = None) -> dict[str, Any]:
         str(e["node"]): e.get("beat_gap_s") for e in raw.get("dropped", []) if e["node"] != victim
     }
     victim_address = raw.get("loss", {}).get("victim_address")
-    declared = {
-        name.split(" ")[0]
-        for event in raw.get("lost", [])
-        for name in event["names"]
-        if not (victim_address and name.startswith(victim_address + " "))
-    }
-    record["declared_dead_healthy"] = sorted(declared)
+    # the addresses of healthy nodes said dead: in a node's checks (a name: "address (agent
+    # pid P)"), or by a liveness verdict at any time (an id: "address_pid_n"), while the
+    # nodes joined a round too
+    said = [name.split(" ")[0] for event in raw.get("lost", []) for name in event["names"]]
+    said += [event["named"].split("_")[0] for event in raw.get("verdicts", [])]
+    record["declared_dead_healthy"] = sorted(set(said) - {victim_address})
     go_at = raw.get("form", {}).get("go_at", 0.0)
+    verdicts = [e | {"names": [e["named"]]} for e in raw.get("verdicts", [])]
     record["events"] = [
         {"ev": e["ev"], "node": e["node"], "s_after_go": round(e["t"] - go_at, 3)}
         | ({"names": e["names"]} if "names" in e else {})
-        for e in sorted(raw.get("dropped", []) + raw.get("lost", []), key=lambda e: e["t"])
+        for e in sorted(
+            raw.get("dropped", []) + raw.get("lost", []) + verdicts, key=lambda e: e["t"]
+        )
     ]
     return record
 
@@ -269,7 +271,7 @@ LIVENESS_COLUMNS = (
     "first round s",
     "beat gap p99 s",
     "late beats",
-    "false drops",
+    "false drops / healthy said dead",
     "re-form s",
     "harness CPU",
     "lag p99 ms (window / forming)",
@@ -322,6 +324,12 @@ def _phase_kib(phase: dict[str, Any] | None) -> str:
     return _num(None if per_node is None else per_node / 1024, 1)
 
 
+def _drops(record: dict[str, Any]) -> str:
+    """Healthy nodes that saw themselves dropped / that a peer said dead (at any time)."""
+    said = record.get("declared_dead_healthy", [])
+    return f"{len(record.get('false_drops', []))} / {len(said)}"
+
+
 def liveness_row(record: dict[str, Any]) -> str:
     steady = record.get("steady") or {}
     cas = steady.get("cas") or {}
@@ -340,7 +348,7 @@ def liveness_row(record: dict[str, Any]) -> str:
             _num(form.get("all_in_s")) if form.get("formed", True) else "not in time",
             _num(cas.get("gap_s_p99"), 2),
             _pct(cas.get("late_share")),
-            str(len(record.get("false_drops", []))),
+            _drops(record),
             reform,
             _num(harness_.get("harness_cores"), 2),
             f"{_num(harness_.get('lag_ms_p99'), 0)} / {_num(form_lag, 0)}",

@@ -19,7 +19,7 @@ from torch.distributed import TCPStore
 from bench.scale.__main__ import main
 from bench.scale.counting import CountingStore, NodeStopped
 from bench.scale.nodes import node_address, stacks_of
-from bench.scale.summary import assess, percentile, render_table
+from bench.scale.summary import assess, percentile, render_table, summarize
 from torchx_elastic.contract import PROGRESS_KEY_PREFIX
 
 STATE_KEY = "torch.rendezvous.test"
@@ -70,6 +70,44 @@ def test_a_lost_state_cas_is_a_conflict_and_the_next_success_a_beat(server: Any)
     assert counters.state_bytes == len("v2")
     assert counters.purposes["state"] == 2
     assert counters.purpose_bytes["state"] == 2 * (len(STATE_KEY) + 6)  # key, 2 values, answer
+
+
+def test_a_liveness_verdict_is_told_from_either_connection_of_the_node(server: Any) -> None:
+    from torchx_elastic.agent.rendezvous.keyed_liveness import beat_key, dead_key
+
+    store = _client(server)
+    twin = store.connect_again()  # the liveness' own connection
+    named: list[str] = []
+    store.on_verdict = named.append
+    twin.set(dead_key("job", "127.0.0.5_77_0"), "dead 3")
+    store.set(beat_key("job", "127.0.0.6_77_0"), "1")  # a heartbeat: no verdict
+    store.set("torchx_elastic/other/dead/x", "1")
+    assert named == ["127.0.0.5_77_0"]
+
+
+def test_healthy_nodes_said_dead_while_they_joined_are_counted() -> None:
+    raw: dict[str, Any] = {
+        "loss": {"victim": 9, "victim_address": "127.0.0.10"},
+        "form": {"go_at": 100.0},
+        "lost": [{"ev": "lost", "node": 1, "t": 110.0, "names": ["127.0.0.10 (agent pid 7)"]}],
+        "verdicts": [  # written by liveness threads, the nodes inside a join
+            {"ev": "verdict", "node": 2, "t": 109.0, "named": "127.0.0.10_7_0"},
+            {"ev": "verdict", "node": 3, "t": 120.0, "named": "127.0.0.4_7_0"},
+            {"ev": "verdict", "node": 5, "t": 121.0, "named": "127.0.0.4_7_0"},
+        ],
+    }
+    record = summarize(raw)
+    assert record["false_drops"] == []  # none saw itself dropped: each was inside a join
+    assert record["declared_dead_healthy"] == ["127.0.0.4"]
+    assert [(e["ev"], e["node"], e["s_after_go"]) for e in record["events"]] == [
+        ("verdict", 2, 9.0),
+        ("lost", 1, 10.0),
+        ("verdict", 3, 20.0),
+        ("verdict", 5, 21.0),
+    ]
+    assert "| ours | 1000 | - | - | - | 0 / 1 |" in render_table(
+        [{"impl": "ours", "nodes": 1000, **record}]
+    )
 
 
 def test_a_prefixed_round_store_is_counted_through_torch(server: Any) -> None:
