@@ -12,7 +12,9 @@ times: the rest is waiting for the GIL or a CPU, which a real agent on a host of
 does not, and a longer window makes more conflicts); a p99 much longer is noted, and so
 is, on a bound harness, an agents' monitor interval under :data:`QUIET_MONITOR_S`: each
 check wakes a node's thread, which costs a harness of hundreds of node threads far more CPU
-than the check itself.
+than the check itself. After a loss, threads that woke up :data:`STARVED_SHARE` of the
+dead-node time late (keep-alive interval times attempts) or more bound the harness too: a
+healthy node whose beats waited that long may be said dead by the harness, not the agent.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ THINK_INFLATION = 1.5  # the typical window: p50 wall over p50 CPU
 SPIKE_INFLATION = 3.0  # p99
 # agents that check this seldom read the state's counter as often (once a second either way)
 QUIET_MONITOR_S = 1.0
+STARVED_SHARE = 0.5  # of the dead-node time: a thread's lag after a loss that bounds a run
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:
@@ -173,6 +176,16 @@ def assess(record: dict[str, Any], cpus: int) -> None:
     for value, phase in lags:
         if value is not None and value > limit_ms:
             reasons.append(f"lag p99 {value:.0f} ms > {limit_ms:.0f} ms {phase}")
+    progress = (record.get("loss") or {}).get("progress") or []
+    reform_lag_s = max((p.get("lag_s_max", 0.0) for p in progress), default=None)
+    harness_["reform_lag_s_max"] = reform_lag_s
+    settings = record.get("settings") or {}
+    dead_s = interval_s * settings.get("keep_alive_max_attempt", 1)
+    if reform_lag_s is not None and reform_lag_s >= STARVED_SHARE * dead_s:
+        reasons.append(
+            f"threads woke up to {reform_lag_s:.1f} s late after the loss, against a dead-node"
+            f" time of {dead_s:g} s: a healthy node's beats may have waited that long"
+        )
     used = harness_.get("harness_cores", 0.0) + harness_.get("store_cores", 0.0)
     if used >= CPU_SATURATED_SHARE * cpus:
         reasons.append(f"harness + store use {used:.2f} of {cpus} CPUs")

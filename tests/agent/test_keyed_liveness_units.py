@@ -349,6 +349,20 @@ def test_the_state_is_read_only_when_a_node_wrote_it() -> None:
     assert reader.get_state()[0] == b"state 2" and reads == ["blob", "blob"]  # type: ignore[index]
 
 
+def test_the_round_mark_of_the_state_held_is_the_one_read_before_it() -> None:
+    store = HashStore()
+    writer = GenerationCachedBackend(C10dRendezvousBackend(store, RUN), store, RUN)
+    reader = GenerationCachedBackend(C10dRendezvousBackend(store, RUN), store, RUN)
+    assert reader.held_round_mark() == -1  # nothing read yet: any mark is newer
+    assert writer.set_state(b"round 1")[2]  # type: ignore[index]
+    writer.mark_round_moved()
+    token = reader.get_state()[1]  # type: ignore[index]
+    assert reader.held_round_mark() == reader.round_mark() == 1
+    assert writer.set_state(b"round 2", token)[2]  # type: ignore[index]
+    writer.mark_round_moved()  # after this node's read: its state is of the mark before
+    assert (reader.held_round_mark(), reader.round_mark()) == (1, 2)
+
+
 def _tuned_holder(nodes: list[Any], backend_class: Any, backoff_s: float) -> tuple[Any, Any]:
     """A writer of a state of ``nodes``, and a handler's state holder (its backend of
     ``backend_class``) tuned as the keyed liveness tunes it, after its first read."""

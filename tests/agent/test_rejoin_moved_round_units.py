@@ -122,6 +122,9 @@ def test_a_look_reads_the_state_only_once_the_counter_says_a_round_moved(
         def round_mark(self) -> int:
             return self.mark
 
+        def held_round_mark(self) -> int:
+            return 7  # the state this node holds was read at mark 7
+
     reads: list[int] = []
     rounds = iter([1, 1, 2])
     state = type("State", (), {"round": 1})()
@@ -142,3 +145,31 @@ def test_a_look_reads_the_state_only_once_the_counter_says_a_round_moved(
     assert not moved() and len(reads) == 2
     counter.mark = 10
     assert moved() and len(reads) == 3
+
+
+def test_a_round_that_moved_before_the_first_look_is_found_at_the_second(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A node read its round complete at mark 7, then was slow: a verdict re-formed the
+    round (mark 8) before its wait for rank 0 first looked. The first look's mark is 8, but
+    the state it holds is of 7: the next look reads the state and leaves the round."""
+
+    class Counter:
+        def round_mark(self) -> int:
+            return 8
+
+        def held_round_mark(self) -> int:
+            return 7
+
+    reads: list[int] = []
+    state = type("State", (), {"round": 1})()
+    handler = type("Handler", (), {"_state_holder": type("Holder", (), {"state": state})()})()
+
+    def read(held: Any) -> None:
+        reads.append(1)
+        state.round = 2
+
+    monkeypatch.setattr(compat, "sync_now", read)
+    moved = compat._moved_since_first_look(handler, Counter())
+    assert not moved() and reads == []  # the round joined
+    assert moved() and reads == [1]  # its state was older than the mark: read, moved

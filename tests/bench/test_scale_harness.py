@@ -249,6 +249,25 @@ def test_a_bound_harness_of_agents_that_check_often_is_told_of_a_quieter_interva
     assert not quiet["bound"] and quiet["notes"] == []
 
 
+def test_threads_late_by_half_the_dead_node_time_after_a_loss_bound_the_harness() -> None:
+    def assessed(lag_s: float) -> dict[str, Any]:
+        record: dict[str, Any] = {
+            "settings": {"keep_alive_interval_s": 2.0, "keep_alive_max_attempt": 5},
+            "harness": {"harness_cores": 0.5, "store_cores": 0.1, "lag_ms_p99": 1.0},
+            "loss": {"progress": [{"lag_s_max": 0.3}, {"lag_s_max": lag_s}]},
+        }
+        assess(record, cpus=2)
+        return record["harness"]
+
+    starved = assessed(7.4)
+    assert starved["bound_reasons"] == [
+        "threads woke up to 7.4 s late after the loss, against a dead-node time of 10 s: a"
+        " healthy node's beats may have waited that long"
+    ]
+    assert starved["reform_lag_s_max"] == 7.4
+    assert not assessed(4.0)["bound"]  # under half of it: the agent's figures
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_nodes_that_have_not_joined_yet_seldom_read_the_state() -> None:

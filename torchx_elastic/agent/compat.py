@@ -246,14 +246,17 @@ def rejoin_moved_rounds(handler: RendezvousHandler, counter: StateCounter | None
 def _moved_since_first_look(handler: Any, counter: StateCounter | None) -> Callable[[], bool]:
     """Whether the handler's rendezvous is in a later round than at this check's first
     call (which answers False); the state read again only where ``counter``'s round mark
-    changed since the last look."""
+    changed since the last look, or, at the second look, since the state the handler held
+    at the first was read (a round may have moved between that read and the first look: a
+    node slow to return from its join would otherwise wait for a rank 0 that left)."""
     looked: list[tuple[int, int | None]] = []  # (the round joined, the last round mark)
 
     def moved() -> bool:
-        mark = counter.round_mark() if counter is not None else None
         if not looked:
-            looked.append((state_round(handler), mark))
+            held = counter.held_round_mark() if counter is not None else None
+            looked.append((state_round(handler), held))
             return False
+        mark = counter.round_mark() if counter is not None else None
         joined, last_mark = looked[0]
         if counter is not None and mark == last_mark:
             return False
@@ -348,6 +351,10 @@ class StateCounter(Protocol):
 
     def round_mark(self) -> int:
         """A number that changes when a write moved a round (one read of the counter)."""
+
+    def held_round_mark(self) -> int:
+        """The round mark as the state was last read (no store call): at most the mark of
+        the state the handler holds."""
 
 
 def tune_state_syncs(

@@ -132,6 +132,12 @@ class GenerationCachedBackend(RendezvousBackend):
         """The counter's round part (one read): it changes when a write moved a round."""
         return self._add(0) // ROUND_STEP
 
+    def held_round_mark(self) -> int:
+        """The round part of the counter as read before the state was last read (no store
+        call; -1 before the first read): what a handler holds is at least that new, so a
+        round moved since it was read where :meth:`round_mark` says more."""
+        return -1 if self._generation < 0 else self._generation // ROUND_STEP
+
     def mark_round_moved(self) -> None:
         """Tell every node that reads through a counter: this node's last write moved a round
         (they read the state at their next sync)."""
