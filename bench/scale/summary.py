@@ -36,6 +36,7 @@ SPIKE_INFLATION = 3.0  # p99
 # agents that check this seldom read the state's counter as often (once a second either way)
 QUIET_MONITOR_S = 1.0
 STARVED_SHARE = 0.5  # of the dead-node time: a thread's lag after a loss that bounds a run
+TORCH_DEAD_S = 15.0  # torch's keep-alive: 5 s, 3 attempts
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:
@@ -186,6 +187,12 @@ def assess(record: dict[str, Any], cpus: int) -> None:
             f"threads woke up to {reform_lag_s:.1f} s late after the loss, against a dead-node"
             f" time of {dead_s:g} s: a healthy node's beats may have waited that long"
         )
+        if record.get("impl") == "ours" and dead_s < TORCH_DEAD_S:
+            notes.append(
+                "a longer dead-node time keeps the harness's starvation under it:"
+                " --ours-conf keep_alive_interval=5,keep_alive_max_attempt=3 (torch's values)"
+                " re-formed 1,000 nodes on two CPUs (docs/bench.md)"
+            )
     used = harness_.get("harness_cores", 0.0) + harness_.get("store_cores", 0.0)
     if used >= CPU_SATURATED_SHARE * cpus:
         reasons.append(f"harness + store use {used:.2f} of {cpus} CPUs")
