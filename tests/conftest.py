@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, Sequence
 
 import pytest
 
@@ -32,6 +33,26 @@ def _env(extra: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
+# what says where an agent meets: without any, it takes torchrun's one-node default
+_RENDEZVOUS_FLAGS = ("standalone", "rdzv-endpoint", "rdzv_endpoint", "master-port", "master_port")
+
+
+def one_node_port(args: Sequence[str], env: dict[str, str]) -> dict[str, str]:
+    """``env`` for an agent started with ``args``: where they say nowhere to meet and this
+    torch's torchrun then takes the fixed port 29500 for one node (torch 2.4; later ones
+    take a free port), a free port in ``PET_MASTER_PORT`` (torchrun's variable for
+    ``--master-port``): the test lanes run side by side, and another lane's job may hold
+    29500 (EADDRINUSE)."""
+    from torchx_elastic.agent import compat
+
+    said = any(flag in arg for arg in args for flag in _RENDEZVOUS_FLAGS)
+    if said or "PET_MASTER_PORT" in env or compat.torchrun_defaults()["master_port"] is None:
+        return env
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return {**env, "PET_MASTER_PORT": str(sock.getsockname()[1])}
+
+
 def run_torchx(
     *args: str, cwd: Path, env: dict[str, str] | None = None, timeout_s: float = 240
 ) -> subprocess.CompletedProcess[str]:
@@ -53,7 +74,7 @@ def run_agent(
     return subprocess.run(
         [sys.executable, "-m", "torchx_elastic.agent", *args],
         cwd=cwd,
-        env=_env(env),
+        env=one_node_port(args, _env(env)),
         capture_output=True,
         text=True,
         timeout=timeout_s,

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, _env, run_agent, run_torchx
+from tests.conftest import REPO, _env, one_node_port, run_agent, run_torchx
 from tests.pty_output import pty_chunks
 from torchx_elastic.agent.config.cli import build_parser
 from torchx_elastic.agent.config.launch import UsageError, config_from_args
@@ -317,7 +317,7 @@ def test_progress_on_a_terminal_draws_one_live_bar(tmp_path: Path) -> None:
             "20",
         ],
         cwd=tmp_path,
-        env=env,
+        env=one_node_port([], env),  # every flag above is the job's, none its rendezvous'
         stdin=subprocess.DEVNULL,
         stdout=child_fd,
         stderr=child_fd,

@@ -24,7 +24,7 @@ import pytest
 import torch
 
 from tests.agent import cuda_stub
-from tests.conftest import _env
+from tests.conftest import _env, one_node_port
 from torchx_elastic.agent.config.devices import cpu_count
 from torchx_elastic.agent.workers.cuda_fork import POISONED
 from torchx_elastic.contract.agent_args import FORK, FORK_SERVER, FORKSERVER
@@ -117,9 +117,8 @@ def run_agent(
     if "PYTHONPATH" in extra:  # after it, the source under test (tests/conftest.py)
         src = _env().get("PYTHONPATH")
         env["PYTHONPATH"] = os.pathsep.join(p for p in (extra["PYTHONPATH"], src) if p)
-    return run(
-        ["-m", "torchx_elastic.agent", "--nproc-per-node", nproc, "worker.py"], tmp_path, env
-    )
+    args = ["--nproc-per-node", nproc, "worker.py"]
+    return run(["-m", "torchx_elastic.agent", *args], tmp_path, one_node_port(args, env))
 
 
 @pytest.mark.parametrize(

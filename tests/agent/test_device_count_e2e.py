@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import _env
+from tests.conftest import _env, one_node_port
 
 pytestmark = pytest.mark.slow
 
@@ -23,11 +23,11 @@ def test_the_agent_under_taskset_starts_one_worker_per_allowed_cpu(
     if taskset is None:
         pytest.fail("this test needs taskset (util-linux)")
     (tmp_path / "worker.py").write_text("import os\nprint('WORLD', os.environ['WORLD_SIZE'])\n")
+    args = ["--nproc-per-node", nproc, "worker.py"]
     done = subprocess.run(
-        [taskset, "-c", "0", sys.executable, "-m", "torchx_elastic.agent"]
-        + ["--nproc-per-node", nproc, "worker.py"],
+        [taskset, "-c", "0", sys.executable, "-m", "torchx_elastic.agent", *args],
         cwd=tmp_path,
-        env=_env({"CUDA_VISIBLE_DEVICES": ""}),
+        env=one_node_port(args, _env({"CUDA_VISIBLE_DEVICES": ""})),
         capture_output=True,
         text=True,
         timeout=240,

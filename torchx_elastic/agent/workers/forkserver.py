@@ -191,6 +191,26 @@ def serve(
     selector.register(sock, selectors.EVENT_READ, "request")
     selector.register(wakeup_r, selectors.EVENT_READ, "child")
     my_pid = os.getpid()
+    try:
+        _serve_requests(sock, selector, wakeup_r, wakeup_w, keep_fds, script_workers)
+    except ConnectionError:
+        if os.getpid() != my_pid:
+            raise  # a worker's own
+        # the agent was killed while a message of the server's was unread (its socket
+        # resets then, instead of ending): gone, as at the end of its stream
+
+
+def _serve_requests(
+    sock: socket.socket,
+    selector: selectors.DefaultSelector,
+    wakeup_r: int,
+    wakeup_w: int,
+    keep_fds: tuple[int, ...],
+    script_workers: bool,
+) -> None:
+    """Fork a worker for each of the agent's requests and tell it the exits, until the
+    agent's end of the socket is gone."""
+    my_pid = os.getpid()
     while True:
         for key, _ in selector.select():
             if key.data == "child":
