@@ -31,7 +31,8 @@ from torchx_elastic.contract.log_layout import NodeLogs
 class RecordingConsole:
     def __init__(self) -> None:
         self.shown: list[tuple[str, int, bytes]] = []
-        self.transients: list[tuple[int, bytes | None]] = []
+        self.transients: list[tuple[int, Stream, list[bytes]]] = []
+        self.terminal = None
         self.attempts: list[tuple[int, dict[int, int]]] = []
 
     def start_attempt(self, node_rank: int, global_ranks: dict[int, int]) -> None:
@@ -40,8 +41,8 @@ class RecordingConsole:
     def lines(self, stream: Stream, rank: int, prefix: bytes, lines: list[bytes]) -> None:
         self.shown += [(stream, rank, prefix + line) for line in lines]
 
-    def transient(self, rank: int, prefix: bytes, text: bytes | None) -> None:
-        self.transients.append((rank, text))
+    def transient(self, rank: int, stream: Stream, prefix: bytes, rows: list[bytes]) -> None:
+        self.transients.append((rank, stream, rows))
 
     def close(self) -> None:
         pass
@@ -188,7 +189,7 @@ def test_live_console_colours_prefixes_and_draws_the_bar_below(tmp_path: Path) -
     console = LiveConsole(activity, file=screen)
     console.start_attempt(0, {0: 0, 1: 1})
     console.lines("stdout", 1, b"[n0 r1] ", [b"plain", b"\x1b[31mred\x1b[0m"])
-    console.transient(0, b"[n0 r0] ", b" 40%|####")
+    console.transient(0, "stderr", b"[n0 r0] ", [b" 40%|####"])
     activity.progress(0, 0, 3, 6)
     console.close()
     output = screen.getvalue()

@@ -73,7 +73,7 @@ def test_only_a_named_file_gets_rows(tmp_path: Path, monkeypatch: pytest.MonkeyP
     path = tmp_path / "rows.json"
     monkeypatch.setenv(LIVE_ROWS_ENV, str(path))
     console = make_console("plain", RankActivity(), status_interval_s=0)
-    console.transient(2, b"[n0 r2] ", b"12/40")
+    console.transient(2, "stdout", b"[n0 r2] ", [b"12/40"])
     _rows_become(path, [LiveRow(2, "[n0 r2] ", "12/40")])
     console.close()
     assert not path.exists()

@@ -25,6 +25,7 @@ def main(argv: list[str] | None = None) -> None:
     # a pod removed while the agent starts (importing torch takes seconds) exits in one line
     exit_on_stop_signals()
     from torchx_elastic.agent.config.cli import build_parser
+    from torchx_elastic.agent.console.output.agent_line import label_log_records
     from torchx_elastic.agent.console.output.ordered_copy import copy_console_in_order
     from torchx_elastic.agent.workers.bootstrap import die_with_parent
     from torchx_elastic.contract import LAUNCHER_PID_ENV
@@ -35,10 +36,8 @@ def main(argv: list[str] | None = None) -> None:
     # SIGKILL), the agent gets SIGTERM and stops its workers instead of running on
     die_with_parent(LAUNCHER_PID_ENV, signal.SIGTERM)
     console_copy = copy_console_in_order()  # before logging's handler takes sys.stderr
-    logging.basicConfig(
-        level=os.environ.get("LOGLEVEL", "WARNING").upper(),
-        format="[torchx-elastic %(levelname)s] %(message)s",
-    )
+    logging.basicConfig(level=os.environ.get("LOGLEVEL", "WARNING").upper())
+    label_log_records(logging.getLogger())
     load_env_file()  # before the flags: their PET_* defaults may come from it
     try:
         args = build_parser().parse_args(argv)
@@ -56,6 +55,7 @@ def main(argv: list[str] | None = None) -> None:
     from torchx_elastic.agent import compat
 
     compat.quiet_cpp_warnings()  # the agent's own process only: its workers are forked
+    label_log_records(logging.getLogger("torch"))  # imported by now: its handler is there
     run(config, fork_server)
 
 

@@ -42,6 +42,7 @@ FILTERED_FILE = "filtered_{stream}.log"  # stream: stdout or stderr
 CONSOLE_COPY_FILE = "console.log"
 # the ranks' unfinished lines, in each local replica's directory while local_cwd draws
 LIVE_ROWS_FILE = "live_rows.json"  # live_rows.py
+TERMINAL_SIZE_FILE = "terminal_size"  # terminal_size.py
 # the agent's log directory when it is given no --log-dir: a new directory of this prefix in
 # the temporary directory (tempfile.mkdtemp: /tmp in a container, where the docker timeline
 # copies it from)
@@ -159,3 +160,8 @@ class LocalAppLogs(_Directory):
     def live_rows(self, role: str, replica: int | str) -> str:
         """Its ranks' unfinished lines, while local_cwd draws on a terminal (live_rows.py)."""
         return os.path.join(self.replica_dir(role, replica), LIVE_ROWS_FILE)
+
+    @property
+    def terminal_size(self) -> str:
+        """The size of the terminal local_cwd draws on, for the workers' (terminal_size.py)."""
+        return os.path.join(self.root, TERMINAL_SIZE_FILE)

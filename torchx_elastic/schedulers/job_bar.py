@@ -45,6 +45,7 @@ from typing import (
 from torchx_elastic.contract.job_progress import LINE_PREFIX, JobSummary, read_file
 from torchx_elastic.contract.live_rows import LiveRow, read_rows
 from torchx_elastic.contract.log_layout import LocalAppLogs
+from torchx_elastic.contract.terminal_size import write_size
 from torchx_elastic.rich_job_bar import rich_bar
 from torchx_elastic.schedulers import role_status
 from torchx_elastic.schedulers.role_status import AppRoleStatus
@@ -119,6 +120,7 @@ class _Bar:
         term_fd: int,
         status: Optional[StatusReader] = None,
         row_files: RowFiles = (),
+        size_file: Optional[str] = None,
     ) -> None:
         self._files = files
         self._status = status
@@ -126,6 +128,8 @@ class _Bar:
         self._term_fd = term_fd
         self._cache: Dict[str, tuple[float, Optional[JobSummary]]] = {}
         self._row_files = row_files
+        self._size_file = size_file
+        self._size_told: Optional[tuple[int, int]] = None
         self.ending = False  # the last drawing: no unfinished line is left on screen
 
     def summaries(self) -> List[tuple[str, JobSummary]]:
@@ -148,8 +152,20 @@ class _Bar:
         size = terminal_size(self._term_fd)  # follow the terminal's size, when it has one
         if size is not None:
             self._console.size = size
+        self._tell_size(size)
         rows = [] if self.ending else [_row_text(*item) for item in live_rows(self._row_files)]
         return Group(*rows, *self.rows())
+
+    def _tell_size(self, size: Optional[os.terminal_size]) -> None:
+        """The agents give their workers pseudo-terminals of this size (terminal_size.py)."""
+        told = (size.columns, size.lines) if size is not None else (0, 0)
+        if self._size_file is None or told == self._size_told:
+            return
+        self._size_told = told
+        try:
+            write_size(self._size_file, *told)
+        except OSError:  # the job's directory is gone: nobody reads it
+            pass
 
     def rows(self) -> List[RenderableType]:
         """One bar per role whose rank-0 agent reported; for ``ft.ddp``, the job's across the
@@ -171,10 +187,12 @@ class TerminalBar:
         files: Callable[[], List[str]],
         status: Optional[StatusReader] = None,
         row_files: RowFiles = (),
+        size_file: Optional[str] = None,
     ) -> None:
         self._files = files
         self._status = status
         self._row_files = row_files
+        self._size_file = size_file
         self._lock = threading.Lock()
         self._live: Optional[Live] = None
         self._bar: Optional[_Bar] = None
@@ -220,7 +238,9 @@ class TerminalBar:
                     os.close(write_end)
                     self._pipes[read_end] = fd
             self._console = console
-            self._bar = _Bar(self._files, console, term_fd, self._status, self._row_files)
+            self._bar = _Bar(
+                self._files, console, term_fd, self._status, self._row_files, self._size_file
+            )
             # redrawn by the copier's thread only (not rich's own refresh thread): a redraw
             # racing a line's print could erase the bar by its height before the other's
             # and leave a second bar on screen

@@ -92,6 +92,7 @@ from torchx_elastic.contract.log_layout import (
     STDOUT_FILE,
     LocalAppLogs,
 )
+from torchx_elastic.contract.terminal_size import TERMINAL_SIZE_ENV, write_size
 from torchx_elastic.contract.timeline_command import command_for
 from torchx_elastic.schedulers import role_status
 from torchx_elastic.schedulers.compat import (
@@ -107,6 +108,7 @@ from torchx_elastic.schedulers.job_bar import (
     SharedBar,
     TerminalBar,
     progress_files,
+    terminal_size,
     terminal_wanted,
 )
 from torchx_elastic.schedulers.local_ports import move_taken_ports
@@ -223,8 +225,9 @@ class LocalCwdScheduler(ReplicaLogs, LocalScheduler):
             for k, replica in enumerate(replicas):
                 if not _runs_the_agent(replica):
                     continue
-                if drawn:  # the ranks' unfinished lines, drawn
+                if drawn:  # the ranks' unfinished lines, drawn; their terminal's size
                     replica.env[LIVE_ROWS_ENV] = logs.live_rows(role, k)
+                    replica.env[TERMINAL_SIZE_ENV] = logs.terminal_size
                 # the combined log: a rank's stdout and stderr lines in the order it wrote them
                 replica.env[CONSOLE_COPY_ENV] = logs.console_copy(role, k)
                 self._console_copied.add((request.app_id, role))
@@ -238,6 +241,9 @@ class LocalCwdScheduler(ReplicaLogs, LocalScheduler):
         os.chmod(session_dir, 0o700)
         app_id: str = super().schedule(dryrun_info)
         os.chmod(request.log_dir, 0o700)
+        if drawn:  # before the agents start their workers (they import torch first)
+            size = terminal_size(sys.stderr.fileno())
+            write_size(logs.terminal_size, *((size.columns, size.lines) if size else (0, 0)))
         print(
             f"torchx-elastic: logs of {app_id} are kept in {dryrun_info.request.log_dir}",
             file=sys.stderr,
@@ -287,6 +293,7 @@ class LocalCwdScheduler(ReplicaLogs, LocalScheduler):
                             for role, replicas in app.role_replicas.items()
                             for k in range(len(replicas))
                         ],
+                        size_file=logs.terminal_size,
                     )
                 ),
             )

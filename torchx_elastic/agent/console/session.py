@@ -257,9 +257,13 @@ class _EndingSink:
     def __init__(self, sink: OutputSink, on_close: Callable[[], None]) -> None:
         self._sink = sink
         self._on_close = on_close
+        self.terminal = sink.terminal
 
     def feed(self, local_rank: int, stream: Stream, data: bytes) -> None:
         self._sink.feed(local_rank, stream, data)
+
+    def tick(self) -> None:
+        self._sink.tick()
 
     def end(self, local_rank: int, stream: Stream) -> None:
         self._sink.end(local_rank, stream)

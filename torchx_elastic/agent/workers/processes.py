@@ -1,5 +1,9 @@
 """Worker processes of one attempt, started with their output on pipes to the agent.
 
+Where the agent's output reaches a person's terminal (the sink's ``terminal``), each
+worker's stdout and stderr are pseudo-terminals of that terminal's size instead, as under
+torchrun, where the worker inherits the terminal (``console/output/terminal.py``).
+
 A ``PContext`` of torch.distributed.elastic (what ``LocalElasticAgent`` supervises), so
 the agent's monitor / restart / shutdown logic is torch's own; what differs from torch's
 ``SubprocessContext`` is that output comes back through pipes (whole lines, see
@@ -27,6 +31,7 @@ from torch.distributed.elastic.multiprocessing.api import (
 from torch.distributed.elastic.multiprocessing.errors import ProcessFailure
 
 from torchx_elastic.agent.console.output.sinks import OutputSink, Stream
+from torchx_elastic.agent.console.output.terminal import resize
 from torchx_elastic.agent.workers import bootstrap
 from torchx_elastic.agent.workers.forkserver import ForkServer
 from torchx_elastic.agent.workers.janitor import Janitor
@@ -85,6 +90,8 @@ class PipePump(threading.Thread):
                     data = os.read(fd, 65536)
                 except BlockingIOError:
                     continue
+                except OSError:  # a pseudo-terminal whose worker end is closed (EIO)
+                    data = b""
                 if data:
                     self._sink.feed(local_rank, stream, data)
                     continue
@@ -93,6 +100,7 @@ class PipePump(threading.Thread):
                     self._open -= 1
                 os.close(fd)
                 self._sink.end(local_rank, stream)
+            self._sink.tick()
 
     def wait_drained(self, timeout_s: float) -> bool:
         """Wait until every pipe reached end of file (workers and their children exited)."""
@@ -139,6 +147,9 @@ class WorkerProcesses(PContext):
         self._fork_server = fork_server
         self._sink = make_sink(self.stdouts, self.stderrs)
         self._pump = PipePump(self._sink)
+        self._terminal = self._sink.terminal
+        self._ptys: list[int] = []  # our ends of the workers' pseudo-terminals, to resize
+        self._stop_resizing: Callable[[], None] | None = None
         self._procs: dict[int, Worker] = {}
         self._failures: dict[int, ProcessFailure] = {}
         self._closed = False
@@ -154,29 +165,44 @@ class WorkerProcesses(PContext):
             self._procs[local_rank] = proc
             if self._janitor is not None:
                 self._janitor.watch(proc.pid)  # its session's process group id
+        if self._terminal is not None:
+            self._stop_resizing = self._terminal.listen(self._resized)
         self._pump.start()
 
+    def _outputs(self) -> tuple[tuple[int, int], tuple[int, int]]:
+        """(ours, the worker's) for its stdout and its stderr: pipes, or pseudo-terminals."""
+        if self._terminal is None:
+            return os.pipe(), os.pipe()
+        out, err = self._terminal.open(), self._terminal.open()
+        self._ptys += [os.dup(out[0]), os.dup(err[0])]
+        return out, err
+
     def _spawn(self, command: list[str], env: dict[str, str], local_rank: int) -> Worker:
-        proc = subprocess.Popen(
-            command,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            start_new_session=True,
-        )
-        assert proc.stdout is not None and proc.stderr is not None
+        (out_r, out_w), (err_r, err_w) = self._outputs()
+        try:
+            proc = subprocess.Popen(
+                command,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=out_w,
+                stderr=err_w,
+                start_new_session=True,
+            )
+        except BaseException:
+            os.close(out_r)
+            os.close(err_r)
+            raise
+        finally:
+            os.close(out_w)
+            os.close(err_w)
         # the pump owns the descriptors from now on
-        self._pump.add(os.dup(proc.stdout.fileno()), local_rank, "stdout")
-        self._pump.add(os.dup(proc.stderr.fileno()), local_rank, "stderr")
-        proc.stdout.close()
-        proc.stderr.close()
+        self._pump.add(out_r, local_rank, "stdout")
+        self._pump.add(err_r, local_rank, "stderr")
         return proc
 
     def _fork(self, argv: list[str], env: dict[str, str], local_rank: int) -> Worker:
         assert self._fork_server is not None
-        out_r, out_w = os.pipe()
-        err_r, err_w = os.pipe()
+        (out_r, out_w), (err_r, err_w) = self._outputs()
         try:
             pid = self._fork_server.start(argv, env, os.getcwd(), out_w, err_w)
         finally:
@@ -185,6 +211,13 @@ class WorkerProcesses(PContext):
         self._pump.add(out_r, local_rank, "stdout")
         self._pump.add(err_r, local_rank, "stderr")
         return ForkedWorker(self._fork_server, pid)
+
+    def _resized(self, size: tuple[int, int]) -> None:
+        """The terminal was resized: so are the workers' (they get ``SIGWINCH``, which a
+        pseudo-terminal that is nobody's controlling terminal does not send)."""
+        for fd in self._ptys:
+            resize(fd, size)
+        self.signal_workers(signal.SIGWINCH)
 
     def _record_exits(self) -> set[int]:
         done = set()
@@ -257,4 +290,9 @@ class WorkerProcesses(PContext):
                 self._janitor.forget(proc.pid)
         if self._procs and not self._pump.wait_drained(_DRAIN_TIMEOUT_S):
             log.warning("worker output pipes still open %.0fs after exit", _DRAIN_TIMEOUT_S)
+        if self._stop_resizing is not None:
+            self._stop_resizing()
+        for fd in self._ptys:
+            os.close(fd)
+        self._ptys = []
         self._sink.close()

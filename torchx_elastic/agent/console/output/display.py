@@ -20,6 +20,7 @@ from typing import IO, TYPE_CHECKING, Any, BinaryIO
 
 from torchx_elastic.agent.console.output.live_rows import LiveRowsFile
 from torchx_elastic.agent.console.output.sinks import Stream
+from torchx_elastic.agent.console.output.terminal import WorkerTerminal, workers_terminal
 from torchx_elastic.agent.console.progress.channel import RankActivity
 from torchx_elastic.agent.console.progress.exchange import JobProgressExchange
 from torchx_elastic.agent.console.progress.node_summary import (
@@ -109,9 +110,11 @@ class PlainConsole:
         status_interval_s: float = DEFAULT_STATUS_INTERVAL_S,
         job: JobProgressExchange | None = None,
         live_rows: LiveRowsFile | None = None,
+        terminal: WorkerTerminal | None = None,
     ) -> None:
         self._progress = _Progress(activity, job)
         self._live_rows = live_rows
+        self.terminal = terminal
         self._streams = {"stdout": out or sys.stdout.buffer, "stderr": err or sys.stderr.buffer}
         self._lock = threading.Lock()
         self._closed = threading.Event()
@@ -134,11 +137,11 @@ class PlainConsole:
             out.write(text)
             out.flush()
 
-    def transient(self, rank: int, prefix: bytes, text: bytes | None) -> None:
+    def transient(self, rank: int, stream: Stream, prefix: bytes, rows: list[bytes]) -> None:
         """Not shown: a rewritten line appears once, in its final form, when it ends (and
         meanwhile in the live rows file, if local_cwd draws it)."""
         if self._live_rows is not None:
-            self._live_rows.set(rank, prefix, text)
+            self._live_rows.set(rank, stream, prefix, rows)
 
     def waiting_for_nodes(self, line: str | None) -> None:
         """The progress line says what the first round waits for (printed when it changes)."""
@@ -170,6 +173,8 @@ class PlainConsole:
             self._thread.join(timeout=2.0)
         if self._live_rows is not None:
             self._live_rows.close()
+        if self.terminal is not None:
+            self.terminal.close()
         self.print_status()
 
 
@@ -181,12 +186,14 @@ class LiveConsole:
         activity: RankActivity,
         file: IO[str] | None = None,
         job: JobProgressExchange | None = None,
+        terminal: WorkerTerminal | None = None,
     ) -> None:
         from rich.console import Console as RichConsole
         from rich.live import Live
 
         self._progress = _Progress(activity, job)
-        self._transients: dict[int, tuple[str, str]] = {}
+        self.terminal = terminal
+        self._transients: dict[tuple[int, Stream], tuple[str, list[str]]] = {}
         self._styles: dict[int, Any] = {}
         self._lock = threading.Lock()
         self._console = RichConsole(
@@ -246,14 +253,14 @@ class LiveConsole:
         # no lock of ours here: rich's Live holds its own while it calls _render
         self._console.print(Segments(segments), end="", soft_wrap=True)
 
-    def transient(self, rank: int, prefix: bytes, text: bytes | None) -> None:
+    def transient(self, rank: int, stream: Stream, prefix: bytes, rows: list[bytes]) -> None:
         with self._lock:
-            if text is None:
-                self._transients.pop(rank, None)
+            if not rows:
+                self._transients.pop((rank, stream), None)
             else:
-                self._transients[rank] = (
+                self._transients[(rank, stream)] = (
                     prefix.decode("utf-8", "replace"),
-                    text.decode("utf-8", "replace"),
+                    [row.decode("utf-8", "replace") for row in rows],
                 )
 
     def _render(self) -> RenderableType:
@@ -265,10 +272,11 @@ class LiveConsole:
         parts: list[RenderableType] = []
         with self._lock:
             transients = sorted(self._transients.items())
-        for rank, (prefix, body) in transients:
-            text = self._text(rank, prefix.encode(), body.encode())
-            text.no_wrap, text.overflow = True, "ellipsis"  # one row per rank, always
-            parts.append(text)
+        for (rank, _), (prefix, rows) in transients:
+            for body in rows:
+                text = self._text(rank, prefix.encode(), body.encode())
+                text.no_wrap, text.overflow = True, "ellipsis"  # one screen row each, always
+                parts.append(text)
         job = self._progress.job_summary()
         progress = None if job is not None else self._progress.summary()
         if job is not None:
@@ -293,6 +301,8 @@ class LiveConsole:
         if started:
             self._live.refresh()
             self._live.stop()
+        if self.terminal is not None:
+            self.terminal.close()
 
 
 class _Renderable:
@@ -338,12 +348,28 @@ def make_console(
 ) -> PlainConsole | LiveConsole:
     """``auto``: live when the agent's stdout is a person's terminal, plain otherwise (a file,
     a pipe, a batch job's pseudo-terminal); plain, with the ranks' unfinished lines kept in
-    the file that local_cwd names when it draws them on its terminal."""
-    if wants_live(mode, sys.stdout):
-        return LiveConsole(activity, job=job)
+    the file that local_cwd names when it draws them on its terminal. Either way the workers
+    get pseudo-terminals where their output reaches a terminal (``terminal.py``)."""
+    live = wants_live(mode, sys.stdout)
+    terminal = workers_terminal(live, _fileno(sys.stdout))
+    if live:
+        return LiveConsole(activity, job=job, terminal=terminal)
     rows_path = os.environ.get(LIVE_ROWS_ENV)
     live_rows = LiveRowsFile(rows_path) if rows_path else None
-    return PlainConsole(activity, status_interval_s=status_interval_s, job=job, live_rows=live_rows)
+    return PlainConsole(
+        activity,
+        status_interval_s=status_interval_s,
+        job=job,
+        live_rows=live_rows,
+        terminal=terminal,
+    )
+
+
+def _fileno(stream: IO[Any]) -> int:
+    try:
+        return stream.fileno()
+    except (AttributeError, ValueError, OSError):  # replaced by a test's capture
+        return -1
 
 
 def parse_rank_filter(text: str) -> frozenset[int] | None:

@@ -1,8 +1,9 @@
-"""The ranks' unfinished ``\\r``-rewritten lines, kept in a file for local_cwd to draw.
+"""The ranks' unfinished rows, kept in a file for local_cwd to draw.
 
 See :mod:`torchx_elastic.contract.live_rows`. :class:`LiveRowsFile` takes the plain
-console's transient lines (a rank's current bar, or none) and rewrites the file at most every
-``interval_s`` while they change; closing it removes the file.
+console's transient rows (a rank's current ``\\r`` bar, or the region it redraws on its
+pseudo-terminal, or none) and rewrites the file at most every ``interval_s`` while they
+change; closing it removes the file.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ class LiveRowsFile:
 
     def __init__(self, path: str, interval_s: float = WRITE_INTERVAL_S) -> None:
         self.path = path
-        self._rows: dict[int, LiveRow] = {}
+        self._rows: dict[tuple[int, str], list[LiveRow]] = {}
         self._changed = threading.Event()
         self._closed = threading.Event()
         self._lock = threading.Lock()
@@ -29,16 +30,17 @@ class LiveRowsFile:
         self._thread = threading.Thread(target=self._loop, name="torchx-elastic-rows", daemon=True)
         self._thread.start()
 
-    def set(self, rank: int, prefix: bytes, text: bytes | None) -> None:
-        """Rank ``rank``'s unfinished line is ``text`` now (None: it has none)."""
+    def set(self, rank: int, stream: str, prefix: bytes, rows: list[bytes]) -> None:
+        """Rank ``rank``'s unfinished rows on ``stream`` are ``rows`` now (none: it has none)."""
         with self._lock:
-            if text is None:
-                if self._rows.pop(rank, None) is None:
+            if not rows:
+                if self._rows.pop((rank, stream), None) is None:
                     return
             else:
-                self._rows[rank] = LiveRow(
-                    rank, prefix.decode("utf-8", "replace"), text.decode("utf-8", "replace")
-                )
+                label = prefix.decode("utf-8", "replace")
+                self._rows[(rank, stream)] = [
+                    LiveRow(rank, label, row.decode("utf-8", "replace")) for row in rows
+                ]
         self._changed.set()
 
     def _loop(self) -> None:
@@ -48,7 +50,7 @@ class LiveRowsFile:
                 return
             self._changed.clear()
             with self._lock:
-                rows = [self._rows[rank] for rank in sorted(self._rows)]
+                rows = [row for key in sorted(self._rows) for row in self._rows[key]]
             with contextlib.suppress(OSError):  # the log directory is gone: nobody draws
                 write_rows(self.path, rows)
             self._closed.wait(self._interval_s)

@@ -6,6 +6,10 @@ per attempt) writes the raw bytes to the rank's files, assembles whole lines and
 to the console (see ``display.py``), which lives for the whole run. Lines are assembled
 before they are shown, so partial writes of one rank never tear another rank's line, and a
 ``\\r``-rewritten line (a worker's own progress bar) is shown as what a terminal would show.
+Where the workers have pseudo-terminals (the console's ``terminal``), each stream is played
+on a :class:`~torchx_elastic.agent.console.output.screen.Screen` instead: its finished lines
+go to the files and the console, plain, and the region it still redraws to the console's
+live rows.
 """
 
 from __future__ import annotations
@@ -17,7 +21,12 @@ import threading
 import time
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import BinaryIO, Literal, Protocol
+from typing import TYPE_CHECKING, BinaryIO, Literal, Protocol
+
+from torchx_elastic.agent.console.output.screen import Screen
+
+if TYPE_CHECKING:
+    from torchx_elastic.agent.console.output.terminal import WorkerTerminal
 
 Stream = Literal["stdout", "stderr"]
 DEFAULT_PREFIX = "[n{node} r{rank}] "
@@ -40,7 +49,13 @@ class RankOutput:
 
 
 class OutputSink(Protocol):
+    # the workers' pseudo-terminals' size (None: their output is on pipes)
+    terminal: WorkerTerminal | None
+
     def feed(self, local_rank: int, stream: Stream, data: bytes) -> None: ...
+
+    def tick(self) -> None:
+        """A moment passed (called between reads): a redrawn region may have settled."""
 
     def end(self, local_rank: int, stream: Stream) -> None: ...
 
@@ -48,13 +63,17 @@ class OutputSink(Protocol):
 
 
 class Console(Protocol):
-    """What a sink shows lines on (see ``console.py``); one per agent run."""
+    """What a sink shows lines on (see ``display.py``); one per agent run."""
+
+    # where the agent's output reaches a terminal: the one the workers get
+    terminal: WorkerTerminal | None
 
     def start_attempt(self, node_rank: int, global_ranks: dict[int, int]) -> None: ...
 
     def lines(self, stream: Stream, rank: int, prefix: bytes, lines: list[bytes]) -> None: ...
 
-    def transient(self, rank: int, prefix: bytes, text: bytes | None) -> None: ...
+    def transient(self, rank: int, stream: Stream, prefix: bytes, rows: list[bytes]) -> None:
+        """A rank's unfinished rows on ``stream`` are ``rows`` now (none: it has none)."""
 
     def close(self) -> None: ...
 
@@ -191,9 +210,14 @@ class RankSink:
             path = (duplicate_paths or {})[stream]
             os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
             self._duplicates[stream] = open(path, "ab", buffering=0)  # noqa: SIM115
-        self._assemblers = {
-            (r.local_rank, s): LineAssembler() for r in ranks for s in ("stdout", "stderr")
-        }
+        streams: tuple[Stream, ...] = ("stdout", "stderr")
+        self._assemblers = {(r.local_rank, s): LineAssembler() for r in ranks for s in streams}
+        self.terminal = console.terminal
+        self._screens: dict[tuple[int, Stream], Screen] = {}
+        if self.terminal is not None:
+            rows = self.terminal.size[1]
+            self._screens = {key: Screen(rows) for key in self._assemblers}
+        self._live: dict[tuple[int, Stream], list[bytes]] = {}
         self._files: dict[tuple[int, str], BinaryIO] = {}
         self._open_streams = {r.local_rank: 2 for r in ranks}
         self.ended_at: dict[int, float] = {}
@@ -208,6 +232,12 @@ class RankSink:
 
     def feed(self, local_rank: int, stream: Stream, data: bytes) -> None:
         key = (local_rank, stream)
+        screen = self._screens.get(key)
+        if screen is not None:
+            if self.terminal is not None:
+                screen.rows = self.terminal.size[1]
+            self._finished(key, screen.feed(data), screen.live())
+            return
         self._files[key].write(data)
         if key not in self._shown and stream not in self._duplicates:
             return
@@ -218,10 +248,37 @@ class RankSink:
         rank, prefix = self._global[local_rank], self._prefixes[local_rank]
         if lines:
             self._console.lines(stream, rank, prefix, lines)
-            if transient is None:
-                self._console.transient(rank, prefix, None)
         if transient is not None:
-            self._console.transient(rank, prefix, transient)
+            self._console.transient(rank, stream, prefix, [transient])
+        elif lines:
+            self._console.transient(rank, stream, prefix, [])
+
+    def tick(self) -> None:
+        if not self._screens:
+            return
+        now = time.monotonic()
+        for key, screen in self._screens.items():
+            finished = screen.settled(now)
+            if finished:
+                self._finished(key, finished, screen.live())
+
+    def _finished(self, key: tuple[int, Stream], lines: list[str], live: list[str]) -> None:
+        """A screen's finished lines to the file and the console; its live rows to the
+        console when they changed."""
+        local_rank, stream = key
+        done = [line.encode() for line in lines]
+        if done:
+            self._files[key].write(b"".join(line + b"\n" for line in done))
+            self._duplicate(stream, done)
+        if key not in self._shown:
+            return
+        rank, prefix = self._global[local_rank], self._prefixes[local_rank]
+        if done:
+            self._console.lines(stream, rank, prefix, done)
+        rows = [row.encode() for row in live]
+        if rows != self._live.get(key, []):
+            self._live[key] = rows
+            self._console.transient(rank, stream, prefix, rows)
 
     def _duplicate(self, stream: Stream, lines: list[bytes]) -> None:
         words = self._duplicate_filters.get(stream)
@@ -234,24 +291,34 @@ class RankSink:
 
     def end(self, local_rank: int, stream: Stream) -> None:
         key = (local_rank, stream)
+        screen = self._screens.get(key)
+        if screen is not None:
+            self._finished(key, screen.flush(), [])
+            self._stream_ended(local_rank)
+            return
         rest = self._assemblers[key].flush()
         if rest is not None:
             self._duplicate(stream, [rest])
         if key in self._shown:
             rank, prefix = self._global[local_rank], self._prefixes[local_rank]
-            self._console.transient(rank, prefix, None)
+            self._console.transient(rank, stream, prefix, [])
             if rest is not None:
                 self._console.lines(stream, rank, prefix, [rest])
+        self._stream_ended(local_rank)
+
+    def _stream_ended(self, local_rank: int) -> None:
         with self._lock:
             self._open_streams[local_rank] -= 1
             if self._open_streams[local_rank] == 0:
                 self.ended_at[local_rank] = time.time()
 
     def close(self) -> None:
+        for key, screen in self._screens.items():
+            self._finished(key, screen.flush(), [])
         for (local_rank, stream), assembler in self._assemblers.items():
             rest = assembler.flush()
             if rest is not None and (local_rank, stream) in self._shown:
                 rank, prefix = self._global[local_rank], self._prefixes[local_rank]
-                self._console.lines(stream, rank, prefix, [rest])  # type: ignore[arg-type]
+                self._console.lines(stream, rank, prefix, [rest])
         for file in [*self._files.values(), *self._duplicates.values()]:
             file.close()
