@@ -10,10 +10,11 @@ the checkpoint Lightning saved, to the last epoch.
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 
-from tests.conftest import run_torchx
+from tests.conftest import BIN, run_torchx
 
 pytestmark = pytest.mark.slow
 
@@ -123,3 +124,63 @@ def test_a_crash_restarts_and_resumes_from_lightnings_checkpoint(output: str) ->
     final = f"finished epoch={MAX_EPOCHS} global_step={MAX_EPOCHS * STEPS_PER_EPOCH}"
     for rank in range(4):
         assert len(rank_lines(output, rank, final)) == 1, output[-5000:]
+
+
+BATCHES = 24
+RICH_BAR = f"""
+import time
+
+import lightning.pytorch as pl
+import torch
+from lightning.pytorch.callbacks import RichProgressBar
+from torch.utils.data import DataLoader, TensorDataset
+
+
+class Slow(pl.LightningModule):
+    def __init__(self):
+        super().__init__()
+        self.layer = torch.nn.Linear(4, 1)
+
+    def training_step(self, batch, batch_idx):
+        time.sleep(0.15)
+        x, y = batch
+        return torch.nn.functional.mse_loss(self.layer(x), y)
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+data = TensorDataset(torch.randn({BATCHES * 2 * 4}, 4), torch.randn({BATCHES * 2 * 4}, 1))
+trainer = pl.Trainer(
+    strategy="ddp",
+    accelerator="cpu",
+    devices=2,
+    max_epochs=1,
+    logger=False,
+    enable_model_summary=False,
+    enable_checkpointing=False,
+    callbacks=[RichProgressBar(refresh_rate=1)],
+)
+trainer.fit(Slow(), DataLoader(data, batch_size=4))
+print("fit done", flush=True)
+"""
+
+
+def test_lightnings_rich_progress_bar_is_live_on_a_terminal(tmp_path: Path) -> None:
+    """Lightning's ``RichProgressBar`` through ``torchx run`` on a pty: its states reach the
+    terminal while the epoch runs (under a pipe Rich draws it once, at the end)."""
+    from tests.e2e.test_worker_terminal import _on_a_pty
+
+    (tmp_path / "train.py").write_text(RICH_BAR)
+    argv = [str(BIN / "torchx"), "run", "-s", "local_cwd", "-cfg", f"log_dir={tmp_path / 'logs'}"]
+    argv += ["dist.ddp", "-j", "1x2", "--script", "train.py"]
+    code, pieces = _on_a_pty(argv, tmp_path, (40, 120))
+    assert code == 0, "".join(pieces)[-5000:]
+    states: set[int] = set()
+    for piece in pieces:
+        if "fit done" in piece:
+            break
+        states.update(
+            int(n) for n in re.findall(rf"\[n0 r0\] Epoch 0/0 .*? (\d+)/{BATCHES}", piece)
+        )
+    assert len(states) >= 3, sorted(states)  # drawn once, at the end, before
