@@ -6,6 +6,8 @@ tests/unit/test_job_progress_units.py)."""
 from __future__ import annotations
 
 import json
+import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -190,6 +192,69 @@ def test_node_rank_0_waits_a_bounded_time_for_a_lost_node(stores: tuple[Any, Any
         assert summary is not None and (summary.nodes_reporting, summary.nodes) == (1, 2)
     finally:
         node0.close()
+
+
+def test_node_rank_0_waits_for_no_final_report_of_a_node_known_gone(
+    stores: tuple[Any, Any],
+) -> None:
+    """A node whose agent died never sends its final report: where the presence probe says it
+    is gone, node rank 0 stops waiting within a second, not after the final wait (30 s: the
+    supervision loop, which waits in this call, saw a lost node's peers fail that late)."""
+    store0, store1 = stores
+    activity = RankActivity()
+    node0 = JobProgressExchange(activity, None, interval_s=60, final_wait_s=30)
+    asked: list[list[int]] = []
+
+    def gone(nodes: Sequence[int]) -> set[int]:
+        asked.append(list(nodes))
+        return {1} & set(nodes)
+
+    node0.nodes_gone(gone)
+    try:
+        node0.start_round(store0, 0, 3)
+        node0.set_ranks({0: 0})
+        _feed(activity, 0, 40)
+        _publish(store1, 1, 1, 40, time.time())  # node 1 reported, then its agent died
+        _publish(store1, 2, 1, 40, time.time())
+        final_2 = json.loads(store0.get(f"{PROGRESS_KEY_PREFIX}2"))
+        store1.set(f"{PROGRESS_KEY_PREFIX}2", json.dumps({**final_2, "seq": 2, "final": True}))
+        started_s = time.monotonic()
+        node0.workers_ended()
+        waited_s = time.monotonic() - started_s
+    finally:
+        node0.close()
+    assert waited_s < 5, waited_s
+    assert asked == [[1]]  # node 2's final report is in: only node 1 is asked about
+
+
+def test_node_rank_0_waits_for_no_final_report_of_a_node_that_stopped_publishing(
+    stores: tuple[Any, Any],
+) -> None:
+    """A node cut off (no probe can tell): its report stopped changing, so it is not live,
+    and node rank 0 waits no longer than the stale time for it."""
+    store0, store1 = stores
+    now = [1000.0]
+
+    def clock() -> float:
+        now[0] += 0.05  # each look at the clock: time passes as the wait polls
+        return now[0]
+
+    activity = RankActivity(clock=clock)
+    node0 = JobProgressExchange(
+        activity, None, interval_s=0.1, final_wait_s=30, stale_after_s=2, clock=clock
+    )
+    try:
+        node0.start_round(store0, 0, 2)
+        node0.set_ranks({0: 0})
+        _feed(activity, 0, 40)
+        _publish(store1, 1, 1, 40, time.time())
+        node0.exchange()
+        started_s = now[0]
+        node0.workers_ended()
+        waited_s = now[0] - started_s
+    finally:
+        node0.close()
+    assert 2 <= waited_s < 4, waited_s
 
 
 class _Handler(RendezvousHandler):

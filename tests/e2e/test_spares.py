@@ -32,6 +32,11 @@ for step in range(int(sys.argv[1])):
     time.sleep(0.1)
 print(f"done world {world}", flush=True)
 """
+# the same loop reporting progress every step, as examples/progress.py
+PROGRESS_SCRIPT = SCRIPT.replace(
+    "    time.sleep(0.1)\n",
+    "    time.sleep(0.1)\n    torchx_elastic.progress(step + 1, int(sys.argv[1]))\n",
+).replace("import torch\n", "import torch\nimport torchx_elastic\n", 1)
 STANDING_BY = "torchx-elastic: standing by: the job has its 2 nodes (3 here); this node takes"
 
 
@@ -60,13 +65,13 @@ ADDRESSES = dict(host="127.0.0.1", lost="127.0.0.2", back="127.0.0.2", spare="12
 
 
 def lose_a_node_beside_a_spare(
-    tmp_path: Path, come_back: bool
+    tmp_path: Path, come_back: bool, script: str = SCRIPT
 ) -> tuple[dict[str, subprocess.Popen[bytes]], dict[str, str]]:
     """host and lost train, spare stands by; lost's agent and worker are SIGKILLed; every
     agent still running exits 0. The agents, and each one's log. With ``come_back``, an agent
     on lost's address (back) stands by too before the kill: back at the round that re-forms,
     however long a loaded machine takes to start an agent."""
-    (tmp_path / "train.py").write_text(SCRIPT)
+    (tmp_path / "train.py").write_text(script)
     flags = (
         "--nnodes", "2", "--max-restarts", "3", "--rdzv-backend", "c10d",
         "--rdzv-endpoint", f"127.0.0.1:{free_port()}", "--rdzv-id", "spares", "train.py", "300",
@@ -149,3 +154,20 @@ def test_a_lost_node_that_comes_back_takes_its_place_before_the_spare(tmp_path: 
         f"torchx-elastic: round 2: 127.0.0.2 (agent pid {back_pid}), back, takes the place of"
         f" 127.0.0.2 (agent pid {lost.pid}), lost, before any spare; the job is back at 2 nodes"
     ) in text["host"]
+
+
+def test_a_lost_node_is_named_at_once_while_the_script_reports_progress(tmp_path: Path) -> None:
+    """A script that calls progress() every step: node rank 0 waited for the lost node's last
+    progress report (30 s) before it looked at its failed ranks, and the loss was then told
+    by the heartbeats; the presence port names it at once, as for a script that does not."""
+    agents, text = lose_a_node_beside_a_spare(tmp_path, come_back=False, script=PROGRESS_SCRIPT)
+    host, spare = text["host"], text["spare"]
+    assert re.search(
+        rf"torchx-elastic: rank 1 \(node 1\) failed: node 1 \(127.0.0.2 \(agent pid"
+        rf" {agents['lost'].pid}\)\) was lost: its agent is gone \(nothing listens on its port"
+        r" 127.0.0.2:\d+ any more\); restarting every node",
+        host,
+    ), host
+    assert "stopped answering (no rendezvous heartbeat" not in host
+    assert re.search(r"spare trains as rank [01] of world 2 at \d\n", spare), spare
+    assert "[job progress]" in host  # the script's progress did reach node rank 0

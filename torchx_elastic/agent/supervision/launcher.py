@@ -136,6 +136,8 @@ def launch(
     if config.hang_timeout_s > 0:
         watchdog = HangWatchdog(session.activity, config.hang_timeout_s)
     presence = peer_presence(config, handler, signer)
+    if presence is not None:  # node rank 0 waits for no final progress report of a lost node
+        session.job_progress.nodes_gone(presence.gone)
     supervisor = Supervisor(
         config,
         handler,

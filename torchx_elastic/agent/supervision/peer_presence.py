@@ -11,6 +11,7 @@ pid 512)) was lost: its agent is gone (...)``. The restart is counted as for any
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 
 from torch.distributed.elastic.rendezvous import RendezvousHandler
 
@@ -75,6 +76,16 @@ class PeerPresence:
             how=LOST_NODE,
             message=f"node {node} ({self._names.get(node, '?')}) was lost: {gone[node]}",
         )
+
+    def gone(self, ranks: Sequence[int]) -> set[int]:
+        """Of the current round's node ranks ``ranks`` (the first :data:`presence.PROBED_PEERS`
+        of them), those whose agent is gone; nothing is changed in the rendezvous."""
+        store = self._store()
+        if store is None:
+            return set()
+        peers = {rank: self._ids[rank] for rank in ranks if rank in self._ids}
+        chosen = dict(list(peers.items())[: presence.PROBED_PEERS])
+        return set(presence.gone_peers(store, chosen))
 
     def leave(self) -> None:
         """This agent was stopped by a signal: its peers need not wait for its heartbeats."""

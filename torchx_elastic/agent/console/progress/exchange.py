@@ -38,7 +38,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -57,6 +57,7 @@ DEFAULT_STALE_AFTER_S = STALE_AFTER_INTERVALS * DEFAULT_INTERVAL_S
 SAME_MOMENT_INTERVALS = 2  # figures said within that long are compared at one moment
 DEFAULT_SAME_MOMENT_S = SAME_MOMENT_INTERVALS * DEFAULT_INTERVAL_S
 FINAL_WAIT_S = 30.0  # node rank 0, for the other nodes' last reports (as the exit barrier)
+GONE_CHECK_S = 0.5  # node rank 0, in that wait: how often it asks which nodes are gone
 
 
 SKIPPED = "skipped node %d's progress report from the store: %s"
@@ -329,6 +330,9 @@ class JobProgressExchange:
     final report: after that nobody touches the store, so no agent uses it after the
     agent that hosts it left (the exit barrier cannot complete before every agent ended its
     exchange). A node whose ranks report nothing publishes nothing until that final report.
+    Node rank 0 does not wait for a node that is not live (its report unchanged for the stale
+    time) or that :meth:`nodes_gone`'s check says is gone (its agent is dead): such a node
+    never sends a final report, and the supervision loop waits in this call.
     """
 
     def __init__(
@@ -374,6 +378,9 @@ class JobProgressExchange:
         self._latest: JobSummary | None = None
         self._standbys: Callable[[], int] | None = None  # nodes standing by, as node 0 sees
         self._had_standbys = False
+        # node rank 0: which of these nodes are known gone (their agent is dead)
+        self._gone_check: Callable[[Sequence[int]], Collection[int]] | None = None
+        self._not_final: list[int] = []  # node rank 0: nodes whose final report is not in
         self._closing = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -389,6 +396,7 @@ class JobProgressExchange:
             self._stopped = False
             self._published = False
             self._seen.clear()
+            self._not_final = []
             self._publishers.clear()
             self._read_s = None
             self._interval_s = exchange_interval_s(self._base_interval_s, num_nodes)
@@ -404,6 +412,12 @@ class JobProgressExchange:
         """Where node rank 0 reads the number of nodes standing by as spares (without a
         store call): the summary carries it once the job has had one."""
         self._standbys = count
+
+    def nodes_gone(self, check: Callable[[Sequence[int]], Collection[int]]) -> None:
+        """Where node rank 0 learns, while it waits for the nodes' final reports, which of
+        ``check``'s node ranks are gone (their agent is dead, as the presence port tells
+        within a second): it does not wait for those."""
+        self._gone_check = check
 
     def set_ranks(self, global_ranks: Mapping[int, int]) -> None:
         """This node's ranks in the current attempt: local rank -> global rank."""
@@ -439,13 +453,47 @@ class JobProgressExchange:
         this round ends."""
         with self._store_lock:
             deadline_s = self._clock() + self._final_wait_s
+            gone: set[int] = set()
+            checked_s: float | None = None
             while not self._exchange(final=True) and self._clock() < deadline_s:
+                waiting = self._waited_for(gone)
+                now_s = self._clock()
+                if waiting and (checked_s is None or now_s - checked_s >= GONE_CHECK_S):
+                    checked_s = now_s
+                    gone.update(self._known_gone(waiting))
+                    waiting = [node for node in waiting if node not in gone]
+                if not waiting:
+                    break
                 # five polls an interval at most (a second's: one read of every report each)
                 time.sleep(
                     min(0.2, self._base_interval_s) * self._interval_s / self._base_interval_s
                 )
             with self._lock:
                 self._stopped = True
+
+    def _waited_for(self, gone: Collection[int]) -> list[int]:
+        """The nodes whose final report node rank 0 still waits for: not in yet, live (a
+        report that stopped changing is not), and not known to be ``gone``."""
+        now_s = self._clock()
+        stale_after_s = self._given_stale_after_s
+        if stale_after_s is None:
+            stale_after_s = STALE_AFTER_INTERVALS * self._interval_s
+        with self._lock:
+            stale = {
+                node
+                for node, (report, first_read_s, _) in self._seen.items()
+                if not report.final and now_s - first_read_s > stale_after_s
+            }
+            return [node for node in self._not_final if node not in stale and node not in gone]
+
+    def _known_gone(self, nodes: Sequence[int]) -> Collection[int]:
+        if self._gone_check is None:
+            return ()
+        try:
+            return self._gone_check(nodes)
+        except Exception as err:  # noqa: BLE001 - a shortcut: the wait's bound remains
+            log.debug("cannot tell which nodes are gone: %s", err)
+            return ()
 
     def _exchange(self, final: bool) -> bool:
         """One exchange; whether every node's final report is in (always True off node 0)."""
@@ -572,7 +620,10 @@ class JobProgressExchange:
         summary = aggregate(
             seen, num_nodes, self._quiet_after_s, stale_after_s, same_moment_s, wall_s
         )
-        all_final = len(reports) == num_nodes and all(r.final for r in reports)
+        finals = {r.node for r in reports if r.final}
+        all_final = len(reports) == num_nodes and len(finals) == len(reports)
+        with self._lock:
+            self._not_final = [node for node in range(num_nodes) if node not in finals]
         standbys = self._count_standbys() if summary is not None else None
         if summary is not None and standbys is not None:
             self._had_standbys = self._had_standbys or standbys > 0
