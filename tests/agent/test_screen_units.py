@@ -5,9 +5,14 @@ from __future__ import annotations
 
 import io
 import logging
+import os
+import time
+from pathlib import Path
 
 from torchx_elastic.agent.console.output.agent_line import LabelledLines
 from torchx_elastic.agent.console.output.screen import Screen
+from torchx_elastic.agent.console.output.terminal import WorkerTerminal, resize, told_size
+from torchx_elastic.contract.terminal_size import write_size
 
 UP, ERASE, HIDE, SHOW = "\x1b[1A", "\x1b[2K", "\x1b[?25l", "\x1b[?25h"
 
@@ -80,3 +85,25 @@ def test_agent_log_records_are_one_labelled_line_each_without_blank_ones() -> No
         "[torchx-elastic WARNING] Setting OMP_NUM_THREADS ... ",
         "[torchx-elastic WARNING] *****",
     ]
+
+
+def test_a_workers_terminal_has_the_size_told_and_follows_its_changes(tmp_path: Path) -> None:
+    """local_cwd's size file -> the workers' pseudo-terminals, and a resize reaches them."""
+    size_file = str(tmp_path / "terminal_size")
+    write_size(size_file, 120, 40)
+    terminal = WorkerTerminal(told_size(size_file), poll_s=0.01)
+    ours, theirs = terminal.open()
+    try:
+        assert os.isatty(theirs) and os.get_terminal_size(theirs) == (120, 40)
+        seen: list[tuple[int, int]] = []
+        stop = terminal.listen(lambda size: (seen.append(size), resize(ours, size)))
+        write_size(size_file, 90, 30)
+        deadline = time.monotonic() + 5
+        while not seen and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert seen == [(90, 30)] and os.get_terminal_size(theirs) == (90, 30)
+        stop()
+    finally:
+        terminal.close()
+        os.close(ours)
+        os.close(theirs)
