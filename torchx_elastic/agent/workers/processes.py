@@ -149,6 +149,7 @@ class WorkerProcesses(PContext):
         self._pump = PipePump(self._sink)
         self._terminal = self._sink.terminal
         self._ptys: list[int] = []  # our ends of the workers' pseudo-terminals, to resize
+        self._ptys_lock = threading.Lock()  # a resize does not meet their closing
         self._stop_resizing: Callable[[], None] | None = None
         self._procs: dict[int, Worker] = {}
         self._failures: dict[int, ProcessFailure] = {}
@@ -215,8 +216,9 @@ class WorkerProcesses(PContext):
     def _resized(self, size: tuple[int, int]) -> None:
         """The terminal was resized: so are the workers' (they get ``SIGWINCH``, which a
         pseudo-terminal that is nobody's controlling terminal does not send)."""
-        for fd in self._ptys:
-            resize(fd, size)
+        with self._ptys_lock:
+            for fd in self._ptys:
+                resize(fd, size)
         self.signal_workers(signal.SIGWINCH)
 
     def _record_exits(self) -> set[int]:
@@ -292,7 +294,8 @@ class WorkerProcesses(PContext):
             log.warning("worker output pipes still open %.0fs after exit", _DRAIN_TIMEOUT_S)
         if self._stop_resizing is not None:
             self._stop_resizing()
-        for fd in self._ptys:
-            os.close(fd)
-        self._ptys = []
+        with self._ptys_lock:
+            for fd in self._ptys:
+                os.close(fd)
+            self._ptys = []
         self._sink.close()
