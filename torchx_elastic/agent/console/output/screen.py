@@ -29,6 +29,7 @@ Standard library only.
 from __future__ import annotations
 
 import codecs
+import re
 import time
 
 # how long a line stays out of the program's reach before it is finished
@@ -37,6 +38,8 @@ HIDDEN_SETTLE_S = 1.0
 # rows of a terminal that reports no size (as Rich and tqdm assume)
 DEFAULT_ROWS = 25
 TAB = 8
+# what is not text: C0 controls and DEL (escape sequences begin with ESC)
+_CONTROL = re.compile("[\x00-\x1f\x7f]")
 
 
 class Screen:
@@ -73,6 +76,12 @@ class Screen:
         self._escape = ""
         i, n = 0, len(text)
         while i < n:
+            special = _CONTROL.search(text, i)
+            stop = n if special is None else special.start()
+            if stop > i:  # a run of text: written at once
+                self._put(text[i:stop])
+                i = stop
+                continue
             ch = text[i]
             if ch == "\x1b":
                 end = _sequence_end(text, i)
@@ -92,8 +101,6 @@ class Screen:
                 self._col = max(0, self._col - 1)
             elif ch == "\t":
                 self._col = (self._col // TAB + 1) * TAB
-            elif ch >= " " and ch != "\x7f":
-                self._put(ch)
         return self.settled(self._now)
 
     def settled(self, now: float) -> list[str]:
@@ -130,14 +137,13 @@ class Screen:
         self._lines, self._touched, self._row, self._col = [[]], [0.0], 0, 0
         return lines
 
-    def _put(self, ch: str) -> None:
+    def _put(self, run: str) -> None:
         line = self._lines[self._row]
-        if self._col >= len(line):
-            line.extend(" " * (self._col - len(line)))
-            line.append(ch)
-        else:
-            line[self._col] = ch
-        self._col += 1
+        if self._col > len(line):
+            line += " " * (self._col - len(line))
+        end = self._col + len(run)
+        line[self._col : end] = run
+        self._col = end
 
     def _move_to(self, row: int, grow: bool = False) -> None:
         self._touched[self._row] = self._now
