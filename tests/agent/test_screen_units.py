@@ -107,3 +107,22 @@ def test_a_workers_terminal_has_the_size_told_and_follows_its_changes(tmp_path: 
         terminal.close()
         os.close(ours)
         os.close(theirs)
+
+
+def test_torchs_own_log_records_in_the_agent_take_its_label() -> None:
+    """torch's loggers have handlers of their own (``W1128 12:00:00.000 1234
+    torch/...py:1298] ...``); in the agent's process they write the agent's label instead."""
+    import subprocess
+    import sys
+
+    code = (
+        "import logging, torch\n"
+        "from torchx_elastic.agent.console.output.agent_line import label_log_records\n"
+        "label_log_records('torch')\n"
+        "logging.getLogger('torch.distributed.elastic.rendezvous.dynamic_rendezvous')"
+        ".warning('The node %r has failed to shutdown the rendezvous', 'h1_1_0')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stderr == (
+        "[torchx-elastic WARNING] The node 'h1_1_0' has failed to shutdown the rendezvous\n"
+    )

@@ -37,7 +37,7 @@ def main(argv: list[str] | None = None) -> None:
     die_with_parent(LAUNCHER_PID_ENV, signal.SIGTERM)
     console_copy = copy_console_in_order()  # before logging's handler takes sys.stderr
     logging.basicConfig(level=os.environ.get("LOGLEVEL", "WARNING").upper())
-    label_log_records(logging.getLogger())
+    label_log_records()
     load_env_file()  # before the flags: their PET_* defaults may come from it
     try:
         args = build_parser().parse_args(argv)
@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None) -> None:
     from torchx_elastic.agent import compat
 
     compat.quiet_cpp_warnings()  # the agent's own process only: its workers are forked
-    label_log_records(logging.getLogger("torch"))  # imported by now: its handler is there
+    label_log_records("torch")  # imported by now: its handlers are there
     run(config, fork_server)
 
 

@@ -27,8 +27,18 @@ class LabelledLines(logging.Formatter):
         return "\n".join(label + line for line in lines if line.strip())
 
 
-def label_log_records(logger: logging.Logger) -> None:
-    """Every handler of ``logger`` writes :class:`LabelledLines` (torch's own logger has a
-    handler of its own, which does not propagate to the root's)."""
-    for handler in logger.handlers:
-        handler.setFormatter(LabelledLines())
+def label_log_records(name: str = "") -> None:
+    """Every handler of the logger ``name`` (the root's: "") and of the loggers below it
+    writes :class:`LabelledLines`. torch gives its ``torch`` logger and several below it
+    (``torch.distributed``, ...) handlers of their own, which do not propagate."""
+    loggers = [logging.getLogger(name)]
+    if name:
+        loggers += [
+            logger
+            for key, logger in logging.Logger.manager.loggerDict.items()
+            if key.startswith(name + ".") and isinstance(logger, logging.Logger)
+        ]
+    for logger in loggers:
+        for handler in logger.handlers:
+            if isinstance(handler, logging.StreamHandler):
+                handler.setFormatter(LabelledLines())
