@@ -93,7 +93,7 @@ class Screen:
                 continue
             i += 1
             if ch == "\n":
-                self._move_to(self._row + 1, grow=True)
+                self._move_to(self._row + 1)
                 self._col = 0  # the pty adds no \r (ONLCR is off): as a pipe's lines
             elif ch == "\r":
                 self._col = 0
@@ -145,18 +145,16 @@ class Screen:
         line[self._col : end] = run
         self._col = end
 
-    def _move_to(self, row: int, grow: bool = False) -> None:
+    def _move_to(self, row: int) -> None:
+        """The cursor to ``row`` (below the last line: new lines, as a terminal scrolls)."""
         self._touched[self._row] = self._now
         row = max(0, row)
         if row < self._row:  # how far above the lowest line drawn yet (moves come one by one)
             bottom = len(self._lines) - 1
             self._reach = max(self._reach, min(bottom - row, self._height - 1))
-        if row >= len(self._lines):
-            if not grow:
-                row = len(self._lines) - 1 if row > len(self._lines) else row
-            while row >= len(self._lines):
-                self._lines.append([])
-                self._touched.append(0.0)
+        while row >= len(self._lines):
+            self._lines.append([])
+            self._touched.append(0.0)
         self._row = row
 
     def _control(self, seq: str) -> None:
@@ -172,7 +170,7 @@ class Screen:
         if final == "A":
             self._move_to(self._row - max(count, 1))
         elif final in "BE":
-            self._move_to(self._row + max(count, 1), grow=True)
+            self._move_to(self._row + max(count, 1))
             if final == "E":
                 self._col = 0
         elif final == "F":
