@@ -29,6 +29,7 @@ from torch.distributed.elastic.rendezvous import RendezvousError, RendezvousHand
 from torchx_elastic.agent.compat import ROLE_INFO_PREFIX
 from torchx_elastic.agent.config.cli import build_parser
 from torchx_elastic.agent.config.launch import AgentConfig, config_from_args
+from torchx_elastic.agent.console.failure.first_failure import LOST_NODE, FirstFailure
 from torchx_elastic.agent.console.progress.channel import RankActivity
 from torchx_elastic.agent.rendezvous.failover import HostLost
 from torchx_elastic.agent.supervision import loop
@@ -174,6 +175,7 @@ class Harness:
     move_rendezvous: Callable[[HostLost, dict[int, str]], str] | None = None
     on_rendezvous_lost: Callable[[], None] = lambda: None
     started_pids: list[list[int]] = field(default_factory=list)  # what the channel was told
+    on_failure: loop.OnFailure | None = None  # the job's first failure, as the nodes agree
 
     def make_workers(self, *, envs: dict[int, dict[str, str]], **_: Any) -> FakeWorkers:
         assert self.plans, "the loop started more attempts than the test planned"
@@ -198,6 +200,7 @@ class Harness:
                 move_rendezvous=self.move_rendezvous,
                 on_rendezvous_lost=self.on_rendezvous_lost,
                 workers_started=lambda pids: self.started_pids.append(sorted(pids)),
+                on_failure=self.on_failure,
             ),
             make_workers=self.make_workers,
         )
@@ -298,6 +301,41 @@ def test_ranks_that_fail_with_a_lost_peer_re_form_without_it_and_no_restart_is_c
         "torchx-elastic: node 1: 10.0.0.2 (agent pid 200) stopped answering (no rendezvous"
         " heartbeat for "
     )
+
+
+def test_ranks_that_fail_because_a_node_vanished_re_form_spending_no_restart(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The job's first failure is a node whose agent is gone (the presence port): its peers'
+    ranks failed only with it, so the job re-forms (a spare takes its place) with the default
+    --max-restarts 0, and the workers' restart count stays."""
+    lost = FirstFailure(
+        2,
+        1,
+        LOST_NODE,
+        "node 1 (10.0.0.2, agent pid 200) was lost: its agent is gone (nothing listens on its"
+        " port 10.0.0.2:41877 any more)",
+    )
+    h = harness(tmp_path, 0, [running_for(2, fail(0)), running_for(1, succeed)], peers=1)
+
+    def on_failure(*_: Any) -> FirstFailure:
+        h.rendezvous.drop_peers()  # the node that found it dropped it from the rendezvous
+        return lost
+
+    h.on_failure = on_failure
+    supervisor, result = h.run()
+    assert result.state == WorkerState.SUCCEEDED
+    assert h.rendezvous.rounds == [2, 1]
+    assert [w.envs[0][RESTART_COUNT_ENV] for w in h.attempts] == ["0", "0"]
+    (restart,) = h.events(ev.RESTART)
+    assert (restart["reason"], restart["attempt"]) == ("peer lost", 0)
+    assert restart["lost"] == [lost.message]
+    assert supervisor.remaining_restarts == 0
+    assert capsys.readouterr().err.splitlines() == [
+        "torchx-elastic: node 1 (10.0.0.2, agent pid 200) was lost: its agent is gone (nothing"
+        " listens on its port 10.0.0.2:41877 any more); re-forming without it: rendezvous round"
+        " 2 next (a lost node is not the script's failure: no restart spent, 0 restarts left)"
+    ]
 
 
 def test_a_node_its_peers_dropped_joins_again_without_counting_a_restart(

@@ -33,8 +33,10 @@ from torch.distributed.elastic.rendezvous import RendezvousError, RendezvousHand
 from torchx_elastic.agent import compat
 from torchx_elastic.agent.config.launch import AgentConfig
 from torchx_elastic.agent.console.failure.first_failure import (
+    LOST_NODE,
     FirstFailure,
     RestartNotice,
+    lost_node_line,
     not_retried_line,
 )
 from torchx_elastic.agent.console.output.agent_line import say
@@ -327,6 +329,9 @@ class Supervisor:
                 on_failure, presence = self._supervision.on_failure, self._supervision.presence
                 lost_peer = presence.lost_peer if presence is not None else None
                 first = on_failure(result, self.attempt, lost_peer) if on_failure else None
+                if first is not None and first.how == LOST_NODE:
+                    self._reform_without_lost(first)  # agreed by every node: none counts
+                    continue
                 if first is not None and not first.retried:
                     if first.node == (self._group.round.rank if self._group else 0):
                         say(not_retried_line(first, self.remaining_restarts))
@@ -347,6 +352,16 @@ class Supervisor:
                     continue
                 if waiting > 0:
                     self._restart(ev.RESTART_MEMBERSHIP_CHANGE, next_round=self._rounds + 1)
+
+    def _reform_without_lost(self, lost: FirstFailure) -> None:
+        """The job's first failure was a node whose agent vanished (the presence port): its
+        peers' ranks failed only with it. As torch's agent counts a membership change, this
+        spends no restart: the survivors re-form (a standby takes its place), said once."""
+        rank = self._group.round.rank if self._group else 0
+        next_round = self._rounds + 1
+        if RestartNotice(lost, self.attempt, self.config.max_restarts, next_round).said_by(rank):
+            say(lost_node_line(lost, self.remaining_restarts, next_round))
+        self._restart(ev.RESTART_PEER_LOST, lost=[lost.message], next_round=next_round)
 
     def _pause(self) -> None:
         """``monitor_interval_s`` between checks, cut short when a forked worker exits (the

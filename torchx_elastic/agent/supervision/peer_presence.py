@@ -3,9 +3,9 @@
 At each round the agent publishes its presence port under its node's id; when its ranks
 fail and no node names the job's first failure, it asks the members that follow it whether
 their agent is there. A member whose agent is gone is dropped from torch's rendezvous at
-once and offered as the first failure: ``rank 2 (node 1) failed first: node 1 (h1 (agent
-pid 512)) was lost: its agent is gone (...)``. The restart is counted as for any failure
-(what the workers see does not change: torchrun counts it too); only the wait goes.
+once and offered as the first failure: ``rank 2 (node 1) failed first: node 1 (h1, agent
+pid 512) was lost: its agent is gone (...)``. Every node then re-forms without it and no
+restart is spent (supervision/loop.py): a lost node is not the script's failure.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from torchx_elastic.agent import compat
 from torchx_elastic.agent.console.failure.first_failure import LOST_NODE, FirstFailure
 from torchx_elastic.agent.rendezvous import presence
 from torchx_elastic.agent.rendezvous.signed_store import SignedStore, StoreSigner
+from torchx_elastic.agent.supervision.replacements import PID_MARK
 
 log = logging.getLogger(__name__)
 
@@ -70,11 +71,12 @@ class PeerPresence:
             rank = compat.first_rank_of(rnd.store, node)
         except Exception:  # noqa: BLE001 - the round's store may be gone with the node
             rank = -1
+        name = plain_name(self._names.get(node, "?"))
         return FirstFailure(
             rank=rank,
             node=node,
             how=LOST_NODE,
-            message=f"node {node} ({self._names.get(node, '?')}) was lost: {gone[node]}",
+            message=f"node {node} ({name}) was lost: {gone[node]}",
         )
 
     def gone(self, ranks: Sequence[int]) -> set[int]:
@@ -96,3 +98,9 @@ class PeerPresence:
 
     def close(self) -> None:
         self._port.close()
+
+
+def plain_name(name: str) -> str:
+    """``h1 (agent pid 512)`` (``compat.round_members``) as ``h1, agent pid 512``."""
+    host, mark, pid = name.partition(PID_MARK)
+    return f"{host}, agent pid {pid.rstrip(')')}" if mark else name

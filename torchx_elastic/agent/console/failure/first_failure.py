@@ -154,6 +154,17 @@ def not_retried_line(failed: FirstFailure, restarts_left: int) -> str:
     return f"torchx-elastic: {failed.describe()}; the job ends without a restart ({unused})"
 
 
+def lost_node_line(lost: FirstFailure, restarts_left: int, next_round: int) -> str:
+    """What one survivor says when the job's first failure was a lost node: its peers' ranks
+    failed only because it vanished, so the job re-forms without it and no restart is spent
+    (``--spares``: a standby takes its place at once)."""
+    left = f"{restarts_left} restart{'' if restarts_left == 1 else 's'} left"
+    return (
+        f"torchx-elastic: {lost.message}; re-forming without it: rendezvous round {next_round}"
+        f" next (a lost node is not the script's failure: no restart spent, {left})"
+    )
+
+
 @dataclass(frozen=True)
 class RestartNotice:
     """What the restart line says (and the ``restart`` event records)."""
