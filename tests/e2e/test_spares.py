@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import run_torchx
+from tests.conftest import BIN, _env, run_torchx
 from tests.e2e.agents import descendants, free_port, start_agent, wait_for_text
 
 pytestmark = pytest.mark.slow
@@ -173,3 +173,67 @@ def test_a_lost_node_is_named_at_once_while_the_script_reports_progress(tmp_path
     assert "stopped answering (no rendezvous heartbeat" not in host
     assert re.search(r"spare trains as rank [01] of world 2 at \d\n", spare), spare
     assert "[job progress]" in host  # the script's progress did reach node rank 0
+
+
+def _agents_of(parent: int) -> list[int]:
+    """The agents ``torchx run`` started, in replica order (local_cwd starts them in turn)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        try:
+            ppid = int(Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[1])
+            command = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
+        except (OSError, ValueError, IndexError):
+            continue
+        if ppid == parent and b"torchx_elastic.agent" in command[:3]:
+            found.append(int(entry))
+    return sorted(found)
+
+
+def _listener_of(port: int) -> int:
+    ss = subprocess.run(["ss", "-ltnpH", f"sport = :{port}"], capture_output=True, text=True)
+    return int(re.findall(r"pid=(\d+)", ss.stdout)[0])
+
+
+def test_through_torchx_a_killed_agent_spends_no_restart_and_the_job_succeeds(
+    tmp_path: Path,
+) -> None:
+    """dist.ddp -j 2x1 --spares 1 with the default --max_retries 0, a script that reports
+    progress: a training agent that does not host the store is SIGKILLed with its worker;
+    the spare takes its place and the job SUCCEEDS (the killed replica is a lost node, not the
+    job's failure: local_cwd's state)."""
+    (tmp_path / "train.py").write_text(PROGRESS_SCRIPT)
+    port = free_port()
+    out = tmp_path / "out.log"
+    with open(out, "w") as sink:
+        torchx = subprocess.Popen(
+            [str(BIN / "torchx"), "run", "-s", "local_cwd", "dist.ddp", "-j", "2x1",
+             "--spares", "1", "--rdzv_port", str(port), "--script", "train.py", "--", "300"],
+            cwd=tmp_path, env=_env(), stdout=sink, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    try:
+        wait_for_text(out, STANDING_BY)
+        wait_for_text(out, " trains as rank ", count=2)
+        text = out.read_text()
+        [spare] = {int(n) for n in re.findall(r"train/(\d) " + re.escape(STANDING_BY), text)}
+        agents = _agents_of(torchx.pid)
+        assert len(agents) == 3, agents
+        host = agents.index(_listener_of(port))
+        [lost] = [i for i in range(3) if i not in (spare, host)]
+        for pid in [agents[lost], *descendants(agents[lost])]:
+            os.kill(pid, signal.SIGKILL)
+        assert torchx.wait(timeout=240) == 0, out.read_text()[-6000:]
+    finally:
+        if torchx.poll() is None:
+            torchx.kill()
+    text = out.read_text()
+    assert "Job finished: SUCCEEDED" in text, text[-6000:]
+    assert re.search(
+        rf"torchx-elastic: node [01] \(localhost, agent pid {agents[lost]}\) was lost: its agent"
+        r" is gone \(nothing listens on its port [\d.]+:\d+ any more\); re-forming without it:"
+        r" rendezvous round 2 next \(a lost node is not the script's failure: no restart spent,"
+        r" 0 restarts left\)\n",
+        text,
+    ), text[-6000:]
+    # the spare trains in the lost node's place, in a world of 2, at restart count 0
+    assert re.search(rf"train/{spare} \[n\d r\d\] None trains as rank [01] of world 2 at 0\n", text)
+    assert "Root cause" not in text

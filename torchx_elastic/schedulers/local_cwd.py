@@ -116,7 +116,7 @@ from torchx_elastic.schedulers.local_stop import Followers, stop_replicas, worke
 from torchx_elastic.schedulers.options import RunOptions, option
 from torchx_elastic.schedulers.progress_status import Progress, join_message
 from torchx_elastic.schedulers.replica_logs import LogQuery, ReplicaLogs
-from torchx_elastic.schedulers.role_states import replicas_state
+from torchx_elastic.schedulers.role_states import replicas_state, with_lost_replicas
 
 RANK0_HOST = "127.0.0.1"
 _PYTHON_ENTRYPOINTS = frozenset({"python", "python3"})
@@ -322,11 +322,28 @@ class LocalCwdScheduler(ReplicaLogs, LocalScheduler):
         # only the CLI's status poll (main thread) waits; its log thread must not be held up
         if app is not None and threading.current_thread() is threading.main_thread():
             self._wait_for_exit(app_id, None if asked_by_runner_wait() else STATUS_WAIT_S)
-            desc = super().describe(app_id)
+            desc = self._with_lost_replicas(super().describe(app_id))
             if desc is not None and is_terminal(desc.state):
                 self._tell_timeline(app_id)
             return self._with_groups(self._with_waiting(desc))
-        return self._with_groups(self._with_waiting(super().describe(app_id)))
+        desc = self._with_lost_replicas(super().describe(app_id))
+        return self._with_groups(self._with_waiting(desc))
+
+    def _with_lost_replicas(
+        self, desc: Optional[DescribeAppResponse]
+    ) -> Optional[DescribeAppResponse]:
+        """torchx fails a local app when any replica did; a replica whose agent was killed by
+        a signal is a lost node, and the job is what the agents that stayed made of it
+        (``role_states.with_lost_replicas``)."""
+        app = local_app(self, desc.app_id) if desc is not None else None
+        if desc is None or app is None or desc.state != AppState.FAILED:
+            return desc
+        replicas = [r for rs in app.role_replicas.values() for r in rs]
+        agents = all(AGENT_MODULE in list(r.proc.args)[:3] for r in replicas)
+        if agents and with_lost_replicas([r.proc.poll() for r in replicas]) == AppState.SUCCEEDED:
+            desc.state = AppState.SUCCEEDED
+            app.set_state(AppState.SUCCEEDED)
+        return desc
 
     def list(self, cfg: Optional[Mapping[str, CfgVal]] = None) -> List[ListAppResponse]:
         """torchx's local schedulers keep no record of their jobs beyond the process that ran

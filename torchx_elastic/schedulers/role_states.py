@@ -12,7 +12,7 @@ ended); the others run and fail on their own: one that failed never stops the re
 
 from __future__ import annotations
 
-from typing import List, Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 from torchx.specs import AppState, is_terminal
 
@@ -58,3 +58,15 @@ def replicas_state(states: Sequence[AppState]) -> AppState:
     if AppState.FAILED in states and all(is_terminal(state) for state in states):
         return AppState.FAILED
     return states[0] if states else AppState.UNKNOWN
+
+
+def with_lost_replicas(returncodes: Sequence[Optional[int]]) -> Optional[AppState]:
+    """SUCCEEDED for a role whose replicas (local_cwd: their agents' exit codes) all ended,
+    none with an exit code of its own (> 0), at least one with 0, and the others killed by a
+    signal: those nodes were lost (a spare, or the job's other nodes, went on without them,
+    and the agents that stayed decided the job); None where this does not apply."""
+    if not returncodes or any(code is None or code > 0 for code in returncodes):
+        return None
+    if 0 in returncodes and any(code < 0 for code in returncodes if code is not None):
+        return AppState.SUCCEEDED
+    return None
