@@ -10,6 +10,10 @@ that cannot be pulled, a run option value of the wrong type or out of range; and
 component argument that cannot make a job (:class:`ComponentArgumentError`: ``-j 2x``,
 ``--cpu -1``, ``--console`` or ``--start_method`` misspelled, ``ft.ddp``'s bad combinations).
 ``torchx run`` stopped by SIGINT or SIGTERM says so in one line too, and whether the job goes on.
+
+``torchx run`` without ``-s`` runs on ``local_cwd`` unless a ``.torchxconfig`` names another
+scheduler: torchx 0.7 would take the first scheduler entry point, written sorted by name
+(``aws_batch``, which fails for want of a ``queue``).
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ from torchx.cli.cmd_list import CmdList
 from torchx.cli.cmd_log import CmdLog
 from torchx.cli.cmd_run import CmdRun
 from torchx.cli.cmd_status import CmdStatus
-from torchx.runner import get_runner
+from torchx.runner import config, get_runner
 from torchx.schedulers.local_scheduler import SignalException
 from torchx.specs.builders import make_app_handle
 
@@ -41,6 +45,8 @@ logger = logging.getLogger(__name__)
 EXIT_FAILURE = 1
 # whose `log` of a job that does not exist says so instead of waiting for it to start
 SCHEDULERS = ("kubernetes", "docker")
+# `torchx run`'s scheduler when neither -s nor a .torchxconfig names one
+DEFAULT_SCHEDULER = "local_cwd"
 
 
 MAPPING_ITEMS = "a mapping option takes KEY:VALUE items: KEY1:v1,KEY2:v2"
@@ -96,10 +102,31 @@ class UserErrorsAsLines(SubCommand):
 
 
 class Run(CmdRun):
+    def add_arguments(self, subparser: argparse.ArgumentParser) -> None:
+        super().add_arguments(subparser)
+        default_to_local_cwd(subparser)
+
     def run(self, args: argparse.Namespace) -> None:
         with user_errors(), stopped_by_signal():
             check_option_types(args.scheduler, getattr(args, "scheduler_args", ""))
             super().run(args)
+
+
+def configured_scheduler() -> str | None:
+    """The scheduler a ``.torchxconfig`` names for ``torchx run`` (``[cli:run] scheduler``), as
+    torchx finds the file (``$TORCHXCONFIG``, else ``~`` and the working directory)."""
+    return config.get_configs(prefix="cli", name="run").get("scheduler") or None
+
+
+def default_to_local_cwd(subparser: argparse.ArgumentParser) -> None:
+    """``-s`` defaults to :data:`DEFAULT_SCHEDULER` where no ``.torchxconfig`` names one."""
+    if configured_scheduler() is not None:
+        return
+    for action in subparser._actions:
+        if action.dest == "scheduler" and (
+            action.choices is None or DEFAULT_SCHEDULER in action.choices
+        ):
+            action.default = DEFAULT_SCHEDULER
 
 
 def check_option_types(scheduler: str, cfg: str) -> None:
