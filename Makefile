@@ -30,7 +30,7 @@ KFP_VENV ?= .venv-kfp
 
 .PHONY: setup setup-torchx-dev test-torchx-dev example image test test-fast test-torch-versions lint bench
 .PHONY: setup-torch-versions setup-other-lines test-other-lines clean setup-kfp test-kfp
-.PHONY: test-local test-cli-jobs test-backends test-torchx-dev-lane
+.PHONY: test-local test-cli-jobs test-backends test-torchx-dev-lane docs test-wheel
 
 setup: $(VENV)/.installed
 
@@ -138,6 +138,24 @@ test-fast: setup
 
 bench: setup
 	$(BIN)/python bench/run.py
+
+# The tools of the two targets below (the docs and dist extras, pinned in pyproject.toml)
+$(VENV)/.tools-installed: $(VENV)/.installed
+	$(BIN)/python -m pip install -q -c constraints.txt -e '.[test,ft,docs,dist]'
+	touch $@
+
+# The documentation site: docs/ (Markdown through MyST; the reference generated from the code
+# by docs/_ext/generated.py and autodoc), every page read again (-E), warnings and unresolved
+# references failing it; the site is docs/_build/html/index.html
+docs: $(VENV)/.tools-installed
+	$(BIN)/sphinx-build -E -W --keep-going -n -q -b html docs docs/_build/html
+	@echo "docs: docs/_build/html/index.html"
+
+# The package as a user gets it: the wheel and the sdist built and their metadata checked, the
+# wheel installed in a new venv outside the repository, where `torchx run dist.ddp -j 1x2`
+# (no -s, no .torchxconfig) runs a small gloo job
+test-wheel: $(VENV)/.tools-installed
+	ci/test-wheel.sh $(BIN)/python $(PYTHON)
 
 clean:
 	rm -rf $(VENV) .venv-torch* $(KFP_VENV) torchx_logs .pytest_cache .mypy_cache .ruff_cache

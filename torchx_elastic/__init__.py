@@ -8,7 +8,9 @@ workers (:mod:`torchx_elastic.launcher`, imported on first use). A worker that r
 job without a restart (:mod:`torchx_elastic.contract.not_retried`).
 """
 
-__version__ = "0.1.0"
+# the package's one version: pyproject.toml reads it from here ([tool.hatch.version]), and so
+# the wheel's metadata; CHANGELOG.md says what changed
+__version__ = "0.2.0"
 
 from torchx_elastic.worker import heartbeat, progress
 
