@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import socket
 import threading
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -57,11 +58,39 @@ def test_a_move_needs_the_jobs_minimum_of_nodes_among_the_survivors() -> None:
         failover.move({0: "h0", 1: "h1"}, "h1")
 
 
-def test_only_an_elastic_c10d_job_between_hosts_moves_its_rendezvous() -> None:
+def test_an_elastic_c10d_job_between_hosts_or_any_on_one_host_moves_its_rendezvous() -> None:
     assert can_move(config())
     assert not can_move(config("--nnodes", "3"))  # the survivors could never form a round
-    assert not can_move(config("--rdzv-endpoint", "localhost:29500"))  # one host
     assert not can_move(config("--rdzv-backend", "static", "--node-rank", "0"))
+    # one host: whatever its node range (a spare may make a fixed-size job whole again)
+    assert can_move(config("--rdzv-endpoint", "localhost:29500"))
+    assert can_move(config("--nnodes", "2", "--rdzv-endpoint", "127.0.0.1:29500"))
+    assert not can_move(config("--nnodes", "1", "--rdzv-endpoint", "127.0.0.1:29500"))
+
+
+def test_on_one_host_the_survivors_and_the_nodes_standing_by_make_the_minimum() -> None:
+    """On loopback every member has the endpoint's address: the lost host is one of the
+    last round, and a spare standing by (torch's redundancy list) counts."""
+    handler = Handler()
+    fixed = config("--nnodes", "2", "--rdzv-endpoint", "127.0.0.1:29500")
+    movable = MovableRendezvous(handler, Endpoint("127.0.0.1", 29500))
+    failover = Failover(fixed, StoreSigner(None), movable)
+    members = {0: "127.0.0.1", 1: "127.0.0.1"}
+    assert failover.refusal(members) == (
+        "the 1 other node(s) of its last round and the 0 standing by are fewer than the job's"
+        " minimum of 2"
+    )
+    with pytest.raises(NoSuccessor, match="fewer than the job's minimum of 2"):
+        failover.move(members, "127.0.0.1")
+    handler._state_holder = SimpleNamespace(state=SimpleNamespace(redundancy_list={"spare"}))  # type: ignore[attr-defined]
+    assert failover.refusal(members) is None
+    # a node that stood by follows only a job whose round it saw
+    with pytest.raises(NoSuccessor, match="this node saw no round of the job"):
+        failover.move({}, "127.0.0.1")
+    # elastic above its minimum: the survivors make it
+    elastic = config("--nnodes", "2:3", "--rdzv-endpoint", "127.0.0.1:29500")
+    failover = Failover(elastic, StoreSigner(None), MovableRendezvous(Handler(), movable.endpoint))
+    assert failover.refusal({0: "127.0.0.1", 1: "127.0.0.1", 2: "127.0.0.1"}) is None
 
 
 class Handler(RendezvousHandler):

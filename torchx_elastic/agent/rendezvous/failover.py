@@ -13,6 +13,14 @@ store (same run id, same node range, signed with the job's secret) into its
 lost host (a membership change: no restart counted), as long as the survivors make the
 job's minimum of nodes.
 
+On one host (a loopback endpoint: every node has the same address, so none is told from
+the lost host by it) the survivors host the rendezvous again at the endpoint itself, which
+the lost host's end freed: each survivor of the last round tries to listen there, the one
+that does hosts it, the others connect to it; a node that stood by (a spare, not in the
+last round) reconnects to the endpoint and finds the rendezvous there. The survivors and
+the nodes standing by (torch's redundancy list as last synced) must make the job's
+minimum: a fixed-size job moves only where a spare takes the lost host's place.
+
 A call on the old rendezvous that is waiting on the lost host (torch's store calls wait
 up to ``read_timeout``) is abandoned the moment the loss is known: every call of the
 handler runs on a helper thread, and the caller waits for it or for the loss.
@@ -230,6 +238,7 @@ class Failover:
         self._movable = movable
         self._on_moved = on_moved
         self._endpoint_ips = resolved(movable.endpoint.host)
+        self._one_host = listen.is_loopback_host(movable.endpoint.host)
         self._params = rendezvous_parameters(config)  # those of every rendezvous it moves to
         self._read_timeout = datetime.timedelta(
             seconds=float(self._params.get_as_int("read_timeout", 60) or 60)
@@ -241,6 +250,15 @@ class Failover:
 
     def refusal(self, members: dict[int, str]) -> str | None:
         """Why the rendezvous cannot move with these last-round members (None: it can)."""
+        if self._one_host:
+            left = max(0, len(members) - 1)  # the lost host was one of them
+            standing_by = compat.standbys(self._movable)[0]
+            if left + standing_by < self._config.min_nodes:
+                return (
+                    f"the {left} other node(s) of its last round and the {standing_by}"
+                    f" standing by are fewer than the job's minimum of {self._config.min_nodes}"
+                )
+            return None
         left = len(self.successors(members))
         if left < self._config.min_nodes:
             return (
@@ -266,6 +284,8 @@ class Failover:
 
     def move(self, members: dict[int, str], this_addr: str) -> tuple[Endpoint, bool]:
         """Host or join the successor's rendezvous; (its endpoint, whether this node hosts)."""
+        if self._one_host:
+            return self._move_on_this_host(members)
         why = self.refusal(members)
         if why is not None:
             raise NoSuccessor(why)
@@ -296,6 +316,35 @@ class Failover:
                 self._beacons.append(beacon)
             return endpoint, hosting
         raise NoSuccessor("no other node of its last round hosts it")
+
+    def _move_on_this_host(self, members: dict[int, str]) -> tuple[Endpoint, bool]:
+        """One host: a survivor of the last round hosts the rendezvous again at the
+        endpoint (the first to listen there); the others, and a node that stood by, connect."""
+        endpoint = self._movable.endpoint
+        # a node that stood by: the job's last round as it last saw it
+        known = members or compat.round_addresses(self._movable)
+        why = self.refusal(known) if known else "this node saw no round of the job"
+        if why is not None:
+            raise NoSuccessor(why)
+        store: Any = None
+        if members:  # a node of the last round: it may host it
+            try:
+                store = listen.hosted_store(
+                    endpoint.host, endpoint.port, self._read_timeout.total_seconds(), True
+                )
+            except OSError as err:  # another survivor listens there first: it hosts
+                log.debug("another node hosts the rendezvous at %s: %s", endpoint, err)
+        hosting = store is not None
+        if store is None:
+            try:
+                store = connect(endpoint, self._read_timeout)
+            except (OSError, RuntimeError, TimeoutError) as err:
+                raise NoSuccessor(f"no node hosts it again at {endpoint}: {err}") from None
+        handler = handler_on_store(store, self._params, self._signer, endpoint)
+        liveness.shorten_reform_last_call(handler, self._config.rdzv_configs)
+        self._movable.move_to(StoreHost(handler) if hosting else handler, endpoint)
+        self._on_moved(endpoint, hosting)
+        return endpoint, hosting
 
 
 def connect(

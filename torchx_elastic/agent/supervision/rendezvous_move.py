@@ -30,13 +30,17 @@ from torchx_elastic.agent.supervision.network_watch import NetworkWatch
 
 
 def can_move(config: AgentConfig) -> bool:
-    """A c10d rendezvous over TCP between hosts, whose node count may shrink."""
+    """A c10d rendezvous over TCP between hosts, whose node count may shrink; or on one
+    host (a loopback endpoint), whatever its node range: there a survivor hosts it again at
+    the endpoint, and a fixed-size job moves only where nodes stand by to make it whole
+    (the failover's refusal, decided when the host is lost)."""
     tcp = config.rdzv_configs.get("store_type", "tcp").strip().lower() == "tcp"
+    one_host = listen.is_loopback_host(config.rdzv_endpoint.host)
     return (
         config.rdzv_backend == "c10d"
         and tcp
-        and config.min_nodes < config.max_nodes
-        and not listen.is_loopback_host(config.rdzv_endpoint.host)
+        and config.max_nodes > 1
+        and (one_host or config.min_nodes < config.max_nodes)
     )
 
 
@@ -87,6 +91,11 @@ class RendezvousMove:
                 " it exits so that the job can be restarted"
             ) from None
         where = "this node hosts it" if hosting else "its host is a node of the last round"
+        if endpoint == old:  # one host: a survivor hosts it again where it was
+            return (
+                f"torchx-elastic: the rendezvous host is lost: {lost}; the rendezvous is hosted"
+                f" again at {endpoint} ({where}) and the job re-forms without the lost host"
+            )
         return (
             f"torchx-elastic: the rendezvous host is lost: {lost}; the rendezvous moves from"
             f" {old} to {endpoint} ({where}) and the job re-forms without the lost host"
