@@ -16,13 +16,17 @@ every survivor exited first.
 
 Ours: ``--max-restarts 0`` (a lost node must spend no restart); in the fixed cells the third
 agent is a spare, standing by before the fault. torchrun: ``--max-restarts 3`` (a peer lost
-fails the survivors' workers, which torchrun counts as a restart); it has no spares, so in
+fails the survivors' workers, which torchrun counts as a restart) and
+``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1``, torch's opt-out of the store it shares with the
+workers across restarts, without which torch 2.13's torchrun does not recover (its world 2
+fails gloo's connectFullMesh, "Connection refused", round after round; bench/benchmarks.py's
+node-loss torchrun sets it too; ``--torchrun-as-is`` leaves it out); it has no spares, so in
 the fixed cells a replacement starts right after the fault: on the lost host's place when it
 was killed, on h2 when it was cut off.
 
 ``python -m bench.loss_matrix [--repeats N] [--only CELLS] [--launchers ours,torchrun]
-[--output bench/results/loss_matrix.json]``; CELLS: comma-separated patterns (fnmatch) of
-``shape/node/fault/script``, e.g. ``fixed/h0/*`` or ``*/h1/killed/progress``.
+[--torchrun-as-is] [--output bench/results/loss_matrix.json]``; CELLS: comma-separated
+patterns (fnmatch) of ``shape/node/fault/script``, e.g. ``fixed/h0/*`` or ``*/h1/killed/progress``.
 """
 
 from __future__ import annotations
@@ -39,6 +43,8 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+
+from torchx_elastic.contract import SHARE_STORE_OPT_OUT_ENV
 
 REPO = Path(__file__).resolve().parent.parent
 PROGRESS_LOOP = REPO / "bench/progress_loop.py"
@@ -101,6 +107,13 @@ def flags(launcher: str, shape: str) -> list[str]:
         f"--nnodes={nnodes}", "--nproc-per-node=1", f"--max-restarts={restarts}",
         "--rdzv-backend=c10d", f"--rdzv-endpoint={ENDPOINT}", "--rdzv-id=job",
     ]  # fmt: skip
+
+
+def launcher_env(launcher: str, torchrun_as_is: bool = False) -> dict[str, str]:
+    """What the cell sets in the agents' environment beside GLOO_SOCKET_IFNAME."""
+    if launcher == "ours" or torchrun_as_is:
+        return {}
+    return {SHARE_STORE_OPT_OUT_ENV: "1"}
 
 
 def launcher_module(launcher: str) -> str:
@@ -173,6 +186,7 @@ class CellResult:
     progress: bool
     script: str
     flags: list[str]
+    env: dict[str, str] = field(default_factory=dict)
     replacement: str | None = None
     values: list[float | None] = field(default_factory=list)
     reasons: list[str] = field(default_factory=list)
@@ -192,6 +206,10 @@ def shown(result: CellResult | None) -> str:
         return "not back"
     figure = f"{result.median:.1f} s"
     return figure if back == len(result.values) else f"{figure} ({back}/{len(result.values)} back)"
+
+
+def env_words(env: dict[str, str]) -> list[str]:
+    return [f"{k}={v}" for k, v in env.items()]
 
 
 def render_table(results: Sequence[CellResult]) -> str:
@@ -222,7 +240,7 @@ def render_table(results: Sequence[CellResult]) -> str:
                     notes.append(f"- {launcher} {key} run {i + 1}: not back: {reason}")
     flag_lines = sorted(
         {
-            f"- {r.launcher} {r.shape}: `{' '.join(r.flags)}`"
+            f"- {r.launcher} {r.shape}: `{' '.join([*env_words(r.env), *r.flags])}`"
             + (
                 "; no spares: a replacement starts right after the fault"
                 " (on the killed host's place, on h2 for a host cut off)"
@@ -259,7 +277,7 @@ def wait_for(
         time.sleep(0.2)
 
 
-def start_agent(job: object, host: str, launcher: str, cell: Cell) -> None:
+def start_agent(job: object, host: str, launcher: str, cell: Cell, env: dict[str, str]) -> None:
     """``launcher``'s agent on ``host`` (its log goes on after a replacement)."""
     from tests.conftest import _env
     from tests.netns.hosts import HOSTS_SH, Job
@@ -268,6 +286,7 @@ def start_agent(job: object, host: str, launcher: str, cell: Cell) -> None:
     script = PROGRESS_LOOP if cell.script == "progress" else PLAIN_LOOP
     command = [
         "bash", str(HOSTS_SH), "exec", host, "env", f"GLOO_SOCKET_IFNAME=veth-{host}",
+        *(f"{k}={v}" for k, v in env.items()),
         sys.executable, "-m", launcher_module(launcher), *flags(launcher, cell.shape),
         str(script), str(STEPS), str(STEP_S),
     ]  # fmt: skip
@@ -278,7 +297,9 @@ def start_agent(job: object, host: str, launcher: str, cell: Cell) -> None:
         )
 
 
-def run_once(launcher: str, cell: Cell, workdir: Path, bound_s: float) -> tuple[float | None, str]:
+def run_once(
+    launcher: str, cell: Cell, workdir: Path, bound_s: float, env: dict[str, str]
+) -> tuple[float | None, str]:
     """One run on fresh hosts: (seconds from the fault to world 2 again, or None; why not)."""
     from tests.netns.hosts import hosts, netns_job
 
@@ -287,22 +308,22 @@ def run_once(launcher: str, cell: Cell, workdir: Path, bound_s: float) -> tuple[
         try:
             if cell.shape == "elastic":
                 for host in ("h0", "h1", "h2"):
-                    start_agent(job, host, launcher, cell)
+                    start_agent(job, host, launcher, cell, env)
                 wait_for(
                     f"step {STEPS_BEFORE} of world 3",
                     lambda: last_step(text(), 3, 0) >= STEPS_BEFORE, SETUP_S, text,
                 )  # fmt: skip
                 survivors = [h for h in ("h0", "h1", "h2") if h != cell.node]
             else:
-                start_agent(job, "h0", launcher, cell)
-                start_agent(job, "h1", launcher, cell)
+                start_agent(job, "h0", launcher, cell, env)
+                start_agent(job, "h1", launcher, cell, env)
                 wait_for(
                     f"step {STEPS_BEFORE} of world 2",
                     lambda: last_step(text(), 2, 0) >= STEPS_BEFORE, SETUP_S, text,
                 )  # fmt: skip
                 survivors = [h for h in ("h0", "h1") if h != cell.node]
                 if launcher == "ours":
-                    start_agent(job, "h2", launcher, cell)
+                    start_agent(job, "h2", launcher, cell, env)
                     wait_for(
                         "h2 standing by",
                         lambda: STANDING_BY in job.log("h2").read_text(errors="replace"),
@@ -316,7 +337,7 @@ def run_once(launcher: str, cell: Cell, workdir: Path, bound_s: float) -> tuple[
                 hosts("cut", cell.node)
             spare = replacement(launcher, cell)
             if spare is not None:
-                start_agent(job, spare, launcher, cell)
+                start_agent(job, spare, launcher, cell, env)
                 survivors.append(spare)
             deadline = fault_s + bound_s
             while time.time() < deadline:
@@ -372,6 +393,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--launchers", default=",".join(LAUNCHERS))
     parser.add_argument("--bound", type=float, default=BOUND_S, help="seconds after the fault")
     parser.add_argument("--output", type=Path, default=REPO / "bench/results/loss_matrix.json")
+    parser.add_argument(
+        "--torchrun-as-is",
+        action="store_true",
+        help=f"torchrun without {SHARE_STORE_OPT_OUT_ENV}=1",
+    )
     parser.add_argument("--logs", type=Path, default=None, help="where the runs' logs go")
     args = parser.parse_args(argv)
     launchers = [name for name in args.launchers.split(",") if name]
@@ -401,6 +427,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 (PROGRESS_LOOP if cell.script == "progress" else PLAIN_LOOP).relative_to(REPO)
             ),
             flags=flags(launcher, cell.shape),
+            env=launcher_env(launcher, args.torchrun_as_is),
             replacement=replacement(launcher, cell),
         )  # fmt: skip
         for cell in cells
@@ -429,7 +456,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 workdir = logs / f"{cell.key.replace('/', '-')}-{launcher}-{repeat + 1}"
                 workdir.mkdir(parents=True, exist_ok=True)
                 t0 = time.monotonic()
-                value, why = run_once(launcher, cell, workdir, args.bound)
+                value, why = run_once(launcher, cell, workdir, args.bound, result.env)
                 result.values.append(value)
                 result.reasons.append(why)
                 result.logs.append(str(workdir))

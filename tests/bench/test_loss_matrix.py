@@ -36,6 +36,9 @@ def test_flags_and_replacements() -> None:
     assert "--nnodes=2" in lm.flags("ours", "fixed")
     assert "--nnodes=2:3" in lm.flags("torchrun", "elastic")
     assert "--max-restarts=3" in lm.flags("torchrun", "elastic")
+    assert lm.launcher_env("ours") == {}
+    assert lm.launcher_env("torchrun") == {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
+    assert lm.launcher_env("torchrun", torchrun_as_is=True) == {}
     assert lm.replacement("ours", lm.Cell("fixed", "h1", "killed", "plain")) is None
     assert lm.replacement("torchrun", lm.Cell("elastic", "h1", "killed", "plain")) is None
     assert lm.replacement("torchrun", lm.Cell("fixed", "h0", "killed", "plain")) == "h0"
@@ -74,6 +77,7 @@ def result(
     return lm.CellResult(
         launcher=launcher, shape="fixed", node=node, node_role=lm.ROLE[node], fault="killed",
         progress=True, script="bench/progress_loop.py", flags=lm.flags(launcher, "fixed"),
+        env=lm.launcher_env(launcher),
         replacement=lm.replacement(launcher, lm.Cell("fixed", node, "killed", "progress")),
         values=values, reasons=reasons, median=lm.median(values),
     )  # fmt: skip
@@ -95,6 +99,7 @@ def test_table_puts_ours_beside_torchrun_and_says_why_not_back() -> None:
     ]
     assert "- torchrun fixed/h0/killed/progress run 1: not back: h1 exit 1: Broken pipe" in table
     assert "- ours fixed/h1/killed/progress run 2: not back: within 90s" in table
+    assert "`TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 --nnodes=2 " in table
     assert "--max-restarts=0" in table and "a replacement starts right after the fault" in table
 
 
