@@ -47,6 +47,15 @@ def cell(text: object) -> str:
     return " ".join(str(text).split()).replace("|", "\\|")
 
 
+def prose(text: object) -> str:
+    """A comment of the code as Markdown text: what would read as markup (``<k>``, ``*``)
+    escaped; inline code in it (`...`) left as it is."""
+    parts = re.split(r"(`[^`]*`)", str(text))
+    return "".join(
+        part if part.startswith("`") else re.sub(r"([<>*_\[\]])", r"\\\1", part) for part in parts
+    )
+
+
 def code(text: object) -> str:
     """``text`` as inline code (a backtick inside gets a longer fence)."""
     value = str(text)
@@ -173,7 +182,7 @@ class AgentFlags(Generated):
                     help_text = f"{row.help} (one of {choices})"
                 else:
                     help_text = row.help
-                what = f"{help_text}" + (f"; also {env}" if env else "")
+                what = prose(help_text) + (f"; also {env}" if env else "")
                 theirs = []
                 if not ours:
                     value = torchrun.get(dest)
@@ -211,12 +220,18 @@ class EnvironmentVariables(Generated):
         out = ["**torchx-elastic's**", ""]
         out += table(
             ["variable", "what", "declared in"],
-            [[code(c.value), c.comment or "-", code(f"contract/{c.module}.py")] for c in own],
+            [
+                [code(c.value), prose(c.comment or "-"), code(f"contract/{c.module}.py")]
+                for c in own
+            ],
         )
         out += ["**torch's (torchrun's), set or read by the agent**", ""]
         out += table(
             ["variable", "what", "declared in"],
-            [[code(c.value), c.comment or "-", code(f"contract/{c.module}.py")] for c in torch],
+            [
+                [code(c.value), prose(c.comment or "-"), code(f"contract/{c.module}.py")]
+                for c in torch
+            ],
         )
         return out
 
@@ -232,7 +247,10 @@ class JobFiles(Generated):
             "",
             *table(
                 ["name", "constant", "what"],
-                [[code(c.value), code(c.name), rst_to_markdown(c.comment) or "-"] for c in found],
+                [
+                    [code(c.value), code(c.name), prose(rst_to_markdown(c.comment) or "-")]
+                    for c in found
+                ],
             ),
         ]
 
@@ -248,10 +266,14 @@ class JobEvents(Generated):
         return [
             rst_to_markdown(module_docstring(path)),
             "",
-            *table(["event", "fields and meaning"], [[code(c.value), c.comment] for c in kinds]),
+            *table(
+                ["event", "fields and meaning"], [[code(c.value), prose(c.comment)] for c in kinds]
+            ),
             "The reasons of a `restart` event:",
             "",
-            *table(["reason", "meaning"], [[code(c.value), c.comment or "-"] for c in reasons]),
+            *table(
+                ["reason", "meaning"], [[code(c.value), prose(c.comment or "-")] for c in reasons]
+            ),
         ]
 
 

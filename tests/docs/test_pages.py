@@ -170,6 +170,7 @@ def _scratch(tmp_path: Path) -> Path:
 
 @pytest.mark.slow
 @pytest.mark.cli_jobs
+@pytest.mark.timeout(900)  # a page's jobs one after the other, on a loaded machine
 @pytest.mark.parametrize("page", RUN_PAGES, ids=_page_id)
 def test_the_commands_ci_runs_run(page: Path, tmp_path: Path) -> None:
     work = _scratch(tmp_path)
@@ -185,6 +186,7 @@ def test_the_commands_ci_runs_run(page: Path, tmp_path: Path) -> None:
         if not (block.is_command_block() and block.marker == "<!-- ci: run -->"):
             continue
         for command in block.commands():
+            print(f"{block.where}: {command}", flush=True)  # which one, should it hang
             result = subprocess.run(
                 ["bash", "-c", command], cwd=work, env=env,
                 capture_output=True, text=True, timeout=300,
