@@ -120,13 +120,8 @@ def configured_scheduler() -> str | None:
 
 def default_to_local_cwd(subparser: argparse.ArgumentParser) -> None:
     """``-s`` defaults to :data:`DEFAULT_SCHEDULER` where no ``.torchxconfig`` names one."""
-    if configured_scheduler() is not None:
-        return
-    for action in subparser._actions:
-        if action.dest == "scheduler" and (
-            action.choices is None or DEFAULT_SCHEDULER in action.choices
-        ):
-            action.default = DEFAULT_SCHEDULER
+    if configured_scheduler() is None:
+        subparser.set_defaults(scheduler=DEFAULT_SCHEDULER)  # over the argument's own default
 
 
 def check_option_types(scheduler: str, cfg: str) -> None:
