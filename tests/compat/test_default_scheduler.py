@@ -28,12 +28,16 @@ def fresh_cwd(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     monkeypatch.delenv("TORCHXCONFIG", raising=False)
     monkeypatch.chdir(tmp_path / "work")
+    # torchx 0.7 takes the directories to search when it is imported
     monkeypatch.setattr(
-        "torchx.runner.config.DEFAULT_CONFIG_DIRS", [str(tmp_path / "home"), str(tmp_path / "work")]
+        "torchx.runner.config.DEFAULT_CONFIG_DIRS",
+        [str(tmp_path / "home"), str(tmp_path / "work")],
+        raising=False,
     )
-    torchxconfig._subcmd_configs.clear()
+    cache = getattr(torchxconfig, "_subcmd_configs", {})
+    cache.clear()
     yield tmp_path / "work"
-    torchxconfig._subcmd_configs.clear()
+    cache.clear()
 
 
 def _scheduler_default() -> str:
