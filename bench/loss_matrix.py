@@ -67,6 +67,8 @@ ROLE = {"h1": "an active node", "h0": "the rendezvous host"}
 
 STEP = re.compile(r"step (\d+) world (\d+) at ([\d.]+)")
 CPP_FRAME = re.compile(r"(frame #\d+: |Exception raised from |<omitting python frames>)")
+# what says nothing about the end: torch's socket warnings, our agent's summary path
+NOISE = re.compile(r"(socket\.cpp:\d+\]|^Summary \(JSON\): |^error file: |^Logs of every rank: )")
 
 
 @dataclass(frozen=True)
@@ -153,17 +155,20 @@ def last_step(text: str, world: int, after_s: float) -> int:
 
 def last_agent_line(text: str, limit: int = 240) -> str:
     """The last line an agent said: ours starts its own with ``torchx-elastic:``; otherwise
-    the last line that is not a step line or a frame of torch's C++ warnings."""
+    the last line that says an error or a failure, else the last line that is not a step line,
+    a frame of torch's C++ warnings or noise."""
     lines = [
         line.strip()
         for line in text.splitlines()
         if line.strip()
         and not STEP.search(line)
         and not CPP_FRAME.search(line)
+        and not NOISE.search(line.strip())
         and "done world" not in line
     ]
     ours = [line for line in lines if "torchx-elastic:" in line]
-    line = (ours or lines or [""])[-1]
+    failed = [line for line in lines if re.search(r"error|fail", line, re.IGNORECASE)]
+    line = (ours or failed or lines or ["(nothing)"])[-1]
     return line if len(line) <= limit else line[: limit - 3] + "..."
 
 

@@ -61,7 +61,9 @@ def test_last_agent_line() -> None:
         lm.last_agent_line(torchrun)
         == "[W1129 dynamic_rendezvous.py:1298] The node failed to shutdown"
     )
-    assert lm.last_agent_line("") == ""
+    noisy = "RendezvousConnectionError: failed\n[W1129 socket.cpp:207] [c10d] The hostname\n"
+    assert lm.last_agent_line(noisy + "Summary (JSON): /tmp/s.json\n").startswith("Rendezvous")
+    assert lm.last_agent_line("") == "(nothing)"
     assert lm.last_agent_line("x" * 500, limit=20) == "x" * 17 + "..."
 
 
