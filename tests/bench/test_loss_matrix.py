@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from bench import loss_matrix as lm
+from torchx_elastic.contract import SHARE_STORE_OPT_OUT_ENV
 
 LOG = """\
 [n0 r0] step 20 world 2 at 100.000
@@ -37,7 +38,7 @@ def test_flags_and_replacements() -> None:
     assert "--nnodes=2:3" in lm.flags("torchrun", "elastic")
     assert "--max-restarts=3" in lm.flags("torchrun", "elastic")
     assert lm.launcher_env("ours") == {}
-    assert lm.launcher_env("torchrun") == {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
+    assert lm.launcher_env("torchrun") == {SHARE_STORE_OPT_OUT_ENV: "1"}
     assert lm.launcher_env("torchrun", torchrun_as_is=True) == {}
     assert lm.replacement("ours", lm.Cell("fixed", "h1", "killed", "plain")) is None
     assert lm.replacement("torchrun", lm.Cell("elastic", "h1", "killed", "plain")) is None
@@ -101,7 +102,7 @@ def test_table_puts_ours_beside_torchrun_and_says_why_not_back() -> None:
     ]
     assert "- torchrun fixed/h0/killed/progress run 1: not back: h1 exit 1: Broken pipe" in table
     assert "- ours fixed/h1/killed/progress run 2: not back: within 90s" in table
-    assert "`TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 --nnodes=2 " in table
+    assert f"`{SHARE_STORE_OPT_OUT_ENV}=1 --nnodes=2 " in table
     assert "--max-restarts=0" in table and "a replacement starts right after the fault" in table
 
 
