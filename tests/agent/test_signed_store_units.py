@@ -2,108 +2,20 @@
 
 from __future__ import annotations
 
-import base64
 import logging
 import pickle
 from pathlib import Path
 
 import pytest
 from torch.distributed import HashStore  # type: ignore[attr-defined]
-from torch.distributed.elastic.rendezvous.c10d_rendezvous_backend import C10dRendezvousBackend
 
 from torchx_elastic.agent.console.store_entry import RefusedEntry
 from torchx_elastic.agent.rendezvous import job_secret
-from torchx_elastic.agent.rendezvous.signed_backend import SignedRendezvousBackend
 from torchx_elastic.agent.rendezvous.signed_store import SignedStore, StoreSigner
 from torchx_elastic.contract import FAILURE_KEY_PREFIX, SECRET_ENV, SECRET_FILE_ENV
 from torchx_elastic.contract.job_secret import read_secret
 
 KEY = "torch.rendezvous.job"
-
-
-def _backends(
-    secret: bytes = b"s",
-) -> tuple[HashStore, SignedRendezvousBackend, SignedRendezvousBackend]:
-    store = HashStore()
-    make = lambda: SignedRendezvousBackend(  # noqa: E731
-        C10dRendezvousBackend(store, "job"), StoreSigner(secret), "job"
-    )
-    return store, make(), make()
-
-
-def test_a_signed_state_goes_from_node_to_node() -> None:
-    _, a, b = _backends()
-    assert a.get_state() is None
-    state, token, has_set = a.set_state(b"state 1")  # type: ignore[misc]
-    assert (state, has_set) == (b"state 1", True)
-    assert b.get_state()[0] == b"state 1"  # type: ignore[index]
-    assert b.set_state(b"state 2", b.get_state()[1])[2] is True  # type: ignore[index]
-    assert a.get_state()[0] == b"state 2"  # type: ignore[index]
-
-
-def test_a_forged_state_is_refused_once_and_replaced_by_the_next_write(
-    caplog: pytest.LogCaptureFixture,
-) -> None:
-    store, a, b = _backends()
-    a.set_state(b"genuine")
-    b.get_state()
-    forged = base64.b64encode(pickle.dumps({"anything": 1}))
-    store.set(KEY, forged)
-    with caplog.at_level(logging.WARNING):
-        state, token = b.get_state()  # type: ignore[misc]
-        assert b.get_state()[0] == b"genuine"  # type: ignore[index]
-    assert state == b"genuine"  # the last verified state, never the forged one
-    refused = [r.getMessage() for r in caplog.records]
-    assert refused == [
-        f"refused the rendezvous state '{KEY}' from the rendezvous store: '{KEY}' is not signed"
-        " (written by a process outside the job, or by a node given another secret); it is"
-        " ignored and the job goes on"
-    ]
-    assert b.set_state(b"next", token)[2] is True  # type: ignore[index]
-    assert a.get_state()[0] == b"next"  # type: ignore[index]
-
-
-def test_a_refused_state_is_repaired_with_the_last_verified_one_where_it_is_found() -> None:
-    store, a, b = _backends()
-    assert b.repair() is False  # no state yet: nothing verified, nothing written
-    a.set_state(b"genuine")
-    genuine = store.get(KEY)
-    assert b.repair() is False and store.get(KEY) == genuine  # it verifies: not written
-    forged = base64.b64encode(pickle.dumps({"anything": 1}))
-    store.set(KEY, forged)
-    assert b.repair() is True
-    assert store.get(KEY) != forged
-    assert a.get_state()[0] == b"genuine"  # type: ignore[index]  # verified, not refused
-    assert a.repair() is False
-    stranger = _backends()[1]  # a node that verified no state of this store
-    store.set(KEY, forged)
-    assert stranger.repair() is False and store.get(KEY) == forged
-
-
-def test_another_secret_an_emptied_and_a_replayed_state_are_refused(
-    caplog: pytest.LogCaptureFixture,
-) -> None:
-    store, a, b = _backends()
-    a.set_state(b"one")
-    old = store.get(KEY)
-    a.set_state(b"two", a.get_state()[1])  # type: ignore[index]
-    assert b.get_state()[0] == b"two"  # type: ignore[index]
-    outsider = SignedRendezvousBackend(
-        C10dRendezvousBackend(store, "job"), StoreSigner(b"x"), "job"
-    )
-    with caplog.at_level(logging.WARNING):
-        outsider.set_state(b"evil", b.get_state()[1])  # type: ignore[index]
-        assert b.get_state()[0] == b"two"  # type: ignore[index]
-        store.set(KEY, old)  # a genuine but older state
-        assert b.get_state()[0] == b"two"  # type: ignore[index]
-        store.set(KEY, "Y2FuaW1hZGFt")  # torch's "no state" sentinel
-        assert b.get_state()[0] == b"two"  # type: ignore[index]
-    reasons = [r.getMessage().split(": ", 1)[1].split(" (written")[0] for r in caplog.records]
-    assert reasons == [
-        f"'{KEY}' has a wrong signature",
-        "an older state (#1, newest #2)",
-        "it was emptied",
-    ]
 
 
 def test_signed_store_entries_and_what_is_refused(caplog: pytest.LogCaptureFixture) -> None:

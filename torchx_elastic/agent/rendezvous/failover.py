@@ -47,10 +47,9 @@ from torch.distributed.elastic.rendezvous import (
     RendezvousInfo,
 )
 
-from torchx_elastic.agent import compat
 from torchx_elastic.agent.config.endpoint import Endpoint
 from torchx_elastic.agent.config.launch import AgentConfig
-from torchx_elastic.agent.rendezvous import listen, liveness
+from torchx_elastic.agent.rendezvous import listen, liveness, membership
 from torchx_elastic.agent.rendezvous.diagnosis import resolved
 from torchx_elastic.agent.rendezvous.handler import StoreHost, handler_on_store, hosts_store
 from torchx_elastic.agent.rendezvous.parameters import rendezvous_parameters
@@ -105,7 +104,6 @@ class MovableRendezvous(WrappedRendezvous):
         self, handler: RendezvousHandler, endpoint: Endpoint, signer: StoreSigner | None = None
     ) -> None:
         super().__init__(handler)
-        compat.quiet_keep_alive_failures()
         self.endpoint = endpoint
         self._original = endpoint
         self._signer = signer or StoreSigner(None)
@@ -136,7 +134,6 @@ class MovableRendezvous(WrappedRendezvous):
     def move_to(self, handler: RendezvousHandler, endpoint: Endpoint) -> None:
         self._calls.shutdown(wait=False)  # a call stuck on the lost host ends on its own
         self._calls = ThreadPoolExecutor(1, thread_name_prefix="rendezvous")
-        compat.stop_heartbeats(self.handler)
         if isinstance(self.handler, WrappedRendezvous):  # a first round still waiting there
             self.handler.abandon()
         self._left.append(self.handler)
@@ -179,7 +176,7 @@ class MovableRendezvous(WrappedRendezvous):
         the store there (a node that came back, or came late, may have formed a round of
         its own meanwhile); on a thread of its own: a store call may wait on a lost host."""
         while self.endpoint == self._original and not self._closed.wait(MOVED_CHECK_S):
-            store = compat.handler_store(self.handler)
+            store = membership.handler_store(self.handler)
             key = moved_to_key(self.get_run_id())
             try:
                 if store is None or not store.check([key]):
@@ -252,7 +249,7 @@ class Failover:
         """Why the rendezvous cannot move with these last-round members (None: it can)."""
         if self._one_host:
             left = max(0, len(members) - 1)  # the lost host was one of them
-            standing_by = compat.standbys(self._movable)[0]
+            standing_by = membership.standbys(self._movable)[0]
             if left + standing_by < self._config.min_nodes:
                 return (
                     f"the {left} other node(s) of its last round and the {standing_by}"
@@ -322,7 +319,7 @@ class Failover:
         endpoint (the first to listen there); the others, and a node that stood by, connect."""
         endpoint = self._movable.endpoint
         # a node that stood by: the job's last round as it last saw it
-        known = members or compat.round_addresses(self._movable)
+        known = members or membership.round_addresses(self._movable)
         why = self.refusal(known) if known else "this node saw no round of the job"
         if why is not None:
             raise NoSuccessor(why)

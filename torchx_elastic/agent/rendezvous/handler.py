@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import datetime
 import logging
+import socket
 from typing import Any
 
 from torch.distributed.elastic.rendezvous import (
@@ -62,7 +63,6 @@ from torchx_elastic.agent.rendezvous import (
     listen,
     liveness,
     network_checks,
-    returning_first,
     static_ranks,
     waiting,
 )
@@ -70,22 +70,18 @@ from torchx_elastic.agent.rendezvous.keyed_liveness import KeyedLiveness, KeyedL
 from torchx_elastic.agent.rendezvous.parameters import (
     join_timeout_s,
     may_host,
+    own_protocol,
     rendezvous_parameters,
 )
-from torchx_elastic.agent.rendezvous.signed_backend import SignedRendezvousBackend
+from torchx_elastic.agent.rendezvous.rounds.handler import RoundsRendezvous
 from torchx_elastic.agent.rendezvous.signed_store import SignedStore, StoreSigner
-from torchx_elastic.agent.rendezvous.state_generation import GenerationCachedBackend
 from torchx_elastic.agent.rendezvous.wrapped import WrappedRendezvous
 from torchx_elastic.contract import SECRET_ENV, SECRET_FILE_ENV
 
 log = logging.getLogger(__name__)
 
-# the longest random wait after a state write that lost the race, per node of the job and
-# in all: writes take the store about a millisecond or more each, a herd of N nodes that
-# re-form at once (each writes twice: it leaves the round, then joins the next) spreads over
-# seconds at 1,000 nodes, and two nodes wait milliseconds
-CAS_BACKOFF_PER_NODE_S = 0.004
-CAS_BACKOFF_MAX_S = 4.0
+# the first round's last call where --rdzv-conf last_call_timeout does not give one (torch's)
+FIRST_LAST_CALL_S = 30
 _CHECK = (
     "check that the rank-0 node is running, that {host} resolves and port {port} is reachable"
     " from this node (--rdzv-endpoint / dist.ddp --rdzv_port, firewalls), and that no other"
@@ -191,39 +187,37 @@ def hosts_store(handler: RendezvousHandler) -> bool:
 def handler_on_store(
     store: Any, params: RendezvousParameters, signer: StoreSigner, endpoint: Endpoint
 ) -> RendezvousHandler:
-    """torch's dynamic rendezvous on a store this node reached. A store that goes away now
-    (its host exited as this node came: the end of an elastic job) raises torch's
+    """The agent's own rendezvous (rounds/handler.py) on a store this node reached, with
+    the keyed liveness beside it; torch's dynamic rendezvous, untouched, where
+    ``--rdzv-conf protocol=torch`` asks for torch's exact protocol. A store that goes away
+    now (its host exited as this node came: the end of an elastic job) raises torch's
     ``RendezvousConnectionError``, for the caller to tell a late node from a failure
     (:func:`late_for_the_job`); other errors are a :class:`RendezvousFailure`."""
-    keyed = liveness.keyed(params.config)
-    try:
-        backend = state_backend(store, params.run_id, signer, keyed)
-        compat.number_nodes_apart()
-        handler = dynamic_rendezvous.create_handler(
-            store, backend, liveness.torch_parameters(params)
-        )
-    except RendezvousConnectionError:
-        raise
-    except (RendezvousError, RuntimeError, TimeoutError, ValueError, OSError) as err:
-        raise RendezvousFailure(endpoint, describe_error(err)) from None
-    returning_first.install(handler)  # back from the last round before a spare
-    compat.leave_into_wait_list(handler)  # a re-forming round: one write less per node
-    compat.complete_once(handler)  # a round's deadline: one write, not one per node
-    # a round re-formed before its rank 0 saw it
-    compat.rejoin_moved_rounds(handler, backend if keyed else None)
-    if not keyed:
-        return handler
-    compat.tune_state_syncs(handler, backend, cas_backoff_s(params))
-    own = own_connection(store)
+    if not own_protocol(params.config):
+        try:
+            backend = C10dRendezvousBackend(store, params.run_id)
+            return dynamic_rendezvous.create_handler(store, backend, params)
+        except RendezvousConnectionError:
+            raise
+        except (RendezvousError, RuntimeError, TimeoutError, ValueError, OSError) as err:
+            raise RendezvousFailure(endpoint, describe_error(err)) from None
+    handler = RoundsRendezvous(
+        store,
+        SignedStore(store, signer),
+        params.run_id,
+        params.min_nodes,
+        params.max_nodes,
+        params.local_addr or socket.getfqdn(),
+        last_call_s=float(params.get_as_int(liveness.LAST_CALL_KEY, FIRST_LAST_CALL_S) or 0),
+        join_timeout_s=join_timeout_s(params),
+        use_agent_store=compat.shares_agent_store(),
+    )
     beats = KeyedLiveness(
         handler,
-        SignedStore(own, signer),
-        state_backend(own, params.run_id, signer, keyed),  # the verdicts' own
+        SignedStore(own_connection(store), signer),
         params.run_id,
         liveness.interval_s(params.config),
         liveness.dead_after_s(params.config),
-        audited=backend,
-        job_nodes=params.max_nodes,
     )
     return KeyedLivenessRendezvous(handler, beats)
 
@@ -246,26 +240,6 @@ def own_connection(store: Any) -> Any:
     except (RuntimeError, OSError, ValueError) as err:
         log.debug("the liveness shares the rendezvous' connection: %s", err)
         return store
-
-
-def cas_backoff_s(params: RendezvousParameters) -> float:
-    """The longest random wait after a state write that lost the race (compat.tune_state_syncs):
-    :data:`CAS_BACKOFF_PER_NODE_S` per node the job may have, at most
-    :data:`CAS_BACKOFF_MAX_S`, so that its writes spread over about the time the store takes
-    to serialize them; none where ``--rdzv-conf cas_backoff_max_seconds`` is given (torch
-    2.15 waits that itself)."""
-    if "cas_backoff_max_seconds" in params.config:
-        return 0.0
-    return min(CAS_BACKOFF_MAX_S, CAS_BACKOFF_PER_NODE_S * max(params.max_nodes, 1))
-
-
-def state_backend(store: Any, run_id: str, signer: StoreSigner, keyed: bool) -> Any:
-    """torch's c10d backend on ``store``, its state signed where the job has a secret, read
-    only when it changed where the keyed liveness leaves it unchanged in steady state."""
-    backend: Any = C10dRendezvousBackend(store, run_id)
-    if signer.authenticated:
-        backend = SignedRendezvousBackend(backend, signer, run_id)
-    return GenerationCachedBackend(backend, store, run_id) if keyed else backend
 
 
 def rendezvous_store(params: RendezvousParameters, endpoint: Endpoint) -> tuple[Any, bool]:

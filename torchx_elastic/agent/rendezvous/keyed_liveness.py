@@ -1,19 +1,11 @@
 """Liveness whose cost per node does not grow with the job: a heartbeat key per node.
 
-torch's c10d rendezvous keeps every node's heartbeat inside its one state blob, and each
-keep-alive rewrites the whole blob with a compare-and-set: every node moves O(N) bytes an
-interval, the store O(N^2), and a heartbeat that keeps losing the race to other nodes' looks
-like a dead node (docs/bench.md, "Rendezvous at scale"). With the keyed liveness instead
-(the default; ``--rdzv-conf liveness=state`` keeps torch's heartbeats):
-
 - every node writes its own key (:func:`beat_key`: a counter, signed) every
   ``keep_alive_interval``: a plain ``set``, which no other node's write can make fail, on
-  a thread and a store connection of its own (handler.py's ``own_connection``: a call that
-  waits on the rendezvous' connection, torch's wait for rank 0's address after a round,
-  holds it for every thread, and a verdict's retried write or an audit takes its time), so
-  that nothing else the node does delays its beats;
-- every node watches the :data:`WATCHED` nodes after it in the rendezvous state's sorted
-  node ids (the round's participants, the wait list, the spares): one ``check`` and one
+  a thread and a store connection of its own (handler.py's ``own_connection``), so that
+  nothing else the node does (a join that waits) delays its beats;
+- every node watches the :data:`WATCHED` nodes after it in the rendezvous' sorted node ids
+  (the round's members and the nodes waiting: rounds/handler.py): one ``check`` and one
   ``multi_get`` an interval, and every node is watched by as many peers whatever the job's
   size. A watched key that did not change for ``keep_alive_interval *
   keep_alive_max_attempt`` seconds of the watcher's own clock (no clock skew) is a dead
@@ -23,22 +15,11 @@ like a dead node (docs/bench.md, "Rendezvous at scale"). With the keyed liveness
   ``left``: a deleted pod, a cancelled step; presence.py) is dead at once: its peers need
   not wait for its beats to go stale, nor for their ranks to fail (a pod's network may go
   before its workers' connections close);
-- the watcher says so (:func:`dead_key`: ``dead <round>``, the state's round then; then the
-  nodes ``expire_in_state``: their heartbeat
-  in torch's state set to the epoch with a compare-and-set retried after jittered waits), so
-  that torch's own clean-up drops them on every node's next read. A watched node silent for
-  half that time is counted in :func:`suspects_key` meanwhile, which a node whose workers
-  failed reads to wait for the verdict (rendezvous/liveness.py's ``SilentPeers``);
-- torch's own heartbeats in the blob are off (its keep-alive interval is ten years): the
-  state is written only when membership changes, and read only then
-  (state_generation.py);
-- so that a forged state is found although nobody re-reads the state in steady state, each
-  node audits it with a chance of :data:`AUDITORS` in N an interval (about that many nodes
-  of the job an interval, whatever its size): it reads the state past the counter and writes
-  the last verified state back over one it refuses (state_generation.py's ``audit``).
-
-torch's rendezvous protocol (join, wait list, spares, last call, close) is unchanged; only
-who decides that a node is dead, and how, is the agent's.
+- the watcher says so (:func:`dead_key`: ``dead <round>``) and drops the node from the
+  rendezvous (rounds/handler.py's ``drop``: never admitted again; the round it was a member
+  of re-forms at once). A watched node silent for half that time is counted in
+  :func:`suspects_key` meanwhile, which a node whose workers failed reads to wait for the
+  verdict (rendezvous/liveness.py's ``SilentPeers``).
 """
 
 from __future__ import annotations
@@ -47,18 +28,15 @@ import atexit
 import dataclasses
 import logging
 import os
-import random
 import threading
 import time
 import weakref
 from collections.abc import Callable
-from typing import Any
 
 from torch.distributed.elastic.rendezvous import RendezvousHandler
 
-from torchx_elastic.agent import compat
 from torchx_elastic.agent.console.store_entry import RefusedEntry
-from torchx_elastic.agent.rendezvous import presence
+from torchx_elastic.agent.rendezvous import membership, presence
 from torchx_elastic.agent.rendezvous.signed_store import SignedStore
 from torchx_elastic.agent.rendezvous.wrapped import WrappedRendezvous
 from torchx_elastic.contract import LIVENESS_KEY_PREFIX
@@ -66,10 +44,7 @@ from torchx_elastic.contract import LIVENESS_KEY_PREFIX
 log = logging.getLogger(__name__)
 
 WATCHED = 2  # peers each node watches (each node is watched by as many)
-AUDITORS = 2.0  # nodes of the job that read the whole state an interval, on average
 STEADY_GAP_INTERVALS = 2.0  # a gap between this node's own beats that long: its store paused
-EXPIRE_ATTEMPTS = 8  # compare-and-sets of a verdict, at most
-EXPIRE_BACKOFF_S = 0.05  # the first retry's longest jittered wait (doubled each time)
 # how long the end of the rendezvous waits for a beat in progress (a thread inside a store
 # call as the interpreter exits aborts the process); a lost host's call is not waited for
 STOP_WAIT_S = 2.0
@@ -124,8 +99,8 @@ def _running_here(beats: KeyedLiveness | None) -> None:
 
 def watch_list(handler: RendezvousHandler) -> tuple[int, list[str]]:
     """The number of nodes in the handler's synced state, and those this node watches."""
-    node_ids = compat.state_node_ids(handler)
-    me = compat.this_node_id(handler)
+    node_ids = membership.state_node_ids(handler)
+    me = membership.this_node_id(handler)
     return len(node_ids), watched_after(node_ids, me) if me is not None else []
 
 
@@ -138,46 +113,34 @@ class _Watched:
 
 class KeyedLiveness:
     """This node's heartbeat key and its watch of the next nodes (see the module's
-    docstring). ``handler``: torch's handler (the state it synced says who is in the
-    rendezvous; held weakly: the beats end with it); ``backend``: a rendezvous backend of the
-    liveness' own, for the verdicts; ``audited``: the handler's backend, whose audit writes
-    the state that node verified last back over a refused one; ``job_nodes``: the most
-    nodes the job takes, of which about :data:`AUDITORS` audit the state an interval."""
+    docstring). ``handler``: the agent's rendezvous (who is in it; held weakly: the beats
+    end with it); ``store``: a connection of the liveness' own, for the beats and verdicts."""
 
     def __init__(
         self,
         handler: RendezvousHandler,
         store: SignedStore,
-        backend: Any,
         run_id: str,
         interval_s: float,
         dead_after_s: float,
-        audited: Any = None,
         clock: Callable[[], float] = time.monotonic,
-        chance: Callable[[], float] = random.random,
-        job_nodes: int = 1,
     ) -> None:
         self._handler = weakref.ref(handler)
         self._store = store
-        self._backend = backend
-        self._audited = audited
         self._run_id = run_id
         self.interval_s = interval_s
         self.dead_after_s = dead_after_s
         self._clock = clock
-        self._chance = chance
-        self._job_nodes = job_nodes  # the most nodes the job takes (its --nnodes maximum)
         self._seq = 0
         self._last_beat_s: float | None = None
         self._steady_since_s: float | None = None  # this node's beats reached the store since
         self._watched: dict[str, _Watched] = {}
         self._written: set[str] = set()  # beat keys known to be in the store
-        self._watch_list = compat.StateMemo(watch_list)
         self.stopped: set[str] = set()  # nodes whose verdict says their agent was stopped
         self._lock = threading.Lock()  # _watched, read by other threads
         self._stop = threading.Event()
         # the beats on a thread of their own: a look that takes long (a verdict's retried
-        # write, an audit through the handler's connection) never delays them
+        # write) never delays them
         self._threads = (
             threading.Thread(target=self._beat_run, name="torchx-elastic-beat", daemon=True),
             threading.Thread(target=self._run, name="torchx-elastic-liveness", daemon=True),
@@ -249,7 +212,7 @@ class KeyedLiveness:
         if handler is None:
             self._stop.set()
             return None
-        return compat.this_node_id(handler)
+        return membership.this_node_id(handler)
 
     def tick(self) -> None:
         """One beat of this node and one look (:meth:`look`): the two threads' steps."""
@@ -259,16 +222,12 @@ class KeyedLiveness:
             self.look()
 
     def look(self) -> None:
-        """One look at the nodes this node watches, and by chance an audit of the state."""
+        """One look at the nodes this node watches."""
         handler = self._handler()
-        if handler is None or compat.this_node_id(handler) is None:
+        if handler is None or membership.this_node_id(handler) is None:
             return
-        nodes, watched = self._watch_list(handler)
+        _, watched = watch_list(handler)
         self.watch(handler, watched)
-        # of the job's size, not the state's: a node that has not joined yet (an empty state)
-        # or a round still forming would audit every interval
-        if self._chance() * max(nodes, self._job_nodes, 1) < AUDITORS:
-            self.audit()
 
     def beat(self, me: str) -> None:
         self._seq += 1
@@ -317,17 +276,6 @@ class KeyedLiveness:
         if dead or left:
             self._drop(handler, [*dead, *sorted(left)], left)
 
-    def audit(self) -> None:
-        """The state read past its counter; one the signed backend refuses (forged, replayed)
-        replaced by the last verified state (the backend's ``audit``: a job without a secret
-        verifies nothing)."""
-        audit = getattr(self._audited, "audit", None)
-        try:
-            if audit is not None and audit():
-                log.info("wrote the last verified rendezvous state back over a refused one")
-        except Exception as err:  # noqa: BLE001 - the store is away: the beats say so
-            log.debug("state audit failed: %s", err)
-
     def _read(self, keys: list[str]) -> list[bytes | None]:
         """The values of ``keys``; None for one not written yet (never waited for: a key is
         looked for until it is there, then only read)."""
@@ -341,13 +289,11 @@ class KeyedLiveness:
         return [None if isinstance(v, RefusedEntry) else v for v in map(found.get, keys)]
 
     def _drop(self, handler: RendezvousHandler, dead: list[str], left: set[str]) -> None:
-        verdict = f"{DEAD} {compat.state_round(handler)}"
+        verdict = f"{DEAD} {membership.state_round(handler)}"
         for node in dead:
             said = f"{verdict} {LEFT_WORD}" if node in left else verdict
             self._store.set(dead_key(self._run_id, node), said)
-        dropped = compat.expire_in_state(
-            self._backend, handler, set(dead), EXPIRE_ATTEMPTS, EXPIRE_BACKOFF_S
-        )
+        dropped = membership.expire_nodes(handler, set(dead), self._store)
         with self._lock:
             cleared = sum(self._watched.pop(node).suspected for node in dead)
         if cleared:
@@ -356,7 +302,7 @@ class KeyedLiveness:
             "dropped from the rendezvous, silent for %gs or stopped: %s (%s)",
             self.dead_after_s,
             ", ".join(dead),
-            "written" if dropped else "not written: the next watcher's",
+            "the round re-forms" if dropped else "not members of the round",
         )
 
     # -- what the supervision loop asks ------------------------------------------------

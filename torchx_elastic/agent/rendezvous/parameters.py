@@ -47,6 +47,17 @@ def rendezvous_parameters(config: AgentConfig) -> RendezvousParameters:
     )
 
 
+# --rdzv-conf protocol=torch: torch's own c10d rendezvous, untouched, instead of the agent's
+# (rounds/handler.py); so does liveness=state (torch's heartbeats are in its state)
+PROTOCOL_KEY = "protocol"
+TORCH_PROTOCOL = "torch"
+
+
+def own_protocol(conf: dict[str, str]) -> bool:
+    """Whether the agent's own rendezvous runs (the default) rather than torch's."""
+    return conf.get(PROTOCOL_KEY, "").strip().lower() != TORCH_PROTOCOL and liveness.keyed(conf)
+
+
 def join_timeout_s(params: RendezvousParameters) -> float:
     return float(params.config.get("join_timeout", DEFAULT_JOIN_TIMEOUT_S))
 

@@ -5,8 +5,7 @@ JSON entry (its host, agent pid, run id, the address it publishes to its peers, 
 of its torch node descriptor, and the settings all nodes must share) under
 ``torchx_elastic/roll_call/``. Any node reads them all to say who is there, and to name,
 within seconds, a peer started with other settings, another job on the same endpoint, or a
-peer whose published address this node cannot resolve; a node's join of the first round
-brings the nodes of its settings into the round (:func:`first_round_keys`). Entries are signed
+peer whose published address this node cannot resolve. Entries are signed
 with the job's secret (signed_store.py) and only verified ones are acted on; an entry this
 job cannot verify (another job's, or a node given another secret) is read as JSON, never
 unpickled, for a warning only.
@@ -55,9 +54,8 @@ class NodeEntry:
     left: bool = False
     liveness: str = "state"  # an agent's entry without it: torch's heartbeats
     local_id: int | None = None
-    """The number of this node's rendezvous handler in its process (torch's node descriptor
-    is ``addr``, ``pid`` and it), by which a peer brings it into the first round
-    (:func:`first_round_keys`); None: it joins by itself."""
+    """The number of this node's rendezvous handler in its process (a node of the
+    rendezvous is ``addr``, ``pid`` and it: rounds/keys.py); None: not known."""
 
     @classmethod
     def of_this_node(cls, config: AgentConfig) -> NodeEntry:
@@ -210,19 +208,6 @@ def unreachable_address(peer: NodeEntry, me: NodeEntry, port: int, timeout_s: fl
         "start that node with --local-addr set to an address its peers reach (torch"
         " publishes socket.getfqdn() by default)",
     )
-
-
-def first_round_keys(entries: list[NodeEntry], me: NodeEntry) -> list[tuple[str, int, int]]:
-    """torch's node descriptors (address, pid, number) of the peers that a join of this node
-    brings into the job's first round (``compat.gather_first_round``): those of the roll
-    call, in its order, of this job, there still, started with this node's settings (a
-    mismatched one is said and never joined to the round) and that published their number."""
-    return [
-        (peer.addr, peer.pid, peer.local_id)
-        for peer in job_peers(entries, me.run_id)
-        if peer.local_id is not None
-        and all(getattr(peer, name) == getattr(me, name) for name in SHARED_SETTINGS)
-    ]
 
 
 PEERS_SAMPLED = 8  # each node checks the published addresses of this many peers

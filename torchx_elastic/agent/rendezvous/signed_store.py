@@ -122,6 +122,11 @@ class SignedStore:
                 values.append(err)
         return values
 
+    def multi_set(self, keys: list[str], values: list[str]) -> None:
+        """``set`` of each key, in one round trip."""
+        sealed = [self.signer.seal(k, v.encode()) for k, v in zip(keys, values, strict=True)]
+        self.store.multi_set(keys, sealed)
+
     def add(self, key: str, value: int) -> int:
         return int(self.store.add(key, value))
 

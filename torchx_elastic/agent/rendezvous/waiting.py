@@ -16,7 +16,6 @@ from __future__ import annotations
 import logging
 import threading
 import time
-import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -28,9 +27,8 @@ from torch.distributed.elastic.rendezvous import (
     RendezvousTimeoutError,
 )
 
-from torchx_elastic.agent import compat
 from torchx_elastic.agent.config.launch import AgentConfig
-from torchx_elastic.agent.rendezvous import liveness, roll_call
+from torchx_elastic.agent.rendezvous import liveness, membership, roll_call
 from torchx_elastic.agent.rendezvous.diagnosis import (
     JOIN_TIMEOUT_HINT,
     GrowingInterval,
@@ -241,9 +239,9 @@ class ExplainedRendezvous(WrappedRendezvous):
         def tick(waiting: bool) -> None:
             if waiting and reports.due():
                 try:
-                    here = sorted(compat.present_members(self.handler))
+                    here = sorted(membership.present_members(self.handler))
                     missing = liveness.absent_members(last, self.handler)
-                    standing_by = compat.standbys(self.handler)[1]
+                    standing_by = membership.standbys(self.handler)[1]
                 except RuntimeError:  # the state changed as it was read: the next report
                     return
                 if standing_by:  # dropped (or back) once the job had its nodes again
@@ -254,7 +252,7 @@ class ExplainedRendezvous(WrappedRendezvous):
         outcome = self._join(tick)
         if "error" in outcome:
             raise outcome["error"]
-        self._last_members = compat.round_members(self.handler)
+        self._last_members = membership.round_members(self.handler)
         return outcome["info"]  # type: ignore[no-any-return]
 
     def next_rendezvous(self) -> RendezvousInfo:
@@ -285,12 +283,11 @@ class ExplainedRendezvous(WrappedRendezvous):
                 raise RendezvousDiagnosis(self._config.rdzv_endpoint, self._timed_out()) from err
             raise err
         self._check()  # the round may have taken in a mismatched peer
-        self._last_members = compat.round_members(self.handler)
+        self._last_members = membership.round_members(self.handler)
         return outcome["info"]  # type: ignore[no-any-return]
 
     def _publish(self) -> None:
-        """This node in the roll call, as it comes to its first round (a peer's join may
-        bring it into the round from then on: ``compat.gather_first_round``)."""
+        """This node in the roll call, as it comes to its first round."""
         try:
             self._call.publish()
         except Exception:  # noqa: BLE001 (an extra: the rendezvous goes on without it)
@@ -373,17 +370,11 @@ class ExplainedRendezvous(WrappedRendezvous):
                 problems.append(roll_call.unreachable_address(peer, me, port, PEER_PROBE_S))
         return problems
 
-    def first_round_peers(self) -> list[compat.NodeKey]:
-        """The peers this node's join brings into the first round, of the roll call as
-        this node's last tick read it (``compat.gather_first_round``: read on the join's
-        thread, no store call)."""
-        return roll_call.first_round_keys(self._entries, self._call.me)
-
     def _peers(self) -> list[roll_call.NodeEntry]:
         return roll_call.job_peers(self._entries, self._config.run_id)
 
     def _report(self, deadline: Deadline) -> None:
-        if compat.standbys(self.handler)[1]:
+        if membership.standbys(self.handler)[1]:
             say(standby_line(len(self._peers()), self._config, self._hosting))
             return
         line = waiting_line(self._peers(), self._config, self._hosting, deadline)
@@ -393,7 +384,7 @@ class ExplainedRendezvous(WrappedRendezvous):
             self._on_waiting(progress_line(self._peers(), self._config))
 
     def _timed_out(self) -> Problem:
-        in_rendezvous = len(compat.state_node_ids(self.handler))
+        in_rendezvous = len(membership.state_node_ids(self.handler))
         return timed_out(self._peers(), in_rendezvous, self._config, self._join_timeout_s)
 
     def _write_status(self, line: str) -> None:
@@ -432,14 +423,8 @@ def explained(
     """``handler`` that says what its first round waits for (the roll call on ``store``);
     on the host of the rendezvous, ``on_waiting`` gets the job-wide progress line too."""
     me = roll_call.NodeEntry.of_this_node(config)
-    node = compat.this_node_key(handler)
-    if node is not None and node[:2] == (me.addr, me.pid):  # its peers can name its node
-        me = replace(me, local_id=node[2])
+    node = membership.this_node(handler)
+    if node is not None and (node.addr, node.pid) == (me.addr, me.pid):  # peers can name it
+        me = replace(me, local_id=node.local_id)
     call = roll_call.RollCall(store, me, signer, publish=False)  # once it joins
-    explained = ExplainedRendezvous(handler, call, config, hosting, join_timeout_s, on_waiting)
-    # held weakly: torch's handler below keeps the join's hook, and a cycle through it would
-    # free the handler and its store only at some later garbage collection (in whatever
-    # process runs then: a forked one's, where a store's destructor crashes)
-    peers = weakref.WeakMethod(explained.first_round_peers)
-    compat.gather_first_round(handler, lambda: (peers() or list)())
-    return explained
+    return ExplainedRendezvous(handler, call, config, hosting, join_timeout_s, on_waiting)

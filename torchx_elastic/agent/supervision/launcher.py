@@ -20,12 +20,11 @@ from torch.distributed.elastic.rendezvous import (
     RendezvousTimeoutError,
 )
 
-from torchx_elastic.agent import compat
 from torchx_elastic.agent.config.launch import AgentConfig, UsageError, apply_process_environment
 from torchx_elastic.agent.console.output.agent_line import say
 from torchx_elastic.agent.console.output.sinks import SinkOptions
 from torchx_elastic.agent.console.session import ConsoleSession
-from torchx_elastic.agent.rendezvous import listen, liveness
+from torchx_elastic.agent.rendezvous import listen, liveness, membership
 from torchx_elastic.agent.rendezvous.closing import leave_last
 from torchx_elastic.agent.rendezvous.diagnosis import RendezvousDiagnosis
 from torchx_elastic.agent.rendezvous.failover import NoSuccessor
@@ -177,7 +176,7 @@ def peer_presence(
     """This node's presence port where the job may have several nodes (None: a port at the
     address its peers use cannot be had, said in the agent's log). On loopback where the
     nodes meet there (one host), as the stores: nothing of a one-host job listens beyond."""
-    host = compat.this_node_address(handler)
+    host = membership.this_node_address(handler)
     if config.max_nodes <= 1 or host is None:
         return None
     if listen.is_loopback_host(config.rdzv_endpoint.host) and not listen.is_loopback_host(host):
@@ -220,7 +219,7 @@ def open_rendezvous(
 
 def standbys_of(handler: ObservedRendezvous | None) -> int:
     """Nodes standing by in ``handler``'s rendezvous (0 once it is gone)."""
-    return 0 if handler is None else compat.standbys(handler)[0]
+    return 0 if handler is None else membership.standbys(handler)[0]
 
 
 def network_watch(
@@ -346,7 +345,7 @@ def keep_closed_rendezvous_up(config: AgentConfig, supervisor: Supervisor, hosti
     linger_s = 0.0
     if supervisor.largest_world < config.max_nodes:
         linger_s = finished_grace_s(config)
-    elif compat.standbys(supervisor.handler)[0]:
+    elif membership.standbys(supervisor.handler)[0]:
         linger_s = STANDBY_LINGER_S
     if linger_s <= 0:
         return

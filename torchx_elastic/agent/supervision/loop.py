@@ -41,7 +41,7 @@ from torchx_elastic.agent.console.failure.first_failure import (
 )
 from torchx_elastic.agent.console.output.agent_line import say
 from torchx_elastic.agent.console.output.sinks import OutputSink, RankOutput
-from torchx_elastic.agent.rendezvous import listen, liveness
+from torchx_elastic.agent.rendezvous import listen, liveness, membership
 from torchx_elastic.agent.rendezvous.failover import HostLost
 from torchx_elastic.agent.rendezvous.signed_store import StoreSigner
 from torchx_elastic.agent.rendezvous.worker_store import WorkerStoreHost
@@ -339,7 +339,7 @@ class Supervisor:
                 if last:
                     return result
                 self.restarts_spent += 1  # on every node alike; a late joiner reads it
-                restart_budget.raise_to(compat.handler_store(self.handler), self.restarts_spent)
+                restart_budget.raise_to(membership.handler_store(self.handler), self.restarts_spent)
                 notice = RestartNotice(
                     first, self.attempt, self.config.max_restarts, self._rounds + 1
                 )
@@ -385,8 +385,8 @@ class Supervisor:
         deadline_s = time.monotonic() + liveness.dead_after_s(self.config.rdzv_configs)
         while True:
             try:
-                compat.sync_now(self.handler)  # the rendezvous state as of now
-            except RendezvousError:  # the rendezvous is gone: the workers' failure is the news
+                self.handler.is_closed()  # the store still answers
+            except (RendezvousError, RuntimeError):  # it is gone: the workers' failure is the news
                 return False
             if self._rejoined_after_being_dropped() or self._restarted_for_lost_peers():
                 return True
@@ -402,7 +402,7 @@ class Supervisor:
         late) and went on without it, while its workers ran on alone: stop them and join
         again (a membership change: no restart counted), said in one line. torch's agent
         does not look: its node trains on in a job of its own."""
-        if not compat.dropped_from_round(self.handler, len(self.last_round_members) <= 1):
+        if not membership.dropped_from_round(self.handler):
             return False
         say(liveness.dropped_line(self.config.rdzv_configs))
         self._restart(ev.RESTART_DROPPED, next_round=self._rounds + 1)
@@ -431,11 +431,11 @@ class Supervisor:
                 raise check.failure(run)
         # the job's restart count: raised to this node's before it joins, read once the round
         # is complete (every member raised it by then)
-        restart_budget.raise_to(compat.handler_store(self.handler), self.restarts_spent)
+        restart_budget.raise_to(membership.handler_store(self.handler), self.restarts_spent)
         rnd = compat.next_round(
             self.handler, self.config.local_addr, single_node=self.config.max_nodes == 1
         )
-        held = restart_budget.raise_to(compat.handler_store(self.handler), self.restarts_spent)
+        held = restart_budget.raise_to(membership.handler_store(self.handler), self.restarts_spent)
         self.restarts_spent = max(self.restarts_spent, held or 0)
         if self._rounds == 0:  # the first round's last call is the user's (torch's 30 s)
             liveness.shorten_reform_last_call(self.handler, self.config.rdzv_configs)
@@ -445,10 +445,10 @@ class Supervisor:
         if self._use_agent_store:
             master_addr, master_port = self._worker_store.address(rnd, master_addr, master_port)
         self._group = Group(rnd, workers, master_addr, master_port)
-        members = compat.round_members(self.handler)
+        members = membership.round_members(self.handler)
         self._tell_replacements(self.last_round_members, members, rnd.rank, rnd.world_size)
         self.last_round_members = members
-        self.last_round_addresses = compat.round_addresses(self.handler)
+        self.last_round_addresses = membership.round_addresses(self.handler)
         self.largest_world = max(self.largest_world, rnd.world_size)
         self._silent_peers.new_round(self.handler)
         if self._supervision.presence is not None:

@@ -36,10 +36,9 @@ from collections.abc import Callable
 
 from torch.distributed.elastic.rendezvous import RendezvousHandler
 
-from torchx_elastic.agent import compat
 from torchx_elastic.agent.config.endpoint import Endpoint
 from torchx_elastic.agent.config.launch import AgentConfig
-from torchx_elastic.agent.rendezvous import listen, liveness
+from torchx_elastic.agent.rendezvous import listen, liveness, membership
 from torchx_elastic.agent.rendezvous.diagnosis import answers
 from torchx_elastic.agent.rendezvous.parameters import hosts_rendezvous
 from torchx_elastic.contract.error_exit import say_error
@@ -243,12 +242,12 @@ def watch_network(
     watch = NetworkWatch(
         config.rdzv_endpoint,
         hosts_rendezvous(config),
-        lambda: compat.peer_hosts(handler),
+        lambda: membership.peer_hosts(handler),
         LOST_AFTER_HEARTBEATS * liveness.dead_after_s(config.rdzv_configs),
         give_up,
         lambda: liveness.freshest_peer_beat_age_s(handler),
         on_host_lost,
-        lambda: compat.store_answer_age_s(handler),
+        lambda: membership.store_answer_age_s(handler),
     )
     watch.start()
     return watch

@@ -17,7 +17,7 @@ from torch.distributed.elastic.rendezvous import RendezvousHandler
 
 from torchx_elastic.agent import compat
 from torchx_elastic.agent.console.failure.first_failure import LOST_NODE, FirstFailure
-from torchx_elastic.agent.rendezvous import presence
+from torchx_elastic.agent.rendezvous import membership, presence
 from torchx_elastic.agent.rendezvous.signed_store import SignedStore, StoreSigner
 from torchx_elastic.agent.supervision.replacements import PID_MARK
 
@@ -36,15 +36,15 @@ class PeerPresence:
         self._names: dict[int, str] = {}  # node rank -> "addr (agent pid N)"
 
     def _store(self) -> SignedStore | None:
-        store = None if self._handler is None else compat.handler_store(self._handler)
+        store = None if self._handler is None else membership.handler_store(self._handler)
         return None if store is None else SignedStore(store, self._signer)
 
     def new_round(self, handler: RendezvousHandler, rnd: compat.Round) -> None:
         """A round is complete: publish this node's port, remember the members."""
         self._handler, self._round = handler, rnd
-        self._ids = compat.round_node_ids(handler)
-        self._names = compat.round_members(handler)
-        own, store = compat.this_node_id(handler), self._store()
+        self._ids = membership.round_node_ids(handler)
+        self._names = membership.round_members(handler)
+        own, store = membership.this_node_id(handler), self._store()
         if len(self._ids) < 2 or own is None or store is None:
             return
         try:
@@ -63,7 +63,7 @@ class PeerPresence:
         if not gone:
             return None
         try:
-            compat.expire_nodes(handler, {self._ids[rank] for rank in gone})
+            membership.expire_nodes(handler, {self._ids[rank] for rank in gone})
         except Exception as err:  # noqa: BLE001 - the heartbeats drop it a few seconds later
             log.debug("cannot drop the lost nodes from the rendezvous: %s", err)
         node = min(gone)
@@ -92,7 +92,7 @@ class PeerPresence:
     def leave(self) -> None:
         """This agent was stopped by a signal: its peers need not wait for its heartbeats."""
         store = self._store()
-        own = None if self._handler is None else compat.this_node_id(self._handler)
+        own = None if self._handler is None else membership.this_node_id(self._handler)
         if store is not None and own is not None and len(self._ids) > 1:
             presence.say_left(store, own)
 
@@ -101,6 +101,6 @@ class PeerPresence:
 
 
 def plain_name(name: str) -> str:
-    """``h1 (agent pid 512)`` (``compat.round_members``) as ``h1, agent pid 512``."""
+    """``h1 (agent pid 512)`` (``membership.round_members``) as ``h1, agent pid 512``."""
     host, mark, pid = name.partition(PID_MARK)
     return f"{host}, agent pid {pid.rstrip(')')}" if mark else name

@@ -14,10 +14,9 @@ from collections.abc import Callable
 
 from torch.distributed.elastic.rendezvous import RendezvousHandler
 
-from torchx_elastic.agent import compat
 from torchx_elastic.agent.config.endpoint import Endpoint
 from torchx_elastic.agent.config.launch import AgentConfig
-from torchx_elastic.agent.rendezvous import listen
+from torchx_elastic.agent.rendezvous import listen, membership
 from torchx_elastic.agent.rendezvous.failover import (
     Failover,
     HostLost,
@@ -78,7 +77,7 @@ class RendezvousMove:
 
     def move(self, lost: HostLost, last_round: dict[int, str]) -> str:
         """Move the rendezvous; the line that says so (:class:`NoSuccessor` if it cannot)."""
-        this_addr = compat.this_node_address(self.movable) or ""
+        this_addr = membership.this_node_address(self.movable) or ""
         old = self.movable.endpoint
         try:
             if isinstance(lost, RendezvousMoved):

@@ -1,11 +1,11 @@
 """Which node took the place of which when a round re-formed, said once for the job.
 
-Members are named ``addr (agent pid N)`` (``compat.round_members``). Between two rounds of
-the same job, the nodes that left and those that came are paired: a node back at the address
-of a lost one first (its agent came back: ``rendezvous/returning_first.py`` gave it the place
-before a spare), then the others in order (a spare, or a node new to the job). The first
-node of the new round that was also in the previous one says it, as one line and one
-``replaced`` event; a round that only grew or only shrank replaces nobody.
+Members are named ``addr (agent pid N)`` (``membership.round_members``). Between two rounds
+of the same job, the nodes that left and those that came are paired: a node back at the
+address of a lost one first (its agent came back: a returning member gets its place before
+a spare, rendezvous/rounds/outcome.py), then the others in order (a spare, or a node new to
+the job). The first node of the new round that was also in the previous one says it, as
+one line and one ``replaced`` event; a round that only grew or only shrank replaces nobody.
 """
 
 from __future__ import annotations

@@ -1,0 +1,202 @@
+"""The agent's own rendezvous (agent/rendezvous/rounds/): nodes as threads on a real
+``TCPStore``, each with its own connection, as agents on several hosts have."""
+
+from __future__ import annotations
+
+import datetime
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from torch.distributed import TCPStore  # type: ignore[attr-defined]
+from torch.distributed.elastic.rendezvous import RendezvousTimeoutError
+
+from torchx_elastic.agent import compat
+from torchx_elastic.agent.rendezvous.rounds import outcome
+from torchx_elastic.agent.rendezvous.rounds.handler import RoundsRendezvous
+from torchx_elastic.agent.rendezvous.rounds.keys import Keys, Node
+from torchx_elastic.agent.rendezvous.signed_store import SignedStore, StoreSigner
+
+SIGNER = StoreSigner(b"the job's secret")
+
+
+@pytest.fixture
+def port() -> Iterator[int]:
+    server = TCPStore(  # type: ignore[call-arg]
+        "127.0.0.1",
+        0,
+        is_master=True,
+        wait_for_workers=False,
+        timeout=datetime.timedelta(seconds=30),
+    )
+    yield int(server.port)
+
+
+def node(
+    port: int,
+    addr: str,
+    min_nodes: int,
+    max_nodes: int,
+    last_call_s: float = 1.0,
+    join_timeout_s: float = 30.0,
+) -> RoundsRendezvous:
+    store = TCPStore("127.0.0.1", port, is_master=False, timeout=datetime.timedelta(seconds=30))
+    return RoundsRendezvous(
+        store,
+        SignedStore(store, SIGNER),
+        "job",
+        min_nodes,
+        max_nodes,
+        addr,
+        last_call_s,
+        join_timeout_s,
+    )
+
+
+class Joining:
+    """``next_rendezvous`` of a node on a thread: its (rank, nodes) or its error."""
+
+    def __init__(self, handler: RoundsRendezvous) -> None:
+        self.handler = handler
+        self.result: tuple[int, int] | None = None
+        self.error: BaseException | None = None
+        self.took_s = 0.0
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        started = time.monotonic()
+        try:
+            info = self.handler.next_rendezvous()
+            self.result = (info.rank, info.world_size)
+        except BaseException as err:  # noqa: BLE001 - the test reads it
+            self.error = err
+        self.took_s = time.monotonic() - started
+
+    def wait(self, timeout_s: float = 20.0) -> Joining:
+        self._thread.join(timeout_s)
+        return self
+
+    @property
+    def done(self) -> bool:
+        return not self._thread.is_alive()
+
+
+def until(check: Any, timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+def test_a_fixed_job_admits_its_nodes_and_a_third_stands_by(port: int) -> None:
+    a, b, spare = (node(port, f"h{i}", 2, 2) for i in range(3))
+    first = [Joining(a), Joining(b)]
+    for j in first:
+        assert j.wait().result is not None
+    assert sorted(j.result for j in first if j.result) == [(0, 2), (1, 2)]
+    standing = Joining(spare)
+    until(lambda: spare.standbys() == (1, True))
+    assert not standing.done
+    assert a.num_nodes_waiting() == 0  # a spare does not re-form a job at its maximum
+    assert a.standbys() == (1, False)
+    assert {n.addr for n in a.members().values()} == {"h0", "h1"}
+    assert spare.node.id in a.state_node_ids()
+
+
+def test_a_node_said_dead_is_replaced_by_the_spare_at_once_and_ranks_stay(port: int) -> None:
+    a, b, spare = (node(port, f"h{i}", 2, 2, last_call_s=30.0) for i in range(3))
+    joins = [Joining(a), Joining(b)]
+    for j in joins:
+        j.wait()
+    Joining(spare)
+    until(lambda: spare.standbys()[1])
+    survivor, lost = (a, b) if a.rank == 0 else (b, a)
+    assert survivor.drop({lost.node.id})
+    assert survivor.num_nodes_waiting() >= 1 and survivor.moved_on()
+    again = Joining(survivor).wait()
+    assert again.result == (0, 2), again.error  # node rank 0 keeps its place
+    assert again.took_s < 5.0  # no last call: the members that come back are there
+    assert {n.addr for n in survivor.members().values()} == {survivor.node.addr, "h2"}
+    assert lost.dropped()
+
+
+def test_members_that_come_back_take_their_places_before_spares(port: int) -> None:
+    a, b = node(port, "h0", 2, 2, 30.0), node(port, "h1", 2, 2, 30.0)
+    spares = [node(port, f"s{i}", 2, 2, 30.0) for i in range(2)]
+    for j in [Joining(a), Joining(b)]:
+        j.wait()
+    waiting = [Joining(s) for s in spares]
+    until(lambda: a.standbys()[0] == 2)
+    restarts = [Joining(a), Joining(b)]  # both restart their workers (a failure)
+    for j in restarts:
+        assert j.wait().result is not None, j.error
+    assert sorted(j.result for j in restarts if j.result) == [(0, 2), (1, 2)]
+    assert all(not j.done for j in waiting)
+
+
+def test_an_elastic_job_completes_at_its_last_call_and_takes_a_newcomer_in(port: int) -> None:
+    a, b, c = (node(port, f"h{i}", 1, 3, last_call_s=0.5) for i in range(3))
+    first = [Joining(a), Joining(b)]
+    for j in first:
+        assert j.wait().result is not None
+    assert {j.result[1] for j in first if j.result} == {2}
+    newcomer = Joining(c)
+    until(lambda: a.num_nodes_waiting() == 1)
+    again = [Joining(a), Joining(b)]
+    for j in [*again, newcomer]:
+        assert j.wait().result is not None, j.error
+    assert sorted(j.result for j in [*again, newcomer] if j.result) == [(0, 3), (1, 3), (2, 3)]
+
+
+def test_a_spare_ends_with_the_closed_rendezvous_saying_it_stood_by(port: int) -> None:
+    a, b, spare = (node(port, f"h{i}", 2, 2) for i in range(3))
+    for j in [Joining(a), Joining(b)]:
+        j.wait()
+    standing = Joining(spare)
+    until(lambda: spare.standbys()[1])
+    assert a.shutdown() and a.is_closed()
+    err = standing.wait().error
+    assert err is not None and compat.job_ended(err) and compat.stood_by(err)
+    assert "the rendezvous of run 'job' is closed" in str(err)
+
+
+def test_a_round_short_of_its_minimum_times_out_saying_how_many_came(port: int) -> None:
+    alone = node(port, "h0", 2, 2, join_timeout_s=0.5)
+    err = Joining(alone).wait().error
+    assert isinstance(err, RendezvousTimeoutError)
+    assert str(err) == "round 0 of the rendezvous did not complete in 0.5s (1 nodes came, 2 needed)"
+
+
+def test_a_slot_written_without_the_jobs_secret_is_not_admitted(port: int) -> None:
+    store = TCPStore("127.0.0.1", port, is_master=False, timeout=datetime.timedelta(seconds=30))
+    keys = Keys("job")
+    store.add(keys.count(0), 1)  # an intruder takes slot 0 and writes an unsigned node
+    store.set(keys.slot(0, 0), Node("evil", 1, 1).encode())
+    a, b = node(port, "h0", 2, 2, last_call_s=0.2), node(port, "h1", 2, 2, last_call_s=0.2)
+    joins = [Joining(a), Joining(b)]
+    for j in joins:
+        assert j.wait(30).result is not None, j.error
+    assert {n.addr for n in a.members().values()} == {"h0", "h1"}
+
+
+def test_the_outcome_puts_returning_members_first_in_their_old_order() -> None:
+    came = [
+        Node("spare", 1, 1),
+        Node("b", 2, 2, last_round=3, last_rank=1),
+        Node("a", 3, 3, last_round=3, last_rank=0),
+        None,
+        Node("new", 4, 4),
+    ]
+    arrivals = outcome.Arrivals(4, came, back=2, expected=2)
+    assert outcome.members(arrivals, set(), 3) == [2, 1, 0]
+    assert outcome.members(arrivals, {came[0].id}, 3) == [2, 1, 4]  # type: ignore[union-attr]
+    assert outcome.ready(arrivals, 2, 2, last_call_passed=False)
+    short = outcome.Arrivals(4, came, back=1, expected=2)
+    assert not outcome.ready(short, 2, 2, last_call_passed=False)  # a member is on its way
+    assert outcome.ready(short, 2, 2, last_call_passed=True)
+    first = outcome.Arrivals(0, [Node("a", 1, 1)], back=0, expected=0)
+    assert not outcome.ready(first, 1, 2, last_call_passed=False)
+    assert outcome.ready(first, 1, 1, last_call_passed=False)

@@ -1,0 +1,1 @@
+"""The agent's own rendezvous (handler.py), on torch's public interface."""

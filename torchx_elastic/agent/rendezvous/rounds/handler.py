@@ -1,0 +1,469 @@
+"""The agent's own rendezvous: torch's ``RendezvousHandler`` interface over a torch ``Store``.
+
+One state machine, written for what the agent does, on torch's public interface only
+(``RendezvousHandler``, ``RendezvousInfo``, the ``Store`` calls); torch's
+``dynamic_rendezvous.py`` is the reference for behaviour. The state is small keys per round
+(keys.py); a node's cost per round does not grow with the job's size:
+
+- **join** (:meth:`RoundsRendezvous.next_rendezvous`): a node takes an arrival slot of the
+  open round (one ``add``) and writes its node there (one ``set``); a member of the
+  complete round that calls again (a restart, a membership change) first opens the next
+  round (one compare-and-set of the round counter). A node that finds the round complete
+  without it waits in the next one: the members learn of it through
+  :meth:`~RoundsRendezvous.num_nodes_waiting` while the job is below its maximum, and it
+  stands by as a spare while the job is at it.
+- **complete**: the first arrival decides (outcome.py), or, where it is gone, any arrival
+  once the last call passed twice; one compare-and-set of the outcome decides which.
+- **a node said dead** (:meth:`~RoundsRendezvous.drop`, by the keyed liveness): it is never
+  admitted again, and a complete round it was a member of is left for the next one at once
+  (the members see :meth:`~RoundsRendezvous.num_nodes_waiting` > 0 and re-form without a
+  last call, since the others come back at once).
+- **close**: one key; a waiting node ends with torch's closed-rendezvous error.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import socket
+import threading
+import time
+from typing import Any, Callable
+
+from torch.distributed import PrefixStore  # type: ignore[attr-defined]
+from torch.distributed.elastic.rendezvous import (
+    RendezvousClosedError,
+    RendezvousConnectionError,
+    RendezvousHandler,
+    RendezvousInfo,
+    RendezvousStateError,
+    RendezvousTimeoutError,
+)
+
+from torchx_elastic.agent.console.store_entry import RefusedEntry
+from torchx_elastic.agent.rendezvous.rounds import outcome
+from torchx_elastic.agent.rendezvous.rounds.keys import Keys, Node
+from torchx_elastic.agent.rendezvous.signed_store import SignedStore
+
+log = logging.getLogger(__name__)
+
+POLL_S = 0.1  # a waiting node looks at its round this often (a wait on the outcome's key)
+TAKE_OVER_CALLS = 2  # last calls after which any arrival decides for a silent first one
+BACKEND = "c10d"  # torchrun's name of the rendezvous this replaces (the workers see it)
+
+
+class RoundsClosedError(RendezvousClosedError):
+    """The rendezvous was closed while this node waited; ``standing_by``: as a spare."""
+
+    def __init__(self, message: str, standing_by: bool) -> None:
+        super().__init__(message)
+        self.standing_by = standing_by
+
+
+class _Reached:
+    """A signed store whose failures are torch's ``RendezvousConnectionError``, as torch's
+    c10d backend raises them (the failover moves the rendezvous on it, failover.py)."""
+
+    def __init__(self, signed: SignedStore) -> None:
+        self._signed = signed
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        call = getattr(self._signed, name)
+
+        def reached(*args: Any) -> Any:
+            try:
+                return call(*args)
+            except RefusedEntry as err:  # not the job's (another secret, an outsider)
+                raise RendezvousStateError(
+                    f"The rendezvous state is not signed with this job's secret: {err}"
+                ) from err
+            except (RuntimeError, ValueError, TimeoutError, OSError) as err:
+                raise RendezvousConnectionError(
+                    f"The connection to the rendezvous store has failed: {err}"
+                ) from err
+
+        return reached
+
+
+class _RoundLeft(Exception):
+    """The round this node waited in moved on before it completed (join the current one)."""
+
+
+class RoundsRendezvous(RendezvousHandler):
+    """See the module's docstring. ``store``: the rendezvous store (a client or the host's
+    own); ``signer``'s secret signs every value a node acts on; ``addr``: the address this
+    node publishes; ``last_call_s``: how long a first round with its minimum waits for more
+    nodes; ``join_timeout_s``: how long one ``next_rendezvous`` may wait."""
+
+    def __init__(
+        self,
+        store: Any,
+        signed: SignedStore,
+        run_id: str,
+        min_nodes: int,
+        max_nodes: int,
+        addr: str,
+        last_call_s: float,
+        join_timeout_s: float,
+        use_agent_store: bool = False,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._store = store
+        self._signed: Any = _Reached(signed)
+        self._run_id = run_id
+        self.min_nodes = min_nodes
+        self.max_nodes = max_nodes
+        self.last_call_s = last_call_s
+        self.reform_last_call_s = last_call_s
+        self.join_timeout_s = join_timeout_s
+        self._use_agent_store = use_agent_store
+        self._clock = clock
+        self.keys = Keys(run_id)
+        # a random number per handler: a replacement container (the lost node's host name,
+        # its agent's pid) is not taken for the node it replaces
+        self.node = Node(addr, os.getpid(), secrets.randbelow(2**31))
+        self._lock = threading.Lock()
+        self.round: int | None = None  # the last round this node is a member of
+        self.rank: int | None = None
+        self.world_size = 0
+        self._members: dict[int, Node] | None = None  # read on demand
+        self._waiting_in: int | None = None  # the round this node waits in, if it waits
+        self._answered_s: float | None = None  # when the store last answered this node
+
+    # -- torch's RendezvousHandler interface -----------------------------------------
+
+    def get_backend(self) -> str:
+        return BACKEND
+
+    @property
+    def use_agent_store(self) -> bool:
+        return self._use_agent_store
+
+    def get_run_id(self) -> str:
+        return self._run_id
+
+    def is_closed(self) -> bool:
+        return self._check(self.keys.closed)
+
+    def set_closed(self) -> None:
+        self._signed.set(self.keys.closed, "closed")
+
+    def shutdown(self) -> bool:
+        """Close the rendezvous (as torch's handler does at the end of a job)."""
+        try:
+            self.set_closed()
+            return True
+        except (RuntimeError, OSError) as err:
+            log.debug("cannot close the rendezvous: %s", err)
+            return False
+
+    def num_nodes_waiting(self) -> int:
+        """Nodes waiting to join a round after this node's: while the job is below its
+        maximum, the nodes that came since; at least 1 where the job moved to a later round
+        (a node was said dead, a member restarts): the members re-form."""
+        rnd = self.round
+        if rnd is None or self.is_closed():
+            return 0
+        if self._current_round() > rnd:
+            return 1
+        if self.world_size >= self.max_nodes:
+            return 0
+        return self._counter(self.keys.count(rnd + 1))
+
+    def next_rendezvous(self) -> RendezvousInfo:
+        deadline_s = self._clock() + self.join_timeout_s
+        while True:
+            rnd, rank, world = self._join(deadline_s)
+            with self._lock:
+                last = self.node
+                self.node = Node(last.addr, last.pid, last.local_id, rnd, rank)
+                self.round, self.rank, self.world_size = rnd, rank, world
+                self._members = None
+            master = self._master(rnd, rank, deadline_s)
+            if master is not None:
+                break
+            log.debug("round %d moved on before its rank 0 said where to meet: joining again", rnd)
+        store = PrefixStore(self.keys.store_prefix(self._run_id, rnd), self._store)
+        return _info(store, rank, world, *master)
+
+    # -- what the agent's layers ask ------------------------------------------------------
+
+    @property
+    def store(self) -> Any:
+        return self._store
+
+    def members(self) -> dict[int, Node]:
+        """Node rank -> node of this node's last round (read once per round)."""
+        rnd, world = self.round, self.world_size
+        if rnd is None:
+            return {}
+        with self._lock:
+            if self._members is not None:
+                return dict(self._members)
+        keys = [self.keys.member(rnd, rank) for rank in range(world)]
+        found: dict[int, Node] = {}
+        for rank, value in enumerate(self._signed.multi_get(keys)):
+            if not isinstance(value, RefusedEntry):
+                found[rank] = Node.decode(value)
+        with self._lock:
+            self._members = found
+        return dict(found)
+
+    def waiting_nodes(self) -> list[Node]:
+        """The nodes that wait for the round after this node's last one (spares, nodes new
+        to the job), or that joined the open round this node waits in."""
+        rnd = self._waiting_in if self._waiting_in is not None else self._next_round()
+        return [node for node in self._arrivals(rnd) if node is not None]
+
+    def waiting(self) -> bool:
+        """Whether this node waits for a round now (in ``next_rendezvous``)."""
+        return self._waiting_in is not None
+
+    def standbys(self) -> tuple[int, bool]:
+        """(nodes standing by while the job is at its maximum, whether this node is one)."""
+        if self._waiting_in is not None:
+            full = self._waiting_in > 0 and self._round_size(self._waiting_in - 1) >= self.max_nodes
+            waiting = self._counter(self.keys.count(self._waiting_in))
+            return (waiting if full else 0), full and not self._current_is(self._waiting_in)
+        if self.round is None or self.world_size < self.max_nodes:
+            return 0, False
+        return self._counter(self.keys.count(self.round + 1)), False
+
+    def state_node_ids(self) -> list[str]:
+        """The ids of this node's round's members and of the nodes waiting, sorted."""
+        ids = {node.id for node in self.members().values()}
+        ids |= {node.id for node in self.waiting_nodes()}
+        if self.round is not None or self._waiting_in is not None:
+            ids.add(self.node.id)
+        return sorted(ids)
+
+    def moved_on(self) -> bool:
+        """Whether the job opened a round after this node's last one."""
+        return self.round is not None and self._current_round() > self.round
+
+    def state_round(self) -> int:
+        return self.round if self.round is not None else 0
+
+    def store_answer_age_s(self) -> float | None:
+        answered = self._answered_s
+        return None if answered is None else max(0.0, self._clock() - answered)
+
+    def dropped(self) -> bool:
+        """Whether a watcher said this node dead (the job went on without it)."""
+        return self._check(self.keys.dropped(self.node.id))
+
+    def drop(self, node_ids: set[str], store: SignedStore | None = None) -> bool:
+        """Said dead by a watcher: ``node_ids`` are never admitted again, and the round they
+        are members of is left for the next one. ``store``: the caller's own connection
+        (the liveness', not held by a waiting join). Whether any was a member of the round."""
+        signed = _Reached(store) if store is not None else self._signed
+        rnd = self._current_round_on(signed)
+        members = self._members_on(signed, rnd)
+        moved = False
+        for node_id in sorted(node_ids):
+            if signed.add(self.keys.dropped(node_id), 1) != 1:
+                continue  # said before, by another watcher
+            if node_id in members:
+                signed.add(self.keys.lost(rnd), 1)
+                moved = True
+        if moved:
+            self._open_after(signed, rnd)
+        return moved
+
+    # -- the protocol ---------------------------------------------------------------------
+
+    def _join(self, deadline_s: float) -> tuple[int, int, int]:
+        """(round, rank, nodes) of the round this node is admitted to."""
+        if self.dropped():  # it came back after a stall: a new node to the job
+            last = self.node
+            self.node = Node(last.addr, last.pid, secrets.randbelow(2**31))
+            self.round = self.rank = None  # its round went on without it
+        target = self._target_round()
+        while True:
+            try:
+                joined = self._wait_in(target, deadline_s)
+            except _RoundLeft:
+                target = self._target_round()
+                continue
+            finally:
+                self._waiting_in = None
+            if joined is not None:
+                return joined
+            target += 1  # the round completed without this node: wait in the next one
+
+    def _target_round(self) -> int:
+        """The round to join: the open one; the next one where this node is a member of the
+        complete current round (it opens it) or the current one completed without it."""
+        current = self._current_round()
+        if self.round is not None and self.round >= current:
+            return self._open_after(self._signed, self.round)
+        if self._check(self.keys.done(current)):
+            return current + 1
+        return current
+
+    def _open_after(self, signed: Any, rnd: int) -> int:
+        """Open round ``rnd + 1`` (unless another node did): the round now current."""
+        expected = str(rnd) if rnd > 0 else ""
+        now = signed.compare_set(self.keys.round, expected, str(rnd + 1))
+        return int(now)
+
+    def _wait_in(self, rnd: int, deadline_s: float) -> tuple[int, int, int] | None:
+        """Take a slot of round ``rnd`` and wait until it completes: (round, rank, nodes),
+        or None where it completed without this node."""
+        self._waiting_in = rnd
+        slot = self._signed.add(self.keys.count(rnd), 1) - 1
+        self._signed.set(self.keys.slot(rnd, slot), self.node.encode())
+        if self.round is not None and self.round == rnd - 1:
+            self._signed.add(self.keys.back(rnd), 1)
+        min_seen_s: float | None = None
+        while True:
+            if self._check(self.keys.done(rnd)):
+                return self._admitted(rnd, slot)
+            if self.is_closed():
+                standing_by = self.standbys()[1]
+                raise RoundsClosedError(
+                    f"the rendezvous of run {self._run_id!r} is closed", standing_by
+                )
+            if self._clock() > deadline_s:
+                raise RendezvousTimeoutError(
+                    f"round {rnd} of the rendezvous did not complete in"
+                    f" {self.join_timeout_s:g}s ({self._counter(self.keys.count(rnd))} nodes"
+                    f" came, {self.min_nodes} needed)"
+                )
+            current = self._current_round()
+            if current > rnd:
+                raise _RoundLeft
+            if current == rnd:
+                min_seen_s = self._maybe_decide(rnd, slot, min_seen_s)
+            self._wait_for(self.keys.done(rnd))
+
+    def _maybe_decide(self, rnd: int, slot: int, min_seen_s: float | None) -> float | None:
+        """Decide the round where this node is its deciding arrival and it is ready; the
+        time it first had its minimum (its last call's start)."""
+        count = self._counter(self.keys.count(rnd))
+        if count < self.min_nodes:
+            return None
+        now_s = self._clock()
+        min_seen_s = now_s if min_seen_s is None else min_seen_s
+        last_call_s = self.last_call_s if rnd == 0 else self.reform_last_call_s
+        waited_s = now_s - min_seen_s
+        if slot != 0 and waited_s < TAKE_OVER_CALLS * last_call_s + 1.0:
+            return min_seen_s  # the first arrival decides while it is there
+        nodes = self._arrivals(rnd, count)
+        previous = self._round_size(rnd - 1) - self._counter(self.keys.lost(rnd - 1))
+        arrivals = outcome.Arrivals(rnd, nodes, self._counter(self.keys.back(rnd)), previous)
+        if not outcome.ready(arrivals, self.min_nodes, self.max_nodes, waited_s >= last_call_s):
+            return min_seen_s
+        dropped = {n.id for n in nodes if n is not None and self._check(self.keys.dropped(n.id))}
+        chosen = outcome.members(arrivals, dropped, self.max_nodes)
+        if len(chosen) < self.min_nodes:
+            return min_seen_s
+        keys = [self.keys.rank(rnd, s) for s in chosen]
+        keys += [self.keys.member(rnd, r) for r in range(len(chosen))]
+        values = [str(rank) for rank in range(len(chosen))]
+        values += [nodes[s].encode() for s in chosen]  # type: ignore[union-attr]
+        self._signed.multi_set(keys, values)
+        self._signed.compare_set(self.keys.done(rnd), "", str(len(chosen)))
+        return min_seen_s
+
+    def _admitted(self, rnd: int, slot: int) -> tuple[int, int, int] | None:
+        world = int(self._signed.get(self.keys.done(rnd)))
+        if not self._check(self.keys.rank(rnd, slot)):
+            return None
+        rank = int(self._signed.get(self.keys.rank(rnd, slot)))
+        return rnd, rank, world
+
+    def _master(self, rnd: int, rank: int, deadline_s: float) -> tuple[str, int] | None:
+        """Rank 0's address and a free port there, as torchrun gives its workers; None
+        where the job left the round before its rank 0 said (a verdict re-formed it)."""
+        key = self.keys.master(rnd)
+        if rank == 0:
+            with socket.socket() as sock:
+                sock.bind(("", 0))
+                port = int(sock.getsockname()[1])
+            self._signed.set(key, f"{self.node.addr} {port}")
+            return self.node.addr, port
+        while not self._check(key):
+            if self._current_round() > rnd:
+                return None
+            if self._clock() > deadline_s:
+                raise RendezvousTimeoutError(f"rank 0 of round {rnd} never said where to meet")
+            self._wait_for(key)
+        addr, port_text = self._signed.get(key).decode().rsplit(" ", 1)
+        return addr, int(port_text)
+
+    # -- store reads ----------------------------------------------------------------------
+
+    def _current_round(self) -> int:
+        return self._current_round_on(self._signed)
+
+    def _current_is(self, rnd: int) -> bool:
+        return self._current_round() == rnd
+
+    def _current_round_on(self, signed: Any) -> int:
+        if not signed.check([self.keys.round]):
+            self._answered()
+            return 0
+        value = signed.get(self.keys.round)
+        self._answered()
+        return int(value)
+
+    def _next_round(self) -> int:
+        return (self.round + 1) if self.round is not None else self._current_round()
+
+    def _round_size(self, rnd: int) -> int:
+        """The members of a complete round (0: none, or not complete)."""
+        if rnd < 0 or not self._check(self.keys.done(rnd)):
+            return 0
+        return int(self._signed.get(self.keys.done(rnd)))
+
+    def _members_on(self, signed: Any, rnd: int) -> set[str]:
+        if not signed.check([self.keys.done(rnd)]):
+            return set()
+        world = int(signed.get(self.keys.done(rnd)))
+        values = signed.multi_get([self.keys.member(rnd, r) for r in range(world)])
+        return {Node.decode(v).id for v in values if not isinstance(v, RefusedEntry)}
+
+    def _arrivals(self, rnd: int, count: int | None = None) -> list[Node | None]:
+        count = self._counter(self.keys.count(rnd)) if count is None else count
+        nodes: list[Node | None] = []
+        keys = [self.keys.slot(rnd, slot) for slot in range(count)]
+        # a slot taken but not written yet (or whose node died between): left out
+        written = keys if not keys or self._check_all(keys) else [k for k in keys if self._check(k)]
+        values = dict(zip(written, self._signed.multi_get(written), strict=True)) if written else {}
+        for key in keys:
+            value = values.get(key)
+            readable = value is not None and not isinstance(value, RefusedEntry)
+            nodes.append(Node.decode(value) if readable else None)  # type: ignore[arg-type]
+        return nodes
+
+    def _counter(self, key: str) -> int:
+        value = int(self._signed.add(key, 0))
+        self._answered()
+        return value
+
+    def _check(self, key: str) -> bool:
+        return self._check_all([key])
+
+    def _check_all(self, keys: list[str]) -> bool:
+        found = bool(self._signed.check(keys))
+        self._answered()
+        return found
+
+    def _wait_for(self, key: str) -> None:
+        """A pause before the next look at ``key`` (a poll: a store's ``wait`` that times out
+        prints a C++ warning every time)."""
+        del key
+        time.sleep(POLL_S)
+
+    def _answered(self) -> None:
+        self._answered_s = self._clock()
+
+
+def _info(store: Any, rank: int, world: int, addr: str, port: int) -> RendezvousInfo:
+    from torch.distributed.elastic.rendezvous.api import RendezvousStoreInfo
+
+    return RendezvousInfo(store, rank, world, RendezvousStoreInfo(addr, port))

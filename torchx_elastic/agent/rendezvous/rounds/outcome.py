@@ -1,0 +1,57 @@
+"""Who a round admits, decided once by one node from the arrivals it read (handler.py).
+
+A round completes when it has its minimum of nodes and either every member of the last
+round that was not said dead came back (a re-form: the nodes that want in waited for it
+already) and no more can join, or the last call passed since it had its minimum (the first
+round, or a member that does not come back). Its members are the returning members of the
+last round, in their old rank order (node rank 0 keeps its place, as the store's host and
+the job's first node), then the other arrivals in the order they came, up to the maximum:
+a spare never takes the place of a member that came back, and the arrivals left out wait
+for the next round.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from torchx_elastic.agent.rendezvous.rounds.keys import Node
+
+
+@dataclasses.dataclass(frozen=True)
+class Arrivals:
+    """What the deciding node read of a round ``number`` being formed: its arrivals by slot
+    (None: a slot whose node was not written, or refused), how many members of the round
+    before came back, and how many that round had that were not said dead."""
+
+    number: int
+    nodes: list[Node | None]
+    back: int
+    expected: int
+
+
+def ready(arrivals: Arrivals, min_nodes: int, max_nodes: int, last_call_passed: bool) -> bool:
+    """Whether the round can complete now (see the module's docstring)."""
+    count = sum(node is not None for node in arrivals.nodes)
+    if count < min_nodes:
+        return False
+    if last_call_passed:
+        return True
+    everyone_back = arrivals.number > 0 and arrivals.back >= arrivals.expected
+    return everyone_back or (arrivals.number == 0 and count >= max_nodes)
+
+
+def members(arrivals: Arrivals, dropped: set[str], max_nodes: int) -> list[int]:
+    """The slots admitted, in rank order (see the module's docstring)."""
+    came = [
+        (slot, node)
+        for slot, node in enumerate(arrivals.nodes)
+        if node is not None and node.id not in dropped
+    ]
+    previous = arrivals.number - 1
+    returning = sorted(
+        ((node.last_rank, slot) for slot, node in came if node.last_round == previous),
+    )
+    first = [slot for _, slot in returning]
+    taken = set(first)
+    rest = [slot for slot, _ in came if slot not in taken]
+    return (first + rest)[:max_nodes]
