@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import socket
-import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from types import SimpleNamespace
@@ -114,35 +113,6 @@ def handler(participants: dict[str, int], beats: dict[str, float], naive: bool =
 MEMBERS = {0: "h0 (agent pid 1)", 1: "h1 (agent pid 1)", 2: "h2 (agent pid 1)"}
 
 
-def test_a_member_dropped_after_its_heartbeats_stopped_is_lost() -> None:
-    peers = SilentPeers({})
-    peers.new_round(handler({"h0": 0, "h1": 1, "h2": 2}, {"h0": 0, "h1": 1, "h2": 9}))
-    assert peers.suspects(MEMBERS, handler({"h0": 0, "h1": 1, "h2": 2}, {"h0": 0, "h2": 9}))
-    assert peers.lost(MEMBERS, handler({"h0": 0, "h1": 1}, {"h0": 0, "h1": 1})) == {
-        2: "h2 (agent pid 1)"
-    }
-
-
-def test_heartbeats_of_older_torch_releases_without_a_timezone_are_read_as_utc() -> None:
-    peers = SilentPeers({})
-    peers.new_round(handler({"h0": 0, "h1": 1}, {"h0": 0, "h1": 1}, naive=True))
-    dropped = handler({"h0": 0}, {"h0": 0, "h1": 9}, naive=True)
-    assert peers.lost({0: "h0 (agent pid 1)", 1: "h1 (agent pid 1)"}, dropped) == {
-        1: "h1 (agent pid 1)"
-    }
-
-
-def test_a_peers_heartbeat_through_the_store_is_heard_from_it() -> None:
-    """A node whose TCP probes of its peers go unanswered (a network policy that drops
-    them) still hears its peers through their heartbeats in the store: not cut off."""
-    from torchx_elastic.agent.compat import freshest_peer_heartbeat_age_s
-
-    beats = {"h0": 0, "h1": 3, "h2": 30}
-    age = freshest_peer_heartbeat_age_s(handler({"h0": 0, "h1": 1, "h2": 2}, beats))
-    assert age is not None and 3 <= age < 30  # h1's: h0's own heartbeat does not count
-    assert freshest_peer_heartbeat_age_s(handler({"h0": 0}, {"h0": 0})) is None
-
-
 def test_a_member_that_left_for_the_next_round_is_not_lost() -> None:
     peers = SilentPeers({})
     peers.new_round(handler({"h0": 0, "h1": 1, "h2": 2}, {"h0": 0, "h1": 1, "h2": 1}))
@@ -226,13 +196,3 @@ def test_the_rendezvous_port_is_not_probed_while_the_store_answers_the_nodes_cal
     assert calls == [watch_.host_lost_message(network_watch.NO_MOVE)]
 
 
-def test_the_store_answer_is_the_handlers_last_sync_of_the_rendezvous_state() -> None:
-    from torchx_elastic.agent import compat
-
-    holder = SimpleNamespace(_last_sync_time=time.monotonic() - 3.0)
-    torch_handler = SimpleNamespace(_state_holder=holder)
-    age_s = compat.store_answer_age_s(torch_handler)  # type: ignore[arg-type]
-    assert age_s is not None and 3.0 <= age_s < 60.0
-    holder._last_sync_time = -1  # never synced
-    assert compat.store_answer_age_s(torch_handler) is None  # type: ignore[arg-type]
-    assert compat.store_answer_age_s(SimpleNamespace()) is None  # type: ignore[arg-type]

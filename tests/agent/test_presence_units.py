@@ -10,7 +10,6 @@ from torch.distributed import HashStore  # type: ignore[attr-defined]
 from torch.distributed.elastic.rendezvous import RendezvousParameters, dynamic_rendezvous
 from torch.distributed.elastic.rendezvous.c10d_rendezvous_backend import C10dRendezvousBackend
 
-from torchx_elastic.agent import compat
 from torchx_elastic.agent.console.failure.first_failure import (
     LOST_NODE,
     FirstFailure,
@@ -68,21 +67,6 @@ def _two_node_round() -> tuple[list[object], list[object]]:
         thread.join(60)
     assert all(infos)
     return handlers, infos
-
-
-def test_an_expired_node_is_dropped_from_torchs_rendezvous_at_once() -> None:
-    handlers, _ = _two_node_round()
-    first, second = handlers
-    ids = compat.round_node_ids(first)  # type: ignore[arg-type]
-    assert len(ids) == 2
-    lost = compat.this_node_id(second)  # type: ignore[arg-type]
-    assert lost in ids.values()
-    second._stop_heartbeats()  # type: ignore[attr-defined]
-    # its last heartbeat is fresh: torch alone would keep it for keep_alive_interval x 3
-    assert compat.expire_nodes(first, {lost})  # type: ignore[arg-type]
-    compat.sync_now(first)  # type: ignore[arg-type]
-    assert lost not in compat.round_node_ids(first).values()  # type: ignore[arg-type]
-    first.shutdown()  # type: ignore[attr-defined]
 
 
 def test_a_lost_peer_found_while_waiting_is_the_jobs_first_failure_said_by_another_node() -> None:

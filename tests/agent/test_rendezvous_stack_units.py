@@ -11,8 +11,8 @@ from torch.distributed import HashStore  # type: ignore[attr-defined]
 from torch.distributed.elastic.rendezvous import RendezvousHandler
 
 from tests.agent.test_waiting_units import config
-from torchx_elastic.agent import compat
 from torchx_elastic.agent.config.endpoint import Endpoint
+from torchx_elastic.agent.rendezvous import membership
 from torchx_elastic.agent.rendezvous.failover import MovableRendezvous
 from torchx_elastic.agent.rendezvous.handler import StoreHost, hosts_store
 from torchx_elastic.agent.rendezvous.observed import ObservedRendezvous
@@ -82,10 +82,9 @@ def test_the_stack_forwards_torchs_interface_and_nothing_private() -> None:
         assert (top.is_closed(), top.num_nodes_waiting()) == (False, 2)
         assert top.torch_handler() is bottom
         assert hosts_store(top) and not movable.armed  # StoreHost, however wrapped since
-        # torch's private state: read by compat alone, from torch's handler at the bottom
-        assert not hasattr(top, "_state_holder") and not hasattr(top, "shut_down")
-        assert compat.round_members(top) == {0: "n0 (agent pid 5)"}
-        assert compat.this_node_address(movable) == "n0"
+        assert not hasattr(top, "shut_down")  # nothing of the bottom forwarded
+        # torch's handler tells nobody's membership through its public interface
+        assert membership.round_members(top) == {} and membership.this_node_address(top) is None
         assert top.shutdown() and bottom.shut_down
     finally:
         movable.close()

@@ -10,13 +10,11 @@ when nodes wait, re-form without a lost peer (no restart counted), a hang, givin
 
 from __future__ import annotations
 
-import datetime
 import json
 import signal
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -52,7 +50,8 @@ class Node:
 
 
 class FakeRendezvous(RendezvousHandler):
-    """Rounds of this node (always rank 0) and ``peers``; ``waiting`` nodes want in."""
+    """Rounds of this node (always rank 0) and ``peers``; ``waiting`` nodes want in. It is
+    its own keyed liveness too: the peers it dropped are said dead."""
 
     def __init__(self, role: str, peers: int = 0) -> None:
         self._this_node = Node("10.0.0.1", 100)
@@ -60,14 +59,16 @@ class FakeRendezvous(RendezvousHandler):
         self.waiting = 0
         self.rounds: list[int] = []  # the world size of each round
         self._role = role
-        self.state = SimpleNamespace(participants={}, wait_list=(), last_heartbeats={})
-        self._state_holder = SimpleNamespace(state=self.state)
+        self.members: dict[int, Node] = {}
+        self.dead_ids: set[str] = set()
+        self.dropped = False  # this node, by its peers
+        self.moved = False
+        self.stopped: set[str] = set()
 
     def next_rendezvous(self) -> Any:
         nodes = [self._this_node, *self.peers]
-        self.state.participants = {node: rank for rank, node in enumerate(nodes)}
-        now = datetime.datetime.now(datetime.timezone.utc)
-        self.state.last_heartbeats = dict.fromkeys(nodes, now)
+        self.members = dict(enumerate(nodes))
+        self.dropped = self.moved = False
         self.waiting = 0  # who waited is in this round
         store = HashStore()
         for rank in range(1, len(nodes)):  # what the peers' agents write (assign_ranks)
@@ -76,17 +77,25 @@ class FakeRendezvous(RendezvousHandler):
         return store, 0, len(nodes)
 
     def drop_peers(self) -> None:
-        """torch's handler dropped the peers: their last heartbeat is long past."""
-        long_ago = datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(hours=1)
-        for peer in self.peers:
-            del self.state.participants[peer]
-            self.state.last_heartbeats[peer] = long_ago
+        """A watcher said the peers dead: the round moved on without them."""
+        self.dead_ids |= {_id(peer) for peer in self.peers}
+        self.moved = True
         self.peers = []
 
     def drop_this_node(self) -> None:
-        """A peer's sync dropped this node for a late heartbeat (torch's ``_sanitize``)."""
-        del self.state.participants[self._this_node]
-        del self.state.last_heartbeats[self._this_node]
+        """A watcher of this node said it dead (its beats reached the store late)."""
+        self.dropped = self.moved = True
+
+    # -- the keyed liveness' questions (keyed_liveness.py) --------------------------
+
+    def keyed_liveness(self) -> FakeRendezvous:
+        return self
+
+    def dead(self, node_ids: list[str], since_round: int) -> set[str]:
+        return set(node_ids) & self.dead_ids
+
+    def suspects(self) -> bool:
+        return False
 
     def get_backend(self) -> str:
         return "c10d"
@@ -209,6 +218,36 @@ class Harness:
     def events(self, name: str) -> list[dict[str, Any]]:
         lines = (self.tmp_path / EVENTS_FILE).read_text().splitlines()
         return [e for e in map(json.loads, lines) if e["event"] == name]
+
+
+def _id(node: Node) -> str:
+    return f"{node.addr}_{node.pid}"
+
+
+def _name(node: Node) -> str:
+    return f"{node.addr} (agent pid {node.pid})"
+
+
+@pytest.fixture(autouse=True)
+def _membership_of_the_fake(monkeypatch: pytest.MonkeyPatch) -> None:
+    """membership.py's answers, from the fake rendezvous (the agent's own tells them)."""
+    from torchx_elastic.agent.rendezvous import membership
+
+    def of(answer: Any, default: Any) -> Any:
+        return lambda h, *_: answer(h) if isinstance(h, FakeRendezvous) else default
+
+    fake = FakeRendezvous
+    answers = {
+        "round_members": of(lambda h: {r: _name(n) for r, n in h.members.items()}, {}),
+        "round_node_ids": of(lambda h: {r: _id(n) for r, n in h.members.items()}, {}),
+        "round_addresses": of(lambda h: {r: n.addr for r, n in h.members.items()}, {}),
+        "this_node_address": of(lambda h: h._this_node.addr, None),
+        "dropped_from_round": of(lambda h: h.dropped, False),
+        "round_moved": of(lambda h: h.moved, False),
+    }
+    del fake
+    for name, answer in answers.items():
+        monkeypatch.setattr(membership, name, answer)
 
 
 def config(max_restarts: int, *extra: str) -> AgentConfig:
@@ -362,21 +401,6 @@ def test_a_node_its_peers_dropped_joins_again_without_counting_a_restart(
         " heartbeat from it for 10s: its agent was stalled or starved of CPU) and went on"
         " without it: stopping its workers and joining again"
     ]
-
-
-def test_a_node_alone_that_dropped_itself_after_a_stall_goes_on(tmp_path: Path) -> None:
-    """Its own sync drops it from its copy of the state after a stall; nobody went on
-    without it, so its ranks are left alone."""
-
-    def stalled(workers: FakeWorkers) -> RunProcsResult | None:
-        if workers.polls == 2:
-            h.rendezvous.drop_this_node()
-        return succeed(workers) if workers.polls > 4 else None
-
-    h = harness(tmp_path, 0, [stalled])
-    _, result = h.run()
-    assert result.state == WorkerState.SUCCEEDED
-    assert h.rendezvous.rounds == [1] and h.events(ev.RESTART) == []
 
 
 def test_a_lost_rendezvous_host_moves_the_rendezvous_and_re_forms_without_a_restart(

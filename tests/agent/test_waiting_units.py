@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import re
 import threading
 from dataclasses import dataclass
-from types import SimpleNamespace
 
 import pytest
 from torch.distributed import HashStore  # type: ignore[attr-defined]
@@ -60,88 +58,6 @@ def test_an_elastic_job_below_its_minimum_and_in_its_last_call() -> None:
 class Node:
     addr: str
     pid: int
-
-
-class LaterRounds:
-    """torch's handler as the agent reads it: its state's participants and wait list; its
-    first round returns at once, the next waits until ``release``."""
-
-    def __init__(self) -> None:
-        self._this_node = Node("n0", 5)
-        self._state_holder = SimpleNamespace(
-            state=SimpleNamespace(participants={Node("n0", 5): 0, Node("n1", 7): 1}, wait_list=())
-        )
-        self.release = threading.Event()
-        self.rounds = 0
-
-    def next_rendezvous(self) -> str:
-        self.rounds += 1
-        if self.rounds > 1:
-            assert self.release.wait(ROUND_WAIT_S), "the later round's wait was never said"
-        return f"round {self.rounds}"
-
-
-def first_line_of_the_second_round(
-    monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture[str],
-    participants: dict[Node, int],
-    **lists: tuple[Node, ...],
-) -> str:
-    """n0 (the rendezvous host, of a 2-node job) joins round 1 with n1, then waits in round 2
-    with torch's state as given; the first line it says then (the round completes once it
-    said one: a round that said nothing times out)."""
-    monkeypatch.setattr(waiting, "LATER_ROUND_FIRST_S", 0.2)
-    monkeypatch.setattr(waiting, "POLL_S", 0.05)
-    handler = LaterRounds()
-    me = NodeEntry("n0", 5, "job", "n0", "2", 1, 0, "c10d")
-    call = RollCall(HashStore(), me, StoreSigner(None))
-    explained = waiting.ExplainedRendezvous(handler, call, config("2"), True, 600)  # type: ignore[arg-type]
-    assert explained.next_rendezvous() == "round 1"
-    capsys.readouterr()
-    state = handler._state_holder.state
-    state.participants = participants
-    for name, nodes in lists.items():
-        setattr(state, name, nodes)
-
-    def say_then_complete_the_round(line: str) -> None:
-        diagnosis.say(line)
-        handler.release.set()
-
-    monkeypatch.setattr(waiting, "say", say_then_complete_the_round)
-    assert explained.next_rendezvous() == "round 2"
-    return capsys.readouterr().err.splitlines()[0]
-
-
-def test_a_later_round_that_waits_says_who_is_back_and_who_is_not(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    """A restart: n1 does not come back; torch dropped it, n0 waits in the next round."""
-    line = first_line_of_the_second_round(monkeypatch, capsys, {}, wait_list=(Node("n0", 5),))
-    assert re.fullmatch(
-        r"torchx-elastic: waiting for nodes \(round 2\): 1 of 2 here \(n0 \(agent pid 5\)\);"
-        r" not back since the last round: node 1: n1 \(agent pid 7\); at n0:29500, gives up at"
-        r" \d\d:\d\d:\d\d \(join timeout 600s\)",
-        line,
-    ), line
-
-
-def test_a_node_dropped_while_the_job_went_on_at_its_maximum_says_it_stands_by(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    """The others dropped n0 (its heartbeats late: a starved host) and re-formed at the job's
-    maximum of 2 nodes with a spare: n0 waits in torch's redundancy list, a spare now, not a
-    round short of nodes ("3 of 2 here" before)."""
-    line = first_line_of_the_second_round(
-        monkeypatch,
-        capsys,
-        {Node("n1", 7): 0, Node("n2", 8): 1},
-        redundancy_list=(Node("n0", 5),),
-    )
-    assert line == (
-        "torchx-elastic: standing by: the job has its 2 nodes (3 here); this node takes the"
-        " place of the first one lost, at the next round; hosting the rendezvous at n0:29500,"
-        " run id 'job'"
-    )
 
 
 @pytest.mark.parametrize(

@@ -212,6 +212,7 @@ def handler_on_store(
         join_timeout_s=join_timeout_s(params),
         use_agent_store=compat.shares_agent_store(),
     )
+    handler.is_closed()  # a store gone already raises here (a late node's job ended)
     beats = KeyedLiveness(
         handler,
         SignedStore(own_connection(store), signer),

@@ -113,12 +113,12 @@ class SilentPeers:
     def lost(self, members: dict[int, str], handler: RendezvousHandler) -> dict[int, str]:
         """Of ``members`` (node rank -> name), those a watcher said dead."""
         keyed_ = keyed_liveness_of(handler)
+        if keyed_ is None or not membership.round_moved(handler):
+            return {}
         now_s = time.monotonic()
-        if keyed_ is None or now_s - self._dead_checked_s < DEAD_CHECK_S:
+        if now_s - self._dead_checked_s < DEAD_CHECK_S:
             return {}
         self._dead_checked_s = now_s
-        if not membership.round_moved(handler):
-            return {}
         ids = [self._ids[rank] for rank in members if rank in self._ids]
         dead = keyed_.dead(ids, self._round)
         lost = {rank: name for rank, name in members.items() if self._ids.get(rank) in dead}
