@@ -58,10 +58,10 @@ def measure(nodes: int, joined: int, seconds: float) -> dict[str, Any]:
 def until_in_state(node: Any, count: int) -> None:
     """Until ``node``'s handler has read a state of ``count`` nodes (the counting starts
     on a state that holds them all)."""
-    from torchx_elastic.agent import compat
+    from torchx_elastic.agent.rendezvous import membership
 
     deadline = time.monotonic() + JOINED_TIMEOUT_S
-    while len(compat.state_node_ids(node.handler)) < count:
+    while len(membership.state_node_ids(node.handler)) < count:
         if time.monotonic() > deadline:
             raise SystemExit(f"a state of {count} nodes was not read in time")
         time.sleep(0.1)

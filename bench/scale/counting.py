@@ -7,8 +7,10 @@ calls made through that prefix are counted too. Each call goes to the node's own
 ``check``, ``multi_get``, ...): calls, payload bytes out (keys and values sent) and in
 (values returned: the wire protocol's few framing bytes are not counted), seconds spent
 waiting for the answer. Per key purpose too: ``state`` (the rendezvous state blob, torch's
-``torch.rendezvous.<run id>``, and its generation counter), ``liveness`` (the keyed
-liveness' heartbeat keys, verdicts and suspects), ``progress``, ``roll_call``, ``other``.
+``torch.rendezvous.<run id>``, and its generation counter; the agent's own rendezvous'
+round keys, ``torchx-elastic/rounds/``, whose compare-and-sets are counted as CAS
+attempts), ``liveness`` (the keyed liveness' heartbeat keys, verdicts and suspects),
+``progress``, ``roll_call``, ``other``.
 
 A ``compare_set`` of the state key is a CAS of the rendezvous state: it succeeded when the
 store answers with the value this node wanted to write, else another node wrote first (a
@@ -32,6 +34,7 @@ from typing import Any, Callable
 
 import torch.distributed as dist
 
+from torchx_elastic.agent.rendezvous.rounds.keys import PREFIX as ROUNDS_KEY_PREFIX
 from torchx_elastic.contract import (
     LIVENESS_KEY_PREFIX,
     PROGRESS_KEY_PREFIX,
@@ -117,7 +120,7 @@ def verdict_named(key: str) -> str | None:
 
 
 def purpose_of(key: str, state_key: str) -> str:
-    if key == state_key or key.startswith(STATE_GENERATION_KEY_PREFIX):
+    if key == state_key or key.startswith((STATE_GENERATION_KEY_PREFIX, ROUNDS_KEY_PREFIX)):
         return "state"
     if key.startswith(LIVENESS_KEY_PREFIX):
         return "liveness"
@@ -298,9 +301,14 @@ class CountingStore(dist.Store):  # type: ignore[misc]
         if key == self._state_key and _size(expected) > 0:  # not the backend's first write
             return self._state_cas(expected, desired)
         out = _size(key) + _size(expected) + _size(desired)
-        return self._call(  # type: ignore[no-any-return]
+        result = self._call(
             "compare_set", [key], out, self._inner.compare_set, key, expected, desired
         )
+        if key.startswith(ROUNDS_KEY_PREFIX):  # the agent's own rendezvous: a round's CAS
+            with self._lock:
+                self.counters.cas_attempts += 1
+                self.counters.cas_conflicts += bytes(result) != _as_bytes(desired)
+        return result  # type: ignore[no-any-return]
 
     def add(self, key: str, amount: int) -> int:
         return self._call("add", [key], _size(key) + 8, self._inner.add, key, amount)  # type: ignore[no-any-return]

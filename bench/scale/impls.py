@@ -12,8 +12,9 @@ its own rendezvous handler, built the way its agent builds it:
   from the agent's command line (its keep-alive defaults, the signed state, the roll call
   and the waiting lines), the store swapped for the counted one; the round listener with
   the cross-node progress exchange (``JobProgressExchange``, fed one rank's steps);
-  ``compat.next_round`` for every round, and the checks of the supervision loop on
-  healthy workers: ``num_nodes_waiting()``, ``dropped_from_round``, ``SilentPeers.lost``.
+  ``compat.next_round`` for every round (the agent's own rendezvous, rounds/handler.py,
+  with the keyed liveness), and the checks of the supervision loop on healthy workers:
+  ``num_nodes_waiting()``, ``membership.dropped_from_round``, ``SilentPeers.lost``.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from torch.distributed.elastic.rendezvous.c10d_rendezvous_backend import C10dRen
 
 from bench.scale.counting import CountingStore
 from torchx_elastic.agent import compat
+from torchx_elastic.agent.rendezvous import membership
 
 IMPLS = ("torch", "ours")
 # what a node's tick asks for: a new round, and why (None: nothing to do)
@@ -79,31 +81,98 @@ class SimNode(Protocol):
 
 
 def torch_handler(handler: Any) -> Any:
-    """torch's own handler under the agent's rendezvous layers (``torch_handler()``)."""
+    """The handler at the bottom of the agent's rendezvous layers (``torch_handler()``):
+    torch's own for ``torch``, the agent's ``RoundsRendezvous`` for ``ours``."""
     bottom = getattr(handler, "torch_handler", None)
     return bottom() if callable(bottom) else handler
 
 
+def rounds_of(handler: Any) -> Any:
+    """The agent's own rendezvous under ``handler`` (None: torch's handler)."""
+    from torchx_elastic.agent.rendezvous import membership
+
+    return membership.rounds(handler)
+
+
 def settings_of(handler: Any) -> dict[str, float]:
-    """The handler's effective keep-alive settings (read, not assumed): torch's, or those
-    of the agent's keyed liveness where it replaces torch's heartbeats."""
+    """The handler's effective settings (read, not assumed): those of the agent's own
+    rendezvous and its keyed liveness, or torch's (its private settings: the torch impl)."""
+    own = rounds_of(handler)
+    if own is not None:
+        from torchx_elastic.agent.rendezvous import liveness
+
+        keyed = liveness.keyed_liveness_of(handler)
+        interval_s = keyed.interval_s if keyed is not None else 0.0
+        attempts = round(keyed.dead_after_s / keyed.interval_s) if keyed is not None else 0
+        return {
+            "keep_alive_interval_s": interval_s,
+            "keep_alive_max_attempt": attempts,
+            "last_call_s": float(own.last_call_s),
+            "reform_last_call_s": float(own.reform_last_call_s),
+            "join_timeout_s": float(own.join_timeout_s),
+            "min_nodes": own.min_nodes,
+            "max_nodes": own.max_nodes,
+        }
     settings = torch_handler(handler)._settings  # noqa: SLF001
-    interval_s = settings.keep_alive_interval.total_seconds()
-    attempts = int(settings.keep_alive_max_attempt)
-    ask = getattr(handler, "keyed_liveness", None)
-    keyed = ask() if callable(ask) else None
-    if keyed is not None:
-        interval_s, attempts = keyed.interval_s, round(keyed.dead_after_s / keyed.interval_s)
     return {
-        "keep_alive_interval_s": interval_s,
-        "keep_alive_max_attempt": attempts,
+        "keep_alive_interval_s": settings.keep_alive_interval.total_seconds(),
+        "keep_alive_max_attempt": int(settings.keep_alive_max_attempt),
         "last_call_s": settings.timeout.last_call.total_seconds(),
         "join_timeout_s": settings.timeout.join.total_seconds(),
     }
 
 
 def state_round(handler: Any) -> int:
+    """The round of the node's last join: ours' own, torch's from its synced state."""
+    own = rounds_of(handler)
+    if own is not None:
+        return int(own.state_round())
     return int(torch_handler(handler)._state_holder.state.round)  # noqa: SLF001
+
+
+def dropped_from_round(handler: Any) -> bool:
+    """Whether the rendezvous went on without this healthy node: ours, a watcher's verdict
+    on it (``membership.dropped_from_round``); torch, its last synced state leaves it out
+    while others are in it (a peer's sync dropped it for a late heartbeat: ``_sanitize``)."""
+    from torchx_elastic.agent.rendezvous import membership
+
+    if rounds_of(handler) is not None:
+        return membership.dropped_from_round(handler)
+    torch_own = torch_handler(handler)
+    state = getattr(getattr(torch_own, "_state_holder", None), "state", None)
+    this_node = getattr(torch_own, "_this_node", None)
+    if this_node is None or state is None or getattr(state, "closed", False):
+        return False
+    participants, wait_list = state.participants or {}, state.wait_list or ()
+    if this_node in participants or this_node in wait_list:
+        return False
+    return bool(participants or wait_list)
+
+
+def forming_view(handler: Any, raw_store: Any) -> dict[str, Any]:
+    """How far the rendezvous got, as this node sees it (the harness's report while a round
+    forms). Ours: the round it waits in (or its last), the arrivals there and whether it is
+    complete, read through ``raw_store`` (the node's uncounted client: not its traffic);
+    torch: its last synced state (private)."""
+    own = rounds_of(handler)
+    if own is None:
+        state = torch_handler(handler)._state_holder.state  # noqa: SLF001
+        return {
+            "round": int(state.round),
+            "participants": len(state.participants),
+            "wait_list": len(state.wait_list),
+            "complete": bool(state.complete),
+        }
+    waiting_in = own._waiting_in  # noqa: SLF001
+    rnd = waiting_in if waiting_in is not None else (own.round or 0)
+    arrivals = int(raw_store.add(own.keys.count(rnd), 0))
+    following = int(raw_store.add(own.keys.count(rnd + 1), 0))
+    return {
+        "round": rnd,
+        "participants": arrivals,
+        "wait_list": following,
+        "complete": bool(raw_store.check([own.keys.done(rnd)])),
+    }
 
 
 class TorchNode:
@@ -199,7 +268,7 @@ class OursNode:
         if self._rounds == 0:  # as the supervision loop: later rounds re-form quicker
             self._liveness.shorten_reform_last_call(self.handler, self.config.rdzv_configs)
         self._rounds += 1
-        self._members = compat.round_members(self.handler)
+        self._members = membership.round_members(self.handler)
         self._silent.new_round(self.handler)
         if self.exchange is not None:
             self.activity.new_attempt(self._rounds)
@@ -209,7 +278,7 @@ class OursNode:
     def tick(self) -> Tick:
         # the supervision loop's checks on healthy workers (Supervisor._supervise)
         waiting = self.handler.num_nodes_waiting()
-        if compat.dropped_from_round(self.handler, len(self._members) <= 1):
+        if membership.dropped_from_round(self.handler):
             return "dropped", []
         lost = self._silent.lost(self._members, self.handler)
         if lost:

@@ -33,7 +33,14 @@ import time
 from typing import Any, TextIO
 
 from bench.scale.counting import CountingStore, NodeCounters, NodeStopped
-from bench.scale.impls import Job, SimNode, settings_of, state_round, torch_handler
+from bench.scale.impls import (
+    Job,
+    SimNode,
+    dropped_from_round,
+    forming_view,
+    settings_of,
+    state_round,
+)
 
 LAG_PROBE_S = 0.02  # the lag probe's sleep
 STACK_BYTES = 512 * 1024  # thousands of threads: smaller stacks than the default 8 MiB
@@ -115,8 +122,6 @@ class NodeRunner:
                 self._emit("error", node=self.index, error=f"{type(err).__name__}: {err}")
 
     def _loop(self) -> None:
-        from torchx_elastic.agent import compat
-
         while True:
             time.sleep(self._job.monitor_interval_s)
             if self.node.store.frozen:
@@ -127,7 +132,7 @@ class NodeRunner:
                 continue
             reason, names = self.node.tick()
             if reason is None:
-                if not self._said_dropped and compat.dropped_from_round(self.node.handler, False):
+                if not self._said_dropped and dropped_from_round(self.node.handler):
                     self._said_dropped = True  # torch's agent does not look: it trains on
                     self._emit_dropped()
                 continue
@@ -295,7 +300,7 @@ def report_forming(
     live = [i for i, node in enumerate(nodes) if not node.store.frozen]
     if not live:
         return
-    first = torch_handler(nodes[live[0]].handler)
+    first = nodes[live[0]]
 
     def back() -> int:
         return sum(
@@ -306,15 +311,15 @@ def report_forming(
 
     while back() < len(live):
         time.sleep(FORMING_REPORT_S)
-        state = first._state_holder.state  # noqa: SLF001
+        try:
+            view = forming_view(first.handler, first.store._inner)  # noqa: SLF001
+        except Exception as err:  # noqa: BLE001 (a report, not the run)
+            view = {"view_error": f"{type(err).__name__}: {err}"}
         emit(
             "forming",
             t=time.time(),
             since=since,
-            round=int(state.round),
-            participants=len(state.participants),
-            wait_list=len(state.wait_list),
-            complete=bool(state.complete),
+            **view,
             joined=back(),
             cas_attempts=sum(node.store.counters.cas_attempts for node in nodes),
             cas_conflicts=sum(node.store.counters.cas_conflicts for node in nodes),
