@@ -194,5 +194,3 @@ def test_the_rendezvous_port_is_not_probed_while_the_store_answers_the_nodes_cal
         watch_.close()
     assert "h0" in probed
     assert calls == [watch_.host_lost_message(network_watch.NO_MOVE)]
-
-

@@ -200,3 +200,29 @@ def test_the_outcome_puts_returning_members_first_in_their_old_order() -> None:
     first = outcome.Arrivals(0, [Node("a", 1, 1)], back=0, expected=0)
     assert not outcome.ready(first, 1, 2, last_call_passed=False)
     assert outcome.ready(first, 1, 1, last_call_passed=False)
+
+
+def test_a_forged_opening_of_a_round_is_passed_over_and_said_once(
+    port: int, caplog: pytest.LogCaptureFixture
+) -> None:
+    a, b = node(port, "h0", 2, 2), node(port, "h1", 2, 2)
+    for j in [Joining(a), Joining(b)]:
+        assert j.wait().result is not None
+    store = TCPStore("127.0.0.1", port, is_master=False, timeout=datetime.timedelta(seconds=30))
+    store.set(Keys("job").opened(1), b"a pickle, say")  # not signed with the job's secret
+    with caplog.at_level("WARNING"):
+        assert [a.num_nodes_waiting() for _ in range(3)] == [0, 0, 0]
+    refused = [r.getMessage() for r in caplog.records if "refused" in r.getMessage()]
+    assert len(refused) == 1 and refused[0].startswith(
+        "refused the rendezvous state of run 'job' from the rendezvous store:"
+    )
+    again = [Joining(a), Joining(b)]  # a real opening of round 1 replaces the forged one
+    assert sorted(j.wait().result for j in again) == [(0, 2), (1, 2)]  # type: ignore[type-var]
+    assert a.round == 1
+
+
+def test_a_node_new_to_the_job_at_a_lost_members_address_comes_before_a_spare() -> None:
+    came = [Node("spare", 1, 1), Node("lost-host", 9, 9), Node("a", 3, 3, 0, 0)]
+    arrivals = outcome.Arrivals(1, came, back=1, expected=1)
+    assert outcome.members(arrivals, set(), 2, frozenset({"a", "lost-host"})) == [2, 1]
+    assert outcome.members(arrivals, set(), 2) == [2, 0]

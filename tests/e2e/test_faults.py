@@ -330,15 +330,11 @@ def test_lost_node_elastic_job_carries_on_with_a_smaller_world(tmp_path: Path) -
     assert "world 1" in text and "done attempt" in text
 
 
-@pytest.mark.parametrize("conf", ["", ",liveness=state"], ids=["keys", "state"])
-def test_a_frozen_node_is_dropped_by_the_peer_that_watches_its_heartbeat(
-    tmp_path: Path, conf: str
-) -> None:
+def test_a_frozen_node_is_dropped_by_the_peer_that_watches_its_heartbeat(tmp_path: Path) -> None:
     """A node whose agent and workers stop (no TCP reset, and its presence port still
-    accepts) is dropped after 10 s without a heartbeat: by the peer that watches its
-    heartbeat key (the default), or by torch's rendezvous state (``--rdzv-conf
-    liveness=state``, torchrun's); the survivor says so and trains on in a world of 1."""
-    _, agents, logs = _two_running_nodes(tmp_path, "1:2", steps=400, conf=conf)
+    accepts) is dropped after 10 s without a heartbeat by the peer that watches its
+    heartbeat key; the survivor says so and trains on in a world of 1."""
+    _, agents, logs = _two_running_nodes(tmp_path, "1:2", steps=400)
     frozen = [agents[1].pid, *descendants(agents[1].pid)]
     for pid in frozen:
         os.kill(pid, signal.SIGSTOP)
@@ -355,6 +351,15 @@ def test_a_frozen_node_is_dropped_by_the_peer_that_watches_its_heartbeat(
         text,
     ), text
     assert "done attempt 0 world 1" in text
+
+
+def test_torchs_own_rendezvous_runs_the_job_untouched(tmp_path: Path) -> None:
+    """``--rdzv-conf handler=torch``: torch's c10d rendezvous as torchrun's, not the
+    agent's own; the two nodes train and end together."""
+    _, agents, logs = _two_running_nodes(tmp_path, "2", steps=20, conf=",handler=torch")
+    for agent, log in zip(agents, logs, strict=True):
+        assert agent.wait(timeout=120) == 0, log.read_text()
+        assert "done attempt 0 world 2" in log.read_text()
 
 
 def test_new_node_joins_a_running_elastic_job(tmp_path: Path) -> None:

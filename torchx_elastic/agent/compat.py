@@ -9,23 +9,11 @@ The rest of the agent uses torch.distributed.elastic's public API only (rendezvo
   (with the workers' master address in ``bootstrap_store_info``); older releases returned
   ``(store, rank, world_size)``; from 2.5 on it hosts a store shared by every round unless
   told not to.
-- :func:`round_members` / :func:`present_members` / :func:`heartbeats` /
-  :func:`peer_hosts` / :func:`store_answer_age_s`: who took part in the c10d rendezvous
-  and when each was last heard, for the "lost since the last round" message, the peers that
-  stopped answering, those a cut-off node probes and when the store last answered it. No
-  public API tells: this reads the c10d handler's private state, and degrades to nothing
-  when that state changes. Given one of the agent's rendezvous layers, these read torch's
-  handler at its bottom (``torch_handler()``, rendezvous/wrapped.py): the layers forward
-  nothing private.
-- :func:`set_last_call_timeout`: the c10d handler's last call after the first round
-  (rendezvous/liveness.py); private, degrades to torch's own.
-- :func:`tune_state_syncs` / :class:`StateMemo` / :func:`synced_state`: the state holder's
-  private cache, token and state (an unchanged state kept instead of unpickled again, a
-  state changed by membership alone read again at a pace of its size, a random wait after a
-  lost write, what is derived from the state derived once per change:
-  rendezvous/state_generation.py); private, degrades to torch's own syncs.
-- :func:`job_ended` / :func:`is_this_machine`: the "rendezvous closed" errors of each
-  release; torch's private test of whether an endpoint names this machine.
+- :func:`job_ended` / :func:`stood_by` / :func:`is_this_machine`: the "rendezvous
+  closed" errors of each release (and of the agent's own rendezvous, rendezvous/rounds/);
+  whether an endpoint names this machine, as torch's c10d backend decides.
+- :func:`shares_agent_store`: whether torchrun's workers get the agent's store
+  (``TORCHELASTIC_USE_AGENT_STORE``), from 2.5 on.
 - :func:`accelerator_count`: ``torch.accelerator`` exists from 2.6 on; ``torch.xpu`` and a
   custom (PrivateUse1) backend are looked up only when asked for.
 - :func:`in_bad_cuda_fork` / :func:`without_device_query`: torch's private bad-fork flag;
@@ -43,10 +31,6 @@ The rest of the agent uses torch.distributed.elastic's public API only (rendezvo
 - :func:`torchrun_defaults`: the defaults of the installed torchrun's flags (2.4's
   ``--master-port`` defaults to 29500, later ones to a free port for one node; 2.4 has no
   ``--signals-to-handle``), read from torch's public ``get_args_parser()``.
-- :func:`quick_rendezvous_events` / :func:`no_first_round_skew`: the dynamic rendezvous
-  names each event it records after its caller through ``inspect.stack()`` (tens of ms
-  per round with torch loaded) and sleeps 0 to 0.3 s before a first round to skew the
-  nodes apart; the same name from the frame itself, and no skew when there is one node.
 """
 
 from __future__ import annotations
@@ -199,13 +183,23 @@ def shares_agent_store() -> bool:
 
 def is_this_machine(host: str) -> bool:
     """Whether ``host`` names this machine, as torch's c10d backend decides who hosts the
-    store when ``is_host`` is not given (``rendezvous.utils._matches_machine_hostname``)."""
-    from torch.distributed.elastic.rendezvous import utils
+    store when ``is_host`` is not given: ``localhost``, a loopback address, this host's name
+    or fully qualified name, or an address this host's name resolves to."""
+    import ipaddress
 
-    matches = getattr(utils, "_matches_machine_hostname", None)
-    if matches is not None:
-        return bool(matches(host))
-    return host in ("localhost", "127.0.0.1", "::1", socket.gethostname(), socket.getfqdn())
+    if host == "localhost" or host in (socket.gethostname(), socket.getfqdn()):
+        return True
+    try:
+        addr = ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    if addr.is_loopback:
+        return True
+    try:
+        infos = socket.getaddrinfo(socket.gethostname(), None, proto=socket.IPPROTO_TCP)
+    except OSError:
+        return False
+    return any(ipaddress.ip_address(info[4][0]) == addr for info in infos)
 
 
 def quiet_cpp_warnings() -> None:

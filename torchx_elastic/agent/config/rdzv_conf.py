@@ -28,8 +28,9 @@ _DYNAMIC = frozenset(
 # keys torch's rendezvous backends read (RendezvousParameters.get* in
 # torch/distributed/elastic/rendezvous/*); a backend not named here may read anything
 BACKEND_KEYS: dict[str, frozenset[str]] = {
-    # liveness: the agent's, on c10d only (rendezvous/keyed_liveness.py)
-    "c10d": _DYNAMIC | {"read_timeout", "is_host", "store_type", "liveness"},
+    # liveness, handler: the agent's, on c10d only (rendezvous/keyed_liveness.py,
+    # rendezvous/parameters.py)
+    "c10d": _DYNAMIC | {"read_timeout", "is_host", "store_type", "liveness", "handler"},
     "static": frozenset({"rank", "timeout"}),
     "etcd": frozenset(
         {"timeout", "last_call_timeout", "protocol", "cert", "key", "cacert", "etcd_prefix"}
@@ -48,8 +49,13 @@ _WHOLE_SECONDS = (
     "timeout",
 )
 _BOOLEANS = ("1", "true", "t", "yes", "y", "0", "false", "f", "no", "n")
-# liveness: torch's heartbeats in its state, or a key per node (rendezvous/keyed_liveness.py)
-_CHOICES = {"store_type": ("tcp", "file"), "liveness": ("state", "keys")}
+# liveness: torch's heartbeats in its state, or a key per node (rendezvous/keyed_liveness.py);
+# handler: the agent's own rendezvous, or torch's untouched (rendezvous/parameters.py)
+_CHOICES = {
+    "store_type": ("tcp", "file"),
+    "liveness": ("state", "keys"),
+    "handler": ("agent", "torch"),
+}
 
 
 def value_problem(key: str, value: str) -> str | None:

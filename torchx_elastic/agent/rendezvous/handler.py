@@ -189,7 +189,7 @@ def handler_on_store(
 ) -> RendezvousHandler:
     """The agent's own rendezvous (rounds/handler.py) on a store this node reached, with
     the keyed liveness beside it; torch's dynamic rendezvous, untouched, where
-    ``--rdzv-conf protocol=torch`` asks for torch's exact protocol. A store that goes away
+    ``--rdzv-conf handler=torch`` asks for torch's exact protocol. A store that goes away
     now (its host exited as this node came: the end of an elastic job) raises torch's
     ``RendezvousConnectionError``, for the caller to tell a late node from a failure
     (:func:`late_for_the_job`); other errors are a :class:`RendezvousFailure`."""

@@ -10,7 +10,7 @@ re-form without it.
 Defaults, where ``--rdzv-conf`` does not set them (torch's are 5 s x 3 and a 30 s last
 call): a heartbeat every 2 s, a node dead after 5 missed ones (10 s), and a last call of
 3 s for the rounds after the first, when the nodes that re-form are already there.
-``liveness=state`` (or ``protocol=torch``) runs torch's own c10d rendezvous instead,
+``liveness=state`` (or ``handler=torch``) runs torch's own c10d rendezvous instead,
 untouched: its heartbeats in its state, as torchrun's agent does, and none of this.
 """
 

@@ -2,7 +2,7 @@
 (rounds/handler.py): the round's members, the nodes waiting, this node, the verdicts.
 
 Given any layer of the stack (each offers the handler at its bottom: wrapped.py). Where the
-bottom is torch's own handler (``--rdzv-conf protocol=torch``, or a backend other than
+bottom is torch's own handler (``--rdzv-conf handler=torch``, or a backend other than
 c10d over TCP), which tells none of this through its public interface, every question
 answers "nobody known": the agent then runs as torchrun's does, without the messages,
 the standby policy and the verdicts that need it.

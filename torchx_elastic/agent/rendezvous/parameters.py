@@ -47,15 +47,15 @@ def rendezvous_parameters(config: AgentConfig) -> RendezvousParameters:
     )
 
 
-# --rdzv-conf protocol=torch: torch's own c10d rendezvous, untouched, instead of the agent's
+# --rdzv-conf handler=torch: torch's own c10d rendezvous, untouched, instead of the agent's
 # (rounds/handler.py); so does liveness=state (torch's heartbeats are in its state)
-PROTOCOL_KEY = "protocol"
-TORCH_PROTOCOL = "torch"
+HANDLER_KEY = "handler"
+TORCH_HANDLER = "torch"
 
 
 def own_protocol(conf: dict[str, str]) -> bool:
     """Whether the agent's own rendezvous runs (the default) rather than torch's."""
-    return conf.get(PROTOCOL_KEY, "").strip().lower() != TORCH_PROTOCOL and liveness.keyed(conf)
+    return conf.get(HANDLER_KEY, "").strip().lower() != TORCH_HANDLER and liveness.keyed(conf)
 
 
 def join_timeout_s(params: RendezvousParameters) -> float:

@@ -49,6 +49,7 @@ from torchx_elastic.agent.rendezvous.signed_store import SignedStore
 log = logging.getLogger(__name__)
 
 POLL_S = 0.1  # a waiting node looks at its round this often (a wait on the outcome's key)
+OPENED = "opened"
 TAKE_OVER_CALLS = 2  # last calls after which any arrival decides for a silent first one
 BACKEND = "c10d"  # torchrun's name of the rendezvous this replaces (the workers see it)
 
@@ -131,6 +132,9 @@ class RoundsRendezvous(RendezvousHandler):
         self.world_size = 0
         self._members: dict[int, Node] | None = None  # read on demand
         self._waiting_in: int | None = None  # the round this node waits in, if it waits
+        self._known_round = 0  # the last round known to be opened (round 0 always is)
+        self._standbys_seen = 0
+        self._what = f"the rendezvous state of run {run_id!r}"
         self._answered_s: float | None = None  # when the store last answered this node
 
     # -- torch's RendezvousHandler interface -----------------------------------------
@@ -146,7 +150,7 @@ class RoundsRendezvous(RendezvousHandler):
         return self._run_id
 
     def is_closed(self) -> bool:
-        return self._check(self.keys.closed)
+        return self._value(self.keys.closed) is not None
 
     def set_closed(self) -> None:
         self._signed.set(self.keys.closed, "closed")
@@ -169,9 +173,9 @@ class RoundsRendezvous(RendezvousHandler):
             return 0
         if self._current_round() > rnd:
             return 1
-        if self.world_size >= self.max_nodes:
-            return 0
-        return self._counter(self.keys.count(rnd + 1))
+        waiting = self._counter(self.keys.count(rnd + 1))
+        self._standbys_seen = waiting if self.world_size >= self.max_nodes else 0
+        return waiting - self._standbys_seen
 
     def next_rendezvous(self) -> RendezvousInfo:
         deadline_s = self._clock() + self.join_timeout_s
@@ -223,7 +227,15 @@ class RoundsRendezvous(RendezvousHandler):
         return self._waiting_in is not None
 
     def standbys(self) -> tuple[int, bool]:
-        """(nodes standing by while the job is at its maximum, whether this node is one)."""
+        """(nodes standing by while the job is at its maximum, whether this node is one);
+        where the store does not answer (its host is lost), as last seen."""
+        try:
+            self._standbys_seen, standing_by = self._standbys()
+        except RendezvousConnectionError:
+            return self._standbys_seen, False
+        return self._standbys_seen, standing_by
+
+    def _standbys(self) -> tuple[int, bool]:
         if self._waiting_in is not None:
             full = self._waiting_in > 0 and self._round_size(self._waiting_in - 1) >= self.max_nodes
             waiting = self._counter(self.keys.count(self._waiting_in))
@@ -300,15 +312,15 @@ class RoundsRendezvous(RendezvousHandler):
         current = self._current_round()
         if self.round is not None and self.round >= current:
             return self._open_after(self._signed, self.round)
-        if self._check(self.keys.done(current)):
+        if self._number(self.keys.done(current)) is not None:
             return current + 1
         return current
 
     def _open_after(self, signed: Any, rnd: int) -> int:
-        """Open round ``rnd + 1`` (unless another node did): the round now current."""
-        expected = str(rnd) if rnd > 0 else ""
-        now = signed.compare_set(self.keys.round, expected, str(rnd + 1))
-        return int(now)
+        """Open round ``rnd + 1`` (another node may have: the same write): the round now
+        current."""
+        signed.set(self.keys.opened(rnd + 1), OPENED)
+        return self._current_round_on(signed)
 
     def _wait_in(self, rnd: int, deadline_s: float) -> tuple[int, int, int] | None:
         """Take a slot of round ``rnd`` and wait until it completes: (round, rank, nodes),
@@ -320,8 +332,9 @@ class RoundsRendezvous(RendezvousHandler):
             self._signed.add(self.keys.back(rnd), 1)
         min_seen_s: float | None = None
         while True:
-            if self._check(self.keys.done(rnd)):
-                return self._admitted(rnd, slot)
+            world = self._number(self.keys.done(rnd))
+            if world is not None:
+                return self._admitted(rnd, slot, world)
             if self.is_closed():
                 standing_by = self.standbys()[1]
                 raise RoundsClosedError(
@@ -358,7 +371,8 @@ class RoundsRendezvous(RendezvousHandler):
         if not outcome.ready(arrivals, self.min_nodes, self.max_nodes, waited_s >= last_call_s):
             return min_seen_s
         dropped = {n.id for n in nodes if n is not None and self._check(self.keys.dropped(n.id))}
-        chosen = outcome.members(arrivals, dropped, self.max_nodes)
+        last_addrs = frozenset(n.addr for n in self._member_nodes(self._signed, rnd - 1))
+        chosen = outcome.members(arrivals, dropped, self.max_nodes, last_addrs)
         if len(chosen) < self.min_nodes:
             return min_seen_s
         keys = [self.keys.rank(rnd, s) for s in chosen]
@@ -366,15 +380,15 @@ class RoundsRendezvous(RendezvousHandler):
         values = [str(rank) for rank in range(len(chosen))]
         values += [nodes[s].encode() for s in chosen]  # type: ignore[union-attr]
         self._signed.multi_set(keys, values)
-        self._signed.compare_set(self.keys.done(rnd), "", str(len(chosen)))
+        try:
+            self._signed.compare_set(self.keys.done(rnd), "", str(len(chosen)))
+        except RendezvousStateError:  # a forged outcome was there first: the job's replaces it
+            self._signed.set(self.keys.done(rnd), str(len(chosen)))
         return min_seen_s
 
-    def _admitted(self, rnd: int, slot: int) -> tuple[int, int, int] | None:
-        world = int(self._signed.get(self.keys.done(rnd)))
-        if not self._check(self.keys.rank(rnd, slot)):
-            return None
-        rank = int(self._signed.get(self.keys.rank(rnd, slot)))
-        return rnd, rank, world
+    def _admitted(self, rnd: int, slot: int, world: int) -> tuple[int, int, int] | None:
+        rank = self._number(self.keys.rank(rnd, slot))
+        return None if rank is None else (rnd, rank, world)
 
     def _master(self, rnd: int, rank: int, deadline_s: float) -> tuple[str, int] | None:
         """Rank 0's address and a free port there, as torchrun gives its workers; None
@@ -386,13 +400,13 @@ class RoundsRendezvous(RendezvousHandler):
                 port = int(sock.getsockname()[1])
             self._signed.set(key, f"{self.node.addr} {port}")
             return self.node.addr, port
-        while not self._check(key):
+        while (value := self._value(key)) is None:
             if self._current_round() > rnd:
                 return None
             if self._clock() > deadline_s:
                 raise RendezvousTimeoutError(f"rank 0 of round {rnd} never said where to meet")
             self._wait_for(key)
-        addr, port_text = self._signed.get(key).decode().rsplit(" ", 1)
+        addr, port_text = value.decode().rsplit(" ", 1)
         return addr, int(port_text)
 
     # -- store reads ----------------------------------------------------------------------
@@ -404,28 +418,34 @@ class RoundsRendezvous(RendezvousHandler):
         return self._current_round() == rnd
 
     def _current_round_on(self, signed: Any) -> int:
-        if not signed.check([self.keys.round]):
-            self._answered()
-            return 0
-        value = signed.get(self.keys.round)
+        """The last round opened: the last known one, or a later one whose opening is there
+        and signed (a forged one is refused, said once, and passed over)."""
+        known = self._known_round
+        while signed.check([self.keys.opened(known + 1)]):
+            if signed.read(self.keys.opened(known + 1), self._what) is None:
+                break
+            known += 1
         self._answered()
-        return int(value)
+        self._known_round = max(self._known_round, known)
+        return self._known_round
 
     def _next_round(self) -> int:
         return (self.round + 1) if self.round is not None else self._current_round()
 
     def _round_size(self, rnd: int) -> int:
         """The members of a complete round (0: none, or not complete)."""
-        if rnd < 0 or not self._check(self.keys.done(rnd)):
-            return 0
-        return int(self._signed.get(self.keys.done(rnd)))
+        return 0 if rnd < 0 else self._number(self.keys.done(rnd)) or 0
 
     def _members_on(self, signed: Any, rnd: int) -> set[str]:
-        if not signed.check([self.keys.done(rnd)]):
-            return set()
-        world = int(signed.get(self.keys.done(rnd)))
+        return {node.id for node in self._member_nodes(signed, rnd)}
+
+    def _member_nodes(self, signed: Any, rnd: int) -> list[Node]:
+        """The members of round ``rnd`` (none where it is not complete)."""
+        world = None if rnd < 0 else self._number(self.keys.done(rnd), signed)
+        if world is None:
+            return []
         values = signed.multi_get([self.keys.member(rnd, r) for r in range(world)])
-        return {Node.decode(v).id for v in values if not isinstance(v, RefusedEntry)}
+        return [Node.decode(v) for v in values if not isinstance(v, RefusedEntry)]
 
     def _arrivals(self, rnd: int, count: int | None = None) -> list[Node | None]:
         count = self._counter(self.keys.count(rnd)) if count is None else count
@@ -439,6 +459,17 @@ class RoundsRendezvous(RendezvousHandler):
             readable = value is not None and not isinstance(value, RefusedEntry)
             nodes.append(Node.decode(value) if readable else None)  # type: ignore[arg-type]
         return nodes
+
+    def _value(self, key: str, signed: Any = None) -> bytes | None:
+        """A signed value; None where it is not there, or not the job's (said once)."""
+        signed = self._signed if signed is None else signed
+        value = signed.read(key, self._what) if signed.check([key]) else None
+        self._answered()
+        return value
+
+    def _number(self, key: str, signed: Any = None) -> int | None:
+        value = self._value(key, signed)
+        return None if value is None else int(value)
 
     def _counter(self, key: str) -> int:
         value = int(self._signed.add(key, 0))

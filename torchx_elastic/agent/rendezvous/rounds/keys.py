@@ -1,7 +1,8 @@
 """Where the agent's own rendezvous keeps its state in the store: small keys per round.
 
-Every key is under ``torchx-elastic/rounds/<run id>/``. A round ``T`` is opened by writing
-the round counter (``round``), joined by taking an arrival slot (``r<T>/count``, one
+Every key is under ``torchx-elastic/rounds/<run id>/``. A round ``T`` is opened by its
+marker (``r<T>/opened``: the rounds only ever move forward, and a marker forged without the
+job's secret is passed over), joined by taking an arrival slot (``r<T>/count``, one
 ``add``) and writing that slot's node (``r<T>/slot/<i>``), and completed by one node's
 outcome (``r<T>/done``: the number of members, written once with a compare-and-set), after
 it gave each chosen slot its rank (``r<T>/rank/<i>``) and each rank its node
@@ -55,12 +56,15 @@ class Keys:
 
     def __init__(self, run_id: str) -> None:
         self.base = f"{PREFIX}{run_id}/"
-        self.round = self.base + "round"
         self.closed = self.base + "closed"
 
     def dropped(self, node_id: str) -> str:
         """Set once a watcher said ``node_id`` dead: no later round admits it."""
         return f"{self.base}dropped/{node_id}"
+
+    def opened(self, rnd: int) -> str:
+        """Set (signed) once round ``rnd`` is opened; round 0 always is."""
+        return f"{self.base}r{rnd}/opened"
 
     def count(self, rnd: int) -> str:
         return f"{self.base}r{rnd}/count"

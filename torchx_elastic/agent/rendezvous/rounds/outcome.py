@@ -5,9 +5,10 @@ round that was not said dead came back (a re-form: the nodes that want in waited
 already) and no more can join, or the last call passed since it had its minimum (the first
 round, or a member that does not come back). Its members are the returning members of the
 last round, in their old rank order (node rank 0 keeps its place, as the store's host and
-the job's first node), then the other arrivals in the order they came, up to the maximum:
-a spare never takes the place of a member that came back, and the arrivals left out wait
-for the next round.
+the job's first node), then a node new to the job at the address of a member of the last
+round (a lost node's host, its agent started again), then the other arrivals in the order
+they came, up to the maximum: a spare never takes the place of a member that came back, and
+the arrivals left out wait for the next round.
 """
 
 from __future__ import annotations
@@ -40,8 +41,11 @@ def ready(arrivals: Arrivals, min_nodes: int, max_nodes: int, last_call_passed: 
     return everyone_back or (arrivals.number == 0 and count >= max_nodes)
 
 
-def members(arrivals: Arrivals, dropped: set[str], max_nodes: int) -> list[int]:
-    """The slots admitted, in rank order (see the module's docstring)."""
+def members(
+    arrivals: Arrivals, dropped: set[str], max_nodes: int, last_addrs: frozenset[str] = frozenset()
+) -> list[int]:
+    """The slots admitted, in rank order (see the module's docstring); ``last_addrs``: the
+    addresses of the last round's members."""
     came = [
         (slot, node)
         for slot, node in enumerate(arrivals.nodes)
@@ -52,6 +56,7 @@ def members(arrivals: Arrivals, dropped: set[str], max_nodes: int) -> list[int]:
         ((node.last_rank, slot) for slot, node in came if node.last_round == previous),
     )
     first = [slot for _, slot in returning]
-    taken = set(first)
+    again = [slot for slot, node in came if slot not in first and node.addr in last_addrs]
+    taken = {*first, *again}
     rest = [slot for slot, _ in came if slot not in taken]
-    return (first + rest)[:max_nodes]
+    return (first + again + rest)[:max_nodes]
