@@ -4,7 +4,8 @@
 ``torch.distributed.TCPStore`` client, reads the outcome of the rendezvous' first round,
 then for a few seconds writes the opening of the next round as a pickle that appends a line
 to ``MARKER`` when unpickled (what torch's c10d rendezvous would unpickle), and a malformed
-cross-node progress report (a ``step`` that is a string) for node 1 of the first rounds. Prints ``unreachable`` when it cannot connect, else ``read N bytes`` and ``replaced``.
+cross-node progress report (a ``step`` that is a string) for node 1 of the first rounds.
+Prints ``unreachable`` when it cannot connect, else ``read N bytes`` and ``replaced``.
 """
 
 from __future__ import annotations
