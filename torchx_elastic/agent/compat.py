@@ -15,7 +15,7 @@ The rest of the agent uses torch.distributed.elastic's public API only (rendezvo
 - :func:`shares_agent_store`: whether torchrun's workers get the agent's store
   (``TORCHELASTIC_USE_AGENT_STORE``), from 2.5 on.
 - :func:`accelerator_count`: ``torch.accelerator`` exists from 2.6 on; ``torch.xpu`` and a
-  custom (PrivateUse1) backend are looked up only when asked for.
+  custom (PrivateUse1) backend's device module are looked up only when asked for.
 - :func:`in_bad_cuda_fork` / :func:`without_device_query`: torch's private bad-fork flag;
   ``LaunchConfig.__post_init__``'s device query, which poisons the caller's forks;
   :func:`launch_config_fields` / :func:`launch_config_value`: the ``LaunchConfig`` fields 2.4 lacks.
@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import importlib
 import inspect
 import json
 import logging
@@ -112,9 +111,12 @@ def first_rank_of(store: Store, group_rank: int) -> int:
 
 
 def preload_compiler() -> None:
-    """Import torch's compiler (``torch._dynamo``, private), which DistributedDataParallel
-    imports when it is built: over a second per process, once in the fork server."""
-    importlib.import_module("torch._dynamo")
+    """Import torch's compiler, which DistributedDataParallel imports when it is built:
+    over a second per process, once in the fork server (through the public
+    ``torch.compiler.reset``, which imports it)."""
+    import torch.compiler
+
+    torch.compiler.reset()  # imports the compiler; nothing to reset in a fresh process
 
 
 def round_placement(result: Any) -> tuple[Store, int, int]:
@@ -236,13 +238,12 @@ def accelerator_count(kind: str) -> int | None:
         if accelerator is not None:
             return int(accelerator.device_count()) if accelerator.is_available() else 0
         return torch.cuda.device_count() if torch.cuda.is_available() else 0
-    custom = torch._C._get_privateuse1_backend_name()
-    if kind == custom and custom != "privateuseone":
-        module = getattr(torch, custom, None)
-        if module is None or not module.is_available():
-            return 0
-        return int(module.device_count())
-    return None
+    # a custom (PrivateUse1) backend registers its device module as torch.<its name>
+    module = getattr(torch, kind, None) if kind.isidentifier() else None
+    if module is None or not callable(getattr(module, "device_count", None)):
+        return None
+    available = getattr(module, "is_available", lambda: True)
+    return int(module.device_count()) if available() else 0
 
 
 def cuda_built() -> bool:

@@ -11,7 +11,9 @@ connect to it, the candidates in rank order (a candidate that does not host with
 store (same run id, same node range, signed with the job's secret) into its
 :class:`MovableRendezvous`, and the supervision loop re-forms the round there, without the
 lost host (a membership change: no restart counted), as long as the survivors make the
-job's minimum of nodes.
+job's minimum of nodes with the nodes standing by (a spare follows the survivors: it
+knows the last round's members from the rendezvous it waited in, and connects to the
+candidates in the same order).
 
 On one host (a loopback endpoint: every node has the same address, so none is told from
 the lost host by it) the survivors host the rendezvous again at the endpoint itself, which
@@ -257,10 +259,11 @@ class Failover:
                 )
             return None
         left = len(self.successors(members))
-        if left < self._config.min_nodes:
+        standing_by = membership.standbys(self._movable)[0]
+        if left + standing_by < self._config.min_nodes:
             return (
-                f"the {left} other node(s) of its last round are fewer than the job's"
-                f" minimum of {self._config.min_nodes}"
+                f"the {left} other node(s) of its last round and the {standing_by} standing"
+                f" by are fewer than the job's minimum of {self._config.min_nodes}"
             )
         return None
 
@@ -283,7 +286,9 @@ class Failover:
         """Host or join the successor's rendezvous; (its endpoint, whether this node hosts)."""
         if self._one_host:
             return self._move_on_this_host(members)
-        why = self.refusal(members)
+        # a node that stood by: the job's last round as it last saw it
+        members = members or membership.round_addresses(self._movable)
+        why = self.refusal(members) if members else "this node saw no round of the job"
         if why is not None:
             raise NoSuccessor(why)
         port = self._movable.endpoint.port

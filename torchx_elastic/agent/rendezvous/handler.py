@@ -1,4 +1,4 @@
-"""Rendezvous: torch's handler from the config, waiting for the rank-0 host, clear errors.
+"""Rendezvous: the agent's handler from the config, waiting for the rank-0 host, clear errors.
 
 :func:`create_handler` builds the stack of rendezvous handlers the agent drives, and
 agent/supervision/launcher.py puts the top two layers on it (the second only where the
@@ -18,23 +18,27 @@ the layer below reachable through it. From the top (the loop's calls) down::
         |                                  call: what the first round waits for (and a
         |                                  later one that takes long), mismatched peers,
         |                                  the join timeout's diagnosis
-    KeyedLivenessRendezvous                c10d over TCP, unless --rdzv-conf
-        |                 keyed_liveness.py liveness=state: a heartbeat key per
-        |                                  node, watched by its peers
-    torch's DynamicRendezvousHandler       on torch's C10dRendezvousBackend, its state
-                                           signed (signed_backend.py), on a store that
-                                           listens on the peers' address only (listen.py);
-                                           with keyed liveness, read only when it changed
-                                           (state_generation.py)
+    KeyedLivenessRendezvous                a heartbeat key per node, watched by its peers;
+        |                 keyed_liveness.py a verdict calls RoundsRendezvous.drop
+    RoundsRendezvous      rounds/          the agent's own rendezvous: torch's public
+                                           RendezvousHandler over a torch Store, small
+                                           signed keys per round (rounds/keys.py), who a
+                                           round admits (rounds/outcome.py), on a store
+                                           that listens on the peers' address only
+                                           (listen.py)
 
-Once the rendezvous moved (failover.py), below ``MovableRendezvous`` is torch's handler on
-the new host's store, under a ``StoreHost`` on the node that hosts it. With
-``--rdzv-backend static`` the layers below ``ObservedRendezvous`` are ``CheckedStaticRanks``
-(static_ranks.py: rank 0 says what it waits for, every round checks the nodes'
-``--node-rank``, the roll call) over torch's static handler; with any other backend,
-torch's handler as its registry makes it. The rendezvous parameters are computed once here
-(parameters.py) and handed down. torch's private state is read only by ``agent/compat.py``,
-from the bottom of the stack (``torch_handler()``).
+Once the rendezvous moved (failover.py), below ``MovableRendezvous`` is the same stack's
+bottom (``KeyedLivenessRendezvous`` over ``RoundsRendezvous``) on the new host's store,
+under a ``StoreHost`` on the node that hosts it. ``--rdzv-conf handler=torch`` (or
+``liveness=state``) puts torch's own c10d handler, untouched, where ``KeyedLivenessRendezvous``
+and ``RoundsRendezvous`` are: the agent then knows nothing of who is in the rendezvous
+(membership.py answers "nobody known"). With ``--rdzv-backend static`` the layers below
+``ObservedRendezvous`` are ``CheckedStaticRanks`` (static_ranks.py: rank 0 says what it
+waits for, every round checks the nodes' ``--node-rank``, the roll call) over torch's
+static handler; with any other backend, torch's handler as its registry makes it. The
+rendezvous parameters are computed once here (parameters.py) and handed down. What the
+layers above ask about membership goes through membership.py, to the bottom of the stack
+(``torch_handler()``); the rendezvous reads no private name of torch.
 """
 
 from __future__ import annotations
@@ -137,8 +141,9 @@ def create_handler(
     """The rendezvous handler, once the rank-0 host resolves; store errors made readable.
     ``on_waiting``: the job-wide progress line while the first round waits (its host's).
 
-    ``c10d`` over TCP (the default): torch's dynamic rendezvous on a store that listens
-    only where the peers reach it, with its state signed by ``signer`` (signed_backend.py).
+    ``c10d`` over TCP (the default): the agent's own rendezvous (rounds/handler.py) on a
+    store that listens only where the peers reach it, every value a node acts on signed by
+    ``signer`` (signed_store.py); torch's own handler with ``--rdzv-conf handler=torch``.
     """
     params = rendezvous_parameters(config)  # once for this rendezvous: handed down
     timeout_s = join_timeout_s(params)

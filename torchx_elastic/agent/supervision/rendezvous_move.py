@@ -16,7 +16,7 @@ from torch.distributed.elastic.rendezvous import RendezvousHandler
 
 from torchx_elastic.agent.config.endpoint import Endpoint
 from torchx_elastic.agent.config.launch import AgentConfig
-from torchx_elastic.agent.rendezvous import listen, membership
+from torchx_elastic.agent.rendezvous import membership
 from torchx_elastic.agent.rendezvous.failover import (
     Failover,
     HostLost,
@@ -29,18 +29,12 @@ from torchx_elastic.agent.supervision.network_watch import NetworkWatch
 
 
 def can_move(config: AgentConfig) -> bool:
-    """A c10d rendezvous over TCP between hosts, whose node count may shrink; or on one
-    host (a loopback endpoint), whatever its node range: there a survivor hosts it again at
-    the endpoint, and a fixed-size job moves only where nodes stand by to make it whole
-    (the failover's refusal, decided when the host is lost)."""
+    """A c10d rendezvous over TCP of more than one node: the survivors move it to one of
+    them (on one host, a survivor hosts it again at the endpoint). Whether they make the
+    job's minimum, with the nodes standing by, is the failover's refusal, decided when the
+    host is lost (a fixed-size job moves only where a spare makes it whole)."""
     tcp = config.rdzv_configs.get("store_type", "tcp").strip().lower() == "tcp"
-    one_host = listen.is_loopback_host(config.rdzv_endpoint.host)
-    return (
-        config.rdzv_backend == "c10d"
-        and tcp
-        and config.max_nodes > 1
-        and (one_host or config.min_nodes < config.max_nodes)
-    )
+    return config.rdzv_backend == "c10d" and tcp and config.max_nodes > 1
 
 
 class RendezvousMove:

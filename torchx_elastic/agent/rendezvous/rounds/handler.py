@@ -134,6 +134,7 @@ class RoundsRendezvous(RendezvousHandler):
         self._waiting_in: int | None = None  # the round this node waits in, if it waits
         self._known_round = 0  # the last round known to be opened (round 0 always is)
         self._standbys_seen = 0
+        self._seen_members: dict[int, Node] = {}  # a waiting node's view of the job
         self._what = f"the rendezvous state of run {run_id!r}"
         self._answered_s: float | None = None  # when the store last answered this node
 
@@ -200,10 +201,11 @@ class RoundsRendezvous(RendezvousHandler):
         return self._store
 
     def members(self) -> dict[int, Node]:
-        """Node rank -> node of this node's last round (read once per round)."""
+        """Node rank -> node of this node's last round (read once per round); for a node
+        that has been in none, of the last round it saw complete while it waited."""
         rnd, world = self.round, self.world_size
         if rnd is None:
-            return {}
+            return dict(self._seen_members)
         with self._lock:
             if self._members is not None:
                 return dict(self._members)
@@ -326,6 +328,8 @@ class RoundsRendezvous(RendezvousHandler):
         """Take a slot of round ``rnd`` and wait until it completes: (round, rank, nodes),
         or None where it completed without this node."""
         self._waiting_in = rnd
+        if self.round is None:  # where the job is, for a node that follows a moved rendezvous
+            self._seen_members = dict(enumerate(self._member_nodes(self._signed, rnd - 1)))
         slot = self._signed.add(self.keys.count(rnd), 1) - 1
         self._signed.set(self.keys.slot(rnd, slot), self.node.encode())
         if self.round is not None and self.round == rnd - 1:
