@@ -329,6 +329,7 @@ def test_the_keyed_liveness_keeps_the_heartbeat_settings_given() -> None:
     assert liveness.mode({"liveness": "keys"}, "c10d") == liveness.mode({}, "c10d") == "keys"
     assert liveness.mode({"liveness": "state"}, "c10d") == "state"
     assert liveness.mode({"liveness": "keys"}, "static") == "state"
+    assert liveness.mode({"handler": "torch"}, "c10d") == "state"  # torch's own heartbeats
 
 
 class _Away:

@@ -195,9 +195,9 @@ def test_a_first_round_that_did_not_form_says_whether_nodes_were_missing() -> No
         + " and 984 more)"
     )
     assert slow.fix == (
-        "the joins write the whole rendezvous state one after another (each brings in the nodes"
-        " it saw come): a rendezvous host short of CPU, or thousands of nodes at once, take"
-        " longer; raise the limit with --rdzv-conf join_timeout=SECONDS"
+        "each join takes a slot in the rendezvous store, one store call after another: a"
+        " rendezvous host short of CPU, or thousands of nodes at once, take longer; raise the"
+        " limit with --rdzv-conf join_timeout=SECONDS"
     )
 
 

@@ -20,7 +20,7 @@ the lost host by it) the survivors host the rendezvous again at the endpoint its
 the lost host's end freed: each survivor of the last round tries to listen there, the one
 that does hosts it, the others connect to it; a node that stood by (a spare, not in the
 last round) reconnects to the endpoint and finds the rendezvous there. The survivors and
-the nodes standing by (torch's redundancy list as last synced) must make the job's
+the nodes standing by (as last seen) must make the job's
 minimum: a fixed-size job moves only where a spare takes the lost host's place.
 
 A call on the old rendezvous that is waiting on the lost host (torch's store calls wait

@@ -346,7 +346,7 @@ class KeyedLiveness:
 
 
 class KeyedLivenessRendezvous(WrappedRendezvous):
-    """torch's handler with the keyed liveness beside it (started here, stopped with the
+    """The agent's rendezvous with the keyed liveness beside it (started here, stopped with the
     rendezvous: ``shutdown``, ``abandon``)."""
 
     def __init__(self, handler: RendezvousHandler, liveness: KeyedLiveness) -> None:

@@ -51,8 +51,11 @@ def keyed(conf: dict[str, str]) -> bool:
 
 
 def mode(conf: dict[str, str], backend: str) -> str:
-    """``keys`` or ``state``: who keeps a node's heartbeats (the keyed liveness on c10d)."""
-    return "keys" if backend == "c10d" and keyed(conf) else "state"
+    """``keys`` or ``state``: who keeps a node's heartbeats (the keyed liveness of the
+    agent's own rendezvous on c10d; torch's, in its state, under ``handler=torch``). Every
+    node says it in the roll call, so that nodes of both kinds are named at once."""
+    torch_handler = conf.get("handler", "").strip().lower() == "torch"
+    return "keys" if backend == "c10d" and keyed(conf) and not torch_handler else "state"
 
 
 def interval_s(conf: dict[str, str]) -> float:

@@ -13,9 +13,9 @@ size):
 - the port refuses a connection: no process holds it any more (the kernel answers for a
   killed agent): gone;
 - the port answers, or does not within :data:`PROBE_TIMEOUT_S` (a host cut off or gone with
-  its address): nothing is decided here, torch's heartbeats decide as before.
+  its address): nothing is decided here, the heartbeats decide as before.
 
-A gone node is dropped from torch's rendezvous state at once (compat.expire_nodes), so the
+A gone node is dropped from the rendezvous at once (membership.expire_nodes), so the
 survivors re-form without waiting for its heartbeats to go stale.
 """
 

@@ -115,7 +115,7 @@ def waiting_line(
 
 def standby_line(here: int, config: AgentConfig, hosting: bool) -> str:
     """``standing by: the job has its 2 nodes ...``: this node came (or came back) once the
-    job had its maximum of nodes, and waits (torch's redundancy list) to take a lost node's
+    job had its maximum of nodes, and waits (for the next round) to take a lost node's
     place."""
     role = "hosting the rendezvous" if hosting else "rendezvous"
     return (
@@ -140,7 +140,7 @@ def later_round_line(
     deadline: Deadline,
 ) -> str:
     """``waiting for nodes (round 2): 1 of 2 here (...); not back since the last round:
-    node 1: h1 (agent pid 7); ...``: a round after the first, from torch's state."""
+    node 1: h1 (agent pid 7); ...``: a round after the first, from the rendezvous."""
     text = f"waiting for nodes (round {round_}): {len(here)} of {config.min_nodes} here"
     text += f" ({listed(sorted(here))})" if here else ""
     if missing:
@@ -166,9 +166,9 @@ def timed_out(
     return Problem(
         f"{len(peers)} nodes came (the job starts with {config.min_nodes}) but only"
         f" {in_rendezvous} of them were in the rendezvous within {timeout_s:g}s (here: {here})",
-        "the joins write the whole rendezvous state one after another (each brings in the nodes"
-        " it saw come): a rendezvous host short of CPU, or thousands of nodes at once, take"
-        f" longer; {JOIN_TIMEOUT_HINT}",
+        "each join takes a slot in the rendezvous store, one store call after another: a"
+        " rendezvous host short of CPU, or thousands of nodes at once, take longer;"
+        f" {JOIN_TIMEOUT_HINT}",
     )
 
 

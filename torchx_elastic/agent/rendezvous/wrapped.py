@@ -67,12 +67,13 @@ class WrappedRendezvous(RendezvousHandler):
 
     def keyed_liveness(self) -> Any:
         """The ``KeyedLiveness`` of this rendezvous (keyed_liveness.py, above this module),
-        where it has one (c10d over TCP, by default); None where torch's state holds the
-        heartbeats (``--rdzv-conf liveness=state``)."""
+        where it has one (c10d over TCP, by default); None under torch's own handler
+        (``--rdzv-conf handler=torch``)."""
         inner = self.handler
         return inner.keyed_liveness() if isinstance(inner, WrappedRendezvous) else None
 
     def torch_handler(self) -> RendezvousHandler:
-        """torch's handler at the bottom of the stack."""
+        """The handler at the bottom of the stack: the agent's own rendezvous
+        (rounds/handler.py), or torch's."""
         inner = self.handler
         return inner.torch_handler() if isinstance(inner, WrappedRendezvous) else inner

@@ -240,7 +240,7 @@ class Supervisor:
         self._workers: Workers | None = None
         self._file_timer: Any = None
         self._timer_file: str | None = os.environ.get(TIMER_FILE_ENV)
-        # as torchrun: the workers use an agent-hosted store where torch's handler offers one
+        # as torchrun: the workers use an agent-hosted store where torchrun's would
         self._use_agent_store = bool(handler.use_agent_store)
         single_host = listen.is_loopback_host(config.rdzv_endpoint.host)
         self._worker_store = WorkerStoreHost(
@@ -411,8 +411,7 @@ class Supervisor:
     def _restarted_for_lost_peers(self) -> bool:
         """Re-form without the members of the round that the rendezvous dropped for missing
         heartbeats (a membership change: no restart counted); one line says so, from each
-        survivor that sees it. The rendezvous state is the one of the last sync
-        (``num_nodes_waiting``, which torch's handler caches for a second)."""
+        survivor that sees it (read once the job moved past this node's round)."""
         lost = self._silent_peers.lost(self.last_round_members, self.handler)
         if not lost:
             return False
