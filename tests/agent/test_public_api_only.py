@@ -1,6 +1,7 @@
 """The package builds on torch's and torchx's public API: their private names (``_name``)
 are read only in one compatibility module per library, ``agent/compat.py`` for torch and
-``schedulers/compat.py`` for torchx (``docs/architecture.md``).
+``schedulers/compat.py`` for torchx (``docs/architecture.md``); torch's compat module reads
+three listed names, none of them the rendezvous' (which is the agent's own).
 
 Checked over every module of the package: attribute reads of another object's private
 name, ``getattr``/``setattr``/``hasattr``/``delattr`` with one, imports of a private torch or
@@ -117,6 +118,23 @@ def test_no_private_name_of_torch_or_torchx_is_used_outside_the_compat_modules()
         for line, text in _private_uses(ast.parse(path.read_text()))
     ]
     assert found == []
+
+
+# the private torch names agent/compat.py still reads, none of them the rendezvous': torch
+# keeps no public trace of a CUDA fork hazard (its fork handler is registered in C++), and no
+# public registry of live process groups (the public creators are the fallback)
+COMPAT_PRIVATE_TORCH = {
+    "getattr(torch.cuda, '_is_in_bad_fork', None)",
+    "getattr(c10d, '_world', None)",
+    "setattr(c10d, '_pg_map', wrap(registry))",
+}
+
+
+def test_torchs_compat_module_reads_the_listed_private_names_only() -> None:
+    """A private torch name added anywhere in the package, compat.py included, fails."""
+    compat = PACKAGE / "agent" / "compat.py"
+    found = {text for _, text in _private_uses(ast.parse(compat.read_text()))}
+    assert found == COMPAT_PRIVATE_TORCH
 
 
 def test_the_check_sees_each_form_of_private_use() -> None:
