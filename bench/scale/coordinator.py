@@ -264,6 +264,28 @@ class RunState:
         return found
 
 
+def rank_conflicts(joins: list[dict[str, Any]]) -> list[str]:
+    """What is wrong with the ranks of joins that returned from one round (by round
+    number): two nodes of one rank, a rank outside the round's size, or nodes that were
+    told different sizes of it (a round decided twice, differently)."""
+    said = []
+    rounds: dict[Any, list[dict[str, Any]]] = {}
+    for join in joins:
+        rounds.setdefault(join.get("round"), []).append(join)
+    for number, of_round in sorted(rounds.items(), key=lambda kv: str(kv[0])):
+        worlds = sorted({j["world"] for j in of_round})
+        if len(worlds) > 1:
+            said.append(f"round {number}: sizes {worlds}")
+        ranks = [j["rank"] for j in of_round]
+        twice = sorted({r for r in ranks if ranks.count(r) > 1})
+        if twice:
+            said.append(f"round {number}: ranks {twice[:5]} given twice")
+        outside = sorted({j["rank"] for j in of_round if not 0 <= j["rank"] < j["world"]})
+        if outside:
+            said.append(f"round {number}: ranks {outside[:5]} outside the round's size")
+    return said
+
+
 def _say(options: Options, text: str) -> None:
     """A phase's end, on stderr (a long run shows where it is)."""
     print(f"bench.scale: {options.impl} x {options.nodes}: {text}", file=sys.stderr, flush=True)
@@ -388,6 +410,7 @@ def _form(state: RunState, options: Options, server: StoreServer, record: dict[s
         "first_join_s": sorted(round(j["t"] - go_at, 3) for j in firsts),
         "first_join_worlds": sorted({j["world"] for j in firsts}),
         "start_lag_s": max((j["started"] - go_at for j in firsts), default=None),
+        "rank_conflicts": rank_conflicts(firsts),
         "harness": _mark(state, "form"),
         "store_cores": (server.cpu_s() - store_cpu_s) / max(time.time() - go_at, 1e-3),
         "traffic": traffic,
@@ -464,6 +487,9 @@ def _loss(state: RunState, options: Options, record: dict[str, Any]) -> None:
         "reformed": reformed,
         "reformed_s": max(j["t"] for j in joins.values()) - lost_at if reformed else None,
         "survivors_in_new_round": len(joins),
+        "rank_conflicts": rank_conflicts(
+            [j for js in state.joins.values() for j in js if j["started"] >= lost_at]
+        ),
         "survivors": len(survivors),
         "detected_first_s": min(named, default=None),
         "detected_last_s": max(named, default=None),

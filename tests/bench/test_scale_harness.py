@@ -356,3 +356,17 @@ def test_while_forming_ends_where_its_round_cannot_be_written_first() -> None:
     with pytest.raises(SystemExit) as err:
         _Writer(Joined(), "run", 2)
     assert str(err.value) == "the round's arrivals could not be written first"
+
+
+def test_ranks_of_a_round_decided_twice_are_said() -> None:
+    from bench.scale.coordinator import rank_conflicts
+
+    def join(rank: int, world: int, rnd: int = 1) -> dict[str, Any]:
+        return {"round": rnd, "rank": rank, "world": world}
+
+    assert rank_conflicts([join(0, 2), join(1, 2), join(0, 1, rnd=2)]) == []
+    assert rank_conflicts([join(0, 2), join(1, 2), join(1, 3), join(2, 2)]) == [
+        "round 1: sizes [2, 3]",
+        "round 1: ranks [1] given twice",
+        "round 1: ranks [2] outside the round's size",
+    ]
