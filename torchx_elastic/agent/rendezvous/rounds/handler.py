@@ -35,6 +35,7 @@ from torch.distributed import PrefixStore  # type: ignore[attr-defined]
 from torch.distributed.elastic.rendezvous import (
     RendezvousClosedError,
     RendezvousConnectionError,
+    RendezvousError,
     RendezvousHandler,
     RendezvousInfo,
     RendezvousStateError,
@@ -133,7 +134,7 @@ class RoundsRendezvous(RendezvousHandler):
         self._members: dict[int, Node] | None = None  # read on demand
         self._waiting_in: int | None = None  # the round this node waits in, if it waits
         self._known_round = 0  # the last round known to be opened (round 0 always is)
-        self._standbys_seen = 0
+        self._standbys_seen = (0, False)
         self._seen_members: dict[int, Node] = {}  # a waiting node's view of the job
         self._what = f"the rendezvous state of run {run_id!r}"
         self._answered_s: float | None = None  # when the store last answered this node
@@ -161,7 +162,7 @@ class RoundsRendezvous(RendezvousHandler):
         try:
             self.set_closed()
             return True
-        except (RuntimeError, OSError) as err:
+        except RendezvousError as err:  # its store is gone: nothing to close
             log.debug("cannot close the rendezvous: %s", err)
             return False
 
@@ -175,8 +176,9 @@ class RoundsRendezvous(RendezvousHandler):
         if self._current_round() > rnd:
             return 1
         waiting = self._counter(self.keys.count(rnd + 1))
-        self._standbys_seen = waiting if self.world_size >= self.max_nodes else 0
-        return waiting - self._standbys_seen
+        standing_by = waiting if self.world_size >= self.max_nodes else 0
+        self._standbys_seen = (standing_by, False)
+        return waiting - standing_by
 
     def next_rendezvous(self) -> RendezvousInfo:
         deadline_s = self._clock() + self.join_timeout_s
@@ -232,17 +234,19 @@ class RoundsRendezvous(RendezvousHandler):
         """(nodes standing by while the job is at its maximum, whether this node is one);
         where the store does not answer (its host is lost), as last seen."""
         try:
-            self._standbys_seen, standing_by = self._standbys()
+            self._standbys_seen = self._standbys()
         except RendezvousConnectionError:
-            return self._standbys_seen, False
-        return self._standbys_seen, standing_by
+            pass
+        return self._standbys_seen
 
     def _standbys(self) -> tuple[int, bool]:
         if self._waiting_in is not None:
             full = self._waiting_in > 0 and self._round_size(self._waiting_in - 1) >= self.max_nodes
             waiting = self._counter(self.keys.count(self._waiting_in))
             return (waiting if full else 0), full and not self._current_is(self._waiting_in)
-        if self.round is None or self.world_size < self.max_nodes:
+        if self.round is None:  # not waiting, in no round: as last seen
+            return self._standbys_seen
+        if self.world_size < self.max_nodes:
             return 0, False
         return self._counter(self.keys.count(self.round + 1)), False
 
@@ -332,6 +336,7 @@ class RoundsRendezvous(RendezvousHandler):
             self._seen_members = dict(enumerate(self._member_nodes(self._signed, rnd - 1)))
         slot = self._signed.add(self.keys.count(rnd), 1) - 1
         self._signed.set(self.keys.slot(rnd, slot), self.node.encode())
+        self.standbys()  # as it is now, for when the store is gone
         if self.round is not None and self.round == rnd - 1:
             self._signed.add(self.keys.back(rnd), 1)
         min_seen_s: float | None = None
