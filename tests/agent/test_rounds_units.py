@@ -167,7 +167,7 @@ def test_a_round_short_of_its_minimum_times_out_saying_how_many_came(port: int) 
     alone = node(port, "h0", 2, 2, join_timeout_s=0.5)
     err = Joining(alone).wait().error
     assert isinstance(err, RendezvousTimeoutError)
-    assert str(err) == "round 0 of the rendezvous did not complete in 0.5s (1 nodes came, 2 needed)"
+    assert str(err) == "round 1 of the rendezvous did not complete in 0.5s (1 of 2 nodes came)"
 
 
 def test_a_slot_written_without_the_jobs_secret_is_not_admitted(port: int) -> None:

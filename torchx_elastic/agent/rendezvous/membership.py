@@ -75,17 +75,11 @@ def standbys(handler: RendezvousHandler) -> tuple[int, bool]:
 
 
 def present_members(handler: RendezvousHandler) -> set[str]:
-    """Names of the nodes known to be in the rendezvous now (this node included): while
-    this node waits for a round, those that came to it; else the members of its last round
-    and the nodes waiting for the next."""
+    """Names of the nodes known to be in the rendezvous now (this node included): those
+    that came to the round this node waits in, or waited in last; else the members of its
+    last round and the nodes waiting for the next."""
     own = rounds(handler)
-    if own is None:
-        return set()
-    waiting = own.waiting_nodes()
-    if own.waiting():
-        return {node.name for node in [own.node, *waiting]}
-    nodes = [own.node, *own.members().values(), *waiting]
-    return {node.name for node in nodes}
+    return set() if own is None else {node.name for node in own.present()}
 
 
 def waiting_names(handler: RendezvousHandler) -> list[str]:

@@ -135,6 +135,7 @@ class RoundsRendezvous(RendezvousHandler):
         self._waiting_in: int | None = None  # the round this node waits in, if it waits
         self._known_round = 0  # the last round known to be opened (round 0 always is)
         self._standbys_seen = (0, False)
+        self._last_waited: int | None = None  # the last round this node waited in
         self._seen_members: dict[int, Node] = {}  # a waiting node's view of the job
         self._what = f"the rendezvous state of run {run_id!r}"
         self._answered_s: float | None = None  # when the store last answered this node
@@ -225,6 +226,15 @@ class RoundsRendezvous(RendezvousHandler):
         to the job), or that joined the open round this node waits in."""
         rnd = self._waiting_in if self._waiting_in is not None else self._next_round()
         return [node for node in self._arrivals(rnd) if node is not None]
+
+    def present(self) -> list[Node]:
+        """The nodes in the rendezvous as this node last took part: where it waits (or
+        waited last, after its last round), those that came to that round; else the members
+        of its last round and the nodes waiting for the next."""
+        waited = self._waiting_in if self._waiting_in is not None else self._last_waited
+        if waited is not None and (self.round is None or waited > self.round):
+            return [self.node, *(n for n in self._arrivals(waited) if n is not None)]
+        return [self.node, *self.members().values(), *self.waiting_nodes()]
 
     def waiting(self) -> bool:
         """Whether this node waits for a round now (in ``next_rendezvous``)."""
@@ -331,7 +341,7 @@ class RoundsRendezvous(RendezvousHandler):
     def _wait_in(self, rnd: int, deadline_s: float) -> tuple[int, int, int] | None:
         """Take a slot of round ``rnd`` and wait until it completes: (round, rank, nodes),
         or None where it completed without this node."""
-        self._waiting_in = rnd
+        self._waiting_in = self._last_waited = rnd
         if self.round is None:  # where the job is, for a node that follows a moved rendezvous
             self._seen_members = dict(enumerate(self._member_nodes(self._signed, rnd - 1)))
         slot = self._signed.add(self.keys.count(rnd), 1) - 1
@@ -351,9 +361,9 @@ class RoundsRendezvous(RendezvousHandler):
                 )
             if self._clock() > deadline_s:
                 raise RendezvousTimeoutError(
-                    f"round {rnd} of the rendezvous did not complete in"
-                    f" {self.join_timeout_s:g}s ({self._counter(self.keys.count(rnd))} nodes"
-                    f" came, {self.min_nodes} needed)"
+                    f"round {rnd + 1} of the rendezvous did not complete in"
+                    f" {self.join_timeout_s:g}s ({self._counter(self.keys.count(rnd))} of"
+                    f" {self.min_nodes} nodes came)"
                 )
             current = self._current_round()
             if current > rnd:
@@ -413,7 +423,7 @@ class RoundsRendezvous(RendezvousHandler):
             if self._current_round() > rnd:
                 return None
             if self._clock() > deadline_s:
-                raise RendezvousTimeoutError(f"rank 0 of round {rnd} never said where to meet")
+                raise RendezvousTimeoutError(f"rank 0 of round {rnd + 1} never said where to meet")
             self._wait_for(key)
         addr, port_text = value.decode().rsplit(" ", 1)
         return addr, int(port_text)
