@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from torch.distributed.elastic.rendezvous import RendezvousHandler
+from torch.distributed.elastic.rendezvous import RendezvousError, RendezvousHandler
 
 from torchx_elastic.agent.rendezvous.rounds.handler import RoundsRendezvous
 from torchx_elastic.agent.rendezvous.rounds.keys import Node
@@ -129,6 +129,17 @@ def expire_nodes(
     member of the round was among them. ``store``: the caller's own connection."""
     own = rounds(handler)
     return own is not None and own.drop(node_ids, store)
+
+
+def withdraw(handler: RendezvousHandler) -> None:
+    """This node leaves the rendezvous for good before it trains (it failed its first
+    round): no round admits it (where the store still answers)."""
+    own = rounds(handler)
+    if own is not None:
+        try:
+            own.drop({own.node.id})
+        except RendezvousError:  # the store is gone: nobody to tell
+            pass
 
 
 def set_reform_last_call(handler: RendezvousHandler, seconds: float) -> bool:

@@ -260,6 +260,7 @@ class ExplainedRendezvous(WrappedRendezvous):
         if self._rounds > 1:
             return self._later_round()
         self._publish()
+        self._check_settings()  # a node late to a running job: before it takes a place
         deadline = Deadline.from_now(self._join_timeout_s)
         reports = GrowingInterval()
 
@@ -312,6 +313,15 @@ class ExplainedRendezvous(WrappedRendezvous):
         """The roll call's problems, said once each. Entries only ever come in (roll_call.py):
         the settings of each new one are compared once, and what is derived from all of them
         is derived again only when some came, so a tick costs the same at any job size."""
+        self._check_settings()
+        me = self._call.me
+        problems = roll_call.unresolvable_addresses(self._sample, me, self._resolves)
+        self._say_once(problems + self._unreachable_addresses(self._sample, me))
+
+    def _check_settings(self) -> None:
+        """:class:`RendezvousDiagnosis` where a node of the roll call has other settings
+        (this node withdrawn from the rendezvous first: no round takes it in); another job or
+        another secret said once."""
         entries = self._read()
         me = self._call.me
         if (len(entries), len(self._unverified)) != self._checked:
@@ -327,11 +337,10 @@ class ExplainedRendezvous(WrappedRendezvous):
                 ]
             )
         if self._mismatch is not None:
+            membership.withdraw(self.handler)
             if self._hosting:
                 time.sleep(HOST_LINGER_S)
             raise RendezvousDiagnosis(self._config.rdzv_endpoint, self._mismatch)
-        problems = roll_call.unresolvable_addresses(self._sample, me, self._resolves)
-        self._say_once(problems + self._unreachable_addresses(self._sample, me))
 
     def _say_once(self, problems: Sequence[Problem | None]) -> None:
         for problem in problems:
