@@ -264,7 +264,7 @@ class OursNode:
         self._stepped_s = 0.0
 
     def join(self) -> tuple[int, int]:
-        rnd = compat.next_round(self.handler, self.config.local_addr, single_node=False)
+        rnd = compat.next_round(self.handler, self.config.local_addr)
         if self._rounds == 0:  # as the supervision loop: later rounds re-form quicker
             self._liveness.shorten_reform_last_call(self.handler, self.config.rdzv_configs)
         self._rounds += 1

@@ -332,21 +332,18 @@ def start_file_timer(path: str, run_id: str) -> Any:
     return server
 
 
-def next_round(
-    handler: RendezvousHandler, local_addr: str | None = None, single_node: bool = False
-) -> Round:
+def next_round(handler: RendezvousHandler, local_addr: str | None = None) -> Round:
     """The next rendezvous round, without torch's store shared by every attempt.
 
     torch's c10d handler (2.5 on) hosts one store on the rank-0 agent for the workers of
     every round unless ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1``; the agent hosts a fresh one
     per attempt instead (rendezvous/worker_store.py), so it sets torch's opt-out for the
-    call only: the workers' environment does not get it. ``single_node``: the rendezvous
-    admits one node at most (unused by the agent's own rendezvous).
+    call only (torch's own handler, ``--rdzv-conf handler=torch``): the workers'
+    environment does not get it.
     """
     saved = os.environ.get(SHARE_STORE_OPT_OUT_ENV)
     os.environ[SHARE_STORE_OPT_OUT_ENV] = "1"
     try:
-        del single_node
         result = handler.next_rendezvous()
     finally:
         if saved is None:

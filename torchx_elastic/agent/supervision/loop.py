@@ -431,9 +431,7 @@ class Supervisor:
         # the job's restart count: raised to this node's before it joins, read once the round
         # is complete (every member raised it by then)
         restart_budget.raise_to(membership.handler_store(self.handler), self.restarts_spent)
-        rnd = compat.next_round(
-            self.handler, self.config.local_addr, single_node=self.config.max_nodes == 1
-        )
+        rnd = compat.next_round(self.handler, self.config.local_addr)
         held = restart_budget.raise_to(membership.handler_store(self.handler), self.restarts_spent)
         self.restarts_spent = max(self.restarts_spent, held or 0)
         if self._rounds == 0:  # the first round's last call is the user's (torch's 30 s)
