@@ -226,3 +226,37 @@ def test_a_node_new_to_the_job_at_a_lost_members_address_comes_before_a_spare() 
     arrivals = outcome.Arrivals(1, came, back=1, expected=1)
     assert outcome.members(arrivals, set(), 2, frozenset({"a", "lost-host"})) == [2, 1]
     assert outcome.members(arrivals, set(), 2) == [2, 0]
+
+
+def test_the_nodes_said_dead_are_an_index_each_node_reads_from_where_it_left_off(
+    port: int,
+) -> None:
+    a, b, c = (node(port, f"h{i}", 3, 3) for i in range(3))
+    for j in [Joining(a), Joining(b), Joining(c)]:
+        assert j.wait().result is not None
+    watcher = TCPStore("127.0.0.1", port, is_master=False, timeout=datetime.timedelta(seconds=30))
+    own = SignedStore(watcher, SIGNER)  # the liveness' own connection
+    assert a.dropped_ids(own) == set()
+    assert a.drop({c.node.id}, own) and not b.drop({c.node.id})  # said once, by one watcher
+    assert a.dropped_ids() == b.dropped_ids() == {c.node.id}
+    assert c.node.id not in a.state_node_ids() and c.dropped()
+    b.drop({"gone_1_1"})  # a node that was never a member: dropped, no round moved
+    assert a.dropped_ids(own) == {c.node.id, "gone_1_1"}
+    assert int(watcher.add(Keys("job").dropped_count, 0)) == 2
+
+
+def test_the_slots_written_are_found_in_a_few_checks_not_one_per_slot(port: int) -> None:
+    a = node(port, "h0", 1, 1)
+    store = TCPStore("127.0.0.1", port, is_master=False, timeout=datetime.timedelta(seconds=30))
+    keys = [f"k{i}" for i in range(64)]
+    for key in keys[:40] + keys[41:]:  # one taken, not written yet
+        store.set(key, "x")
+    checks: list[int] = []
+
+    class Counted:
+        def check(self, wanted: list[str]) -> bool:
+            checks.append(len(wanted))
+            return bool(store.check(wanted))
+
+    assert a._written(keys, Counted()) == keys[:40] + keys[41:]  # noqa: SLF001
+    assert len(checks) <= 2 * 7  # log2(64) levels, two halves each

@@ -313,7 +313,7 @@ class KeyedLiveness:
         deleted, so a read that follows a check finds it). None found where the store does
         not answer (its host is lost: the failover's and the network watch's to tell)."""
         found = set()
-        for node in node_ids:
+        for node in self._among_dropped(node_ids):
             key = dead_key(self._run_id, node)
             try:
                 if not self._store.check([key]):
@@ -326,6 +326,18 @@ class KeyedLiveness:
             except Exception as err:  # noqa: BLE001 - refused, unreadable, or the store is away
                 log.debug("skipped a liveness verdict: %s", err)
         return found
+
+    def _among_dropped(self, node_ids: list[str]) -> list[str]:
+        """Those of ``node_ids`` the rendezvous dropped (its index of verdicts, a few keys per
+        verdict): only theirs are read, not every member's. All of them where the index is
+        not readable."""
+        handler = self._handler()
+        try:
+            dropped = membership.dropped_ids(handler, self._store) if handler else None
+        except Exception as err:  # noqa: BLE001 - the store is away: read each one's
+            log.debug("the rendezvous' verdicts are not readable: %s", err)
+            return node_ids
+        return node_ids if dropped is None else [n for n in node_ids if n in dropped]
 
     def suspects(self) -> bool:
         """Whether a watcher sees a node silent for half the dead-after time now (False where

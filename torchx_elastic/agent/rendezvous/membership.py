@@ -116,6 +116,12 @@ def dropped_from_round(handler: RendezvousHandler) -> bool:
     return own is not None and own.dropped()
 
 
+def dropped_ids(handler: RendezvousHandler, store: SignedStore | None = None) -> set[str] | None:
+    """The ids of the nodes the rendezvous dropped so far (None: torch's handler)."""
+    own = rounds(handler)
+    return None if own is None else own.dropped_ids(store)
+
+
 def round_moved(handler: RendezvousHandler) -> bool:
     """Whether the job moved past this node's last round (a verdict, a member restarting)."""
     own = rounds(handler)

@@ -51,7 +51,8 @@ log = logging.getLogger(__name__)
 
 POLL_S = 0.1  # a waiting node looks at its round this often (a wait on the outcome's key)
 OPENED = "opened"
-TAKE_OVER_CALLS = 2  # last calls after which any arrival decides for a silent first one
+TAKE_OVER_CALLS = 2  # last calls (plus a second) after which the next arrival decides
+TAKE_OVER_SLOTS = 3  # slot s decides after s take-over times (the slots past 3: after 3)
 BACKEND = "c10d"  # torchrun's name of the rendezvous this replaces (the workers see it)
 
 
@@ -136,6 +137,9 @@ class RoundsRendezvous(RendezvousHandler):
         self._known_round = 0  # the last round known to be opened (round 0 always is)
         self._standbys_seen = (0, False)
         self._last_waited: int | None = None  # the last round this node waited in
+        self._decider = 0  # the deciding slot of this node's last round (its members' keys)
+        self._dropped: set[str] = set()  # the nodes said dead, as read so far
+        self._dropped_read = 0  # how far this node read their index
         self._seen_members: dict[int, Node] = {}  # a waiting node's view of the job
         self._what = f"the rendezvous state of run {run_id!r}"
         self._answered_s: float | None = None  # when the store last answered this node
@@ -212,7 +216,7 @@ class RoundsRendezvous(RendezvousHandler):
         with self._lock:
             if self._members is not None:
                 return dict(self._members)
-        keys = [self.keys.member(rnd, rank) for rank in range(world)]
+        keys = [self.keys.member(rnd, rank, self._decider) for rank in range(world)]
         found: dict[int, Node] = {}
         for rank, value in enumerate(self._signed.multi_get(keys)):
             if not isinstance(value, RefusedEntry):
@@ -266,7 +270,7 @@ class RoundsRendezvous(RendezvousHandler):
         ids |= {node.id for node in self.waiting_nodes()}
         if self.round is not None or self._waiting_in is not None:
             ids.add(self.node.id)
-        return sorted(ids)
+        return sorted(ids - self.dropped_ids())
 
     def moved_on(self) -> bool:
         """Whether the job opened a round after this node's last one."""
@@ -278,6 +282,32 @@ class RoundsRendezvous(RendezvousHandler):
     def store_answer_age_s(self) -> float | None:
         answered = self._answered_s
         return None if answered is None else max(0.0, self._clock() - answered)
+
+    def dropped_ids(self, store: SignedStore | None = None) -> set[str]:
+        """The ids of the nodes said dead so far: the index read from where this node left
+        off (a few keys per verdict, whatever the job's size). ``store``: as for
+        :meth:`drop`."""
+        signed = _Reached(store) if store is not None else self._signed
+        with self._lock:
+            cursor = self._dropped_read
+        count = int(signed.add(self.keys.dropped_count, 0))
+        if count > cursor:
+            keys = [self.keys.dropped_at(i) for i in range(cursor, count)]
+            written = self._written(keys, signed)
+            values = dict(zip(written, signed.multi_get(written), strict=True)) if written else {}
+            new: set[str] = set()
+            for key in keys:  # up to the first one not written yet: read again next time
+                value = values.get(key)
+                if value is None:
+                    break
+                cursor += 1
+                if not isinstance(value, RefusedEntry):
+                    new.add(value.decode())
+            with self._lock:
+                self._dropped |= new
+                self._dropped_read = max(self._dropped_read, cursor)
+        with self._lock:
+            return set(self._dropped)
 
     def dropped(self) -> bool:
         """Whether a watcher said this node dead (the job went on without it)."""
@@ -294,6 +324,8 @@ class RoundsRendezvous(RendezvousHandler):
         for node_id in sorted(node_ids):
             if signed.add(self.keys.dropped(node_id), 1) != 1:
                 continue  # said before, by another watcher
+            index = signed.add(self.keys.dropped_count, 1) - 1
+            signed.set(self.keys.dropped_at(index), node_id)
             if node_id in members:
                 signed.add(self.keys.lost(rnd), 1)
                 moved = True
@@ -328,7 +360,7 @@ class RoundsRendezvous(RendezvousHandler):
         current = self._current_round()
         if self.round is not None and self.round >= current:
             return self._open_after(self._signed, self.round)
-        if self._number(self.keys.done(current)) is not None:
+        if self._outcome(current) is not None:
             return current + 1
         return current
 
@@ -351,9 +383,9 @@ class RoundsRendezvous(RendezvousHandler):
             self._signed.add(self.keys.back(rnd), 1)
         min_seen_s: float | None = None
         while True:
-            world = self._number(self.keys.done(rnd))
-            if world is not None:
-                return self._admitted(rnd, slot, world)
+            decided = self._outcome(rnd)
+            if decided is not None:
+                return self._admitted(rnd, slot, *decided)
             if self.is_closed():
                 standing_by = self.standbys()[1]
                 raise RoundsClosedError(
@@ -382,32 +414,46 @@ class RoundsRendezvous(RendezvousHandler):
         min_seen_s = now_s if min_seen_s is None else min_seen_s
         last_call_s = self.last_call_s if rnd == 0 else self.reform_last_call_s
         waited_s = now_s - min_seen_s
-        if slot != 0 and waited_s < TAKE_OVER_CALLS * last_call_s + 1.0:
-            return min_seen_s  # the first arrival decides while it is there
+        take_over_s = TAKE_OVER_CALLS * last_call_s + 1.0
+        if waited_s < take_over_s * min(slot, TAKE_OVER_SLOTS):
+            return min_seen_s  # the first arrival decides while it is there, then the next
         nodes = self._arrivals(rnd, count)
         previous = self._round_size(rnd - 1) - self._counter(self.keys.lost(rnd - 1))
         arrivals = outcome.Arrivals(rnd, nodes, self._counter(self.keys.back(rnd)), previous)
         if not outcome.ready(arrivals, self.min_nodes, self.max_nodes, waited_s >= last_call_s):
             return min_seen_s
-        dropped = {n.id for n in nodes if n is not None and self._check(self.keys.dropped(n.id))}
+        dropped = self.dropped_ids()
         last_addrs = frozenset(n.addr for n in self._member_nodes(self._signed, rnd - 1))
         chosen = outcome.members(arrivals, dropped, self.max_nodes, last_addrs)
         if len(chosen) < self.min_nodes:
             return min_seen_s
-        keys = [self.keys.rank(rnd, s) for s in chosen]
-        keys += [self.keys.member(rnd, r) for r in range(len(chosen))]
+        keys = [self.keys.rank(rnd, s, slot) for s in chosen]
+        keys += [self.keys.member(rnd, r, slot) for r in range(len(chosen))]
         values = [str(rank) for rank in range(len(chosen))]
         values += [nodes[s].encode() for s in chosen]  # type: ignore[union-attr]
-        self._signed.multi_set(keys, values)
+        self._signed.multi_set(keys, values)  # under this decider's own slot
+        decided = f"{len(chosen)} {slot}"
         try:
-            self._signed.compare_set(self.keys.done(rnd), "", str(len(chosen)))
+            self._signed.compare_set(self.keys.done(rnd), "", decided)
         except RendezvousStateError:  # a forged outcome was there first: the job's replaces it
-            self._signed.set(self.keys.done(rnd), str(len(chosen)))
+            self._signed.set(self.keys.done(rnd), decided)
         return min_seen_s
 
-    def _admitted(self, rnd: int, slot: int, world: int) -> tuple[int, int, int] | None:
-        rank = self._number(self.keys.rank(rnd, slot))
+    def _admitted(
+        self, rnd: int, slot: int, world: int, decider: int
+    ) -> tuple[int, int, int] | None:
+        rank = self._number(self.keys.rank(rnd, slot, decider))
+        if rank is not None:
+            self._decider = decider
         return None if rank is None else (rnd, rank, world)
+
+    def _outcome(self, rnd: int, signed: Any = None) -> tuple[int, int] | None:
+        """(members, the deciding slot) of a complete round; None while it is open."""
+        value = None if rnd < 0 else self._value(self.keys.done(rnd), signed)
+        if value is None:
+            return None
+        world, decider = value.decode().split(" ")
+        return int(world), int(decider)
 
     def _master(self, rnd: int, rank: int, deadline_s: float) -> tuple[str, int] | None:
         """Rank 0's address and a free port there, as torchrun gives its workers; None
@@ -453,17 +499,19 @@ class RoundsRendezvous(RendezvousHandler):
 
     def _round_size(self, rnd: int) -> int:
         """The members of a complete round (0: none, or not complete)."""
-        return 0 if rnd < 0 else self._number(self.keys.done(rnd)) or 0
+        decided = self._outcome(rnd)
+        return 0 if decided is None else decided[0]
 
     def _members_on(self, signed: Any, rnd: int) -> set[str]:
         return {node.id for node in self._member_nodes(signed, rnd)}
 
     def _member_nodes(self, signed: Any, rnd: int) -> list[Node]:
         """The members of round ``rnd`` (none where it is not complete)."""
-        world = None if rnd < 0 else self._number(self.keys.done(rnd), signed)
-        if world is None:
+        decided = self._outcome(rnd, signed)
+        if decided is None:
             return []
-        values = signed.multi_get([self.keys.member(rnd, r) for r in range(world)])
+        world, decider = decided
+        values = signed.multi_get([self.keys.member(rnd, r, decider) for r in range(world)])
         return [Node.decode(v) for v in values if not isinstance(v, RefusedEntry)]
 
     def _arrivals(self, rnd: int, count: int | None = None) -> list[Node | None]:
@@ -471,7 +519,7 @@ class RoundsRendezvous(RendezvousHandler):
         nodes: list[Node | None] = []
         keys = [self.keys.slot(rnd, slot) for slot in range(count)]
         # a slot taken but not written yet (or whose node died between): left out
-        written = keys if not keys or self._check_all(keys) else [k for k in keys if self._check(k)]
+        written = self._written(keys, self._signed)
         values = dict(zip(written, self._signed.multi_get(written), strict=True)) if written else {}
         for key in keys:
             value = values.get(key)
@@ -489,6 +537,20 @@ class RoundsRendezvous(RendezvousHandler):
     def _number(self, key: str, signed: Any = None) -> int | None:
         value = self._value(key, signed)
         return None if value is None else int(value)
+
+    def _written(self, keys: list[str], signed: Any) -> list[str]:
+        """Those of ``keys`` that are in the store: one ``check`` where all are, halves
+        checked again where not (a few calls per key missing, not one per key)."""
+        if not keys:
+            return []
+        found = bool(signed.check(keys))
+        self._answered()
+        if found:
+            return keys
+        if len(keys) == 1:
+            return []
+        half = len(keys) // 2
+        return self._written(keys[:half], signed) + self._written(keys[half:], signed)
 
     def _counter(self, key: str) -> int:
         value = int(self._signed.add(key, 0))

@@ -4,12 +4,15 @@ Every key is under ``torchx-elastic/rounds/<run id>/``. A round ``T`` is opened 
 marker (``r<T>/opened``: the rounds only ever move forward, and a marker forged without the
 job's secret is passed over), joined by taking an arrival slot (``r<T>/count``, one
 ``add``) and writing that slot's node (``r<T>/slot/<i>``), and completed by one node's
-outcome (``r<T>/done``: the number of members, written once with a compare-and-set), after
-it gave each chosen slot its rank (``r<T>/rank/<i>``) and each rank its node
-(``r<T>/member/<rank>``) in one ``multi_set``. A node reads its own slot's rank: no node
-reads the whole round unless it asks who is in it. Values a node acts on are signed with
-the job's secret (signed_store.py); the counters (``add``) cannot be, and a forged one can
-only make nodes wait or re-form, never admit a node.
+outcome (``r<T>/done``: the number of members and the deciding slot, written once with a
+compare-and-set), after it gave each chosen slot its rank (``r<T>/o<d>/rank/<i>``) and each
+rank its node (``r<T>/o<d>/member/<rank>``) in one ``multi_set``, under its own slot ``d``:
+two nodes that decide at once never mix their outcomes. The nodes said dead are an index
+(``dropped-count``, ``dropped-at/<i>``) that each node reads from where it left off. A node
+reads its own slot's rank: no node reads the whole round unless it asks who is in it.
+Values a node acts on are signed with the job's secret (signed_store.py); the counters
+(``add``) cannot be, and a forged one can only make nodes wait or re-form, never admit a
+node.
 """
 
 from __future__ import annotations
@@ -62,6 +65,15 @@ class Keys:
         """Set once a watcher said ``node_id`` dead: no later round admits it."""
         return f"{self.base}dropped/{node_id}"
 
+    @property
+    def dropped_count(self) -> str:
+        """How many nodes were said dead: the index below, read from where a node left off."""
+        return f"{self.base}dropped-count"
+
+    def dropped_at(self, index: int) -> str:
+        """The id of the ``index``-th node said dead."""
+        return f"{self.base}dropped-at/{index}"
+
     def opened(self, rnd: int) -> str:
         """Set (signed) once round ``rnd`` is opened; round 0 always is."""
         return f"{self.base}r{rnd}/opened"
@@ -83,11 +95,13 @@ class Keys:
     def done(self, rnd: int) -> str:
         return f"{self.base}r{rnd}/done"
 
-    def rank(self, rnd: int, index: int) -> str:
-        return f"{self.base}r{rnd}/rank/{index}"
+    def rank(self, rnd: int, index: int, decider: int) -> str:
+        """The rank of slot ``index`` in the outcome of the arrival that ``decider`` took
+        (``done`` names the deciding slot whose outcome stands)."""
+        return f"{self.base}r{rnd}/o{decider}/rank/{index}"
 
-    def member(self, rnd: int, rank: int) -> str:
-        return f"{self.base}r{rnd}/member/{rank}"
+    def member(self, rnd: int, rank: int, decider: int) -> str:
+        return f"{self.base}r{rnd}/o{decider}/member/{rank}"
 
     def master(self, rnd: int) -> str:
         """Where the workers of ``rnd`` would meet as torchrun's (rank 0's address, a port)."""
