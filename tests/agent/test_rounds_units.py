@@ -260,3 +260,24 @@ def test_the_slots_written_are_found_in_a_few_checks_not_one_per_slot(port: int)
 
     assert a._written(keys, Counted()) == keys[:40] + keys[41:]  # noqa: SLF001
     assert len(checks) <= 2 * 7  # log2(64) levels, two halves each
+
+
+def test_a_nodes_looks_at_the_nodes_waiting_read_each_arrival_once(port: int) -> None:
+    a, b = node(port, "h0", 2, 2), node(port, "h1", 2, 2)
+    for j in [Joining(a), Joining(b)]:
+        assert j.wait().result is not None
+    spares = [node(port, f"s{i}", 2, 2) for i in range(3)]
+    for spare in spares:
+        Joining(spare)
+    until(lambda: a.standbys()[0] == 3)
+    read: list[str] = []
+    multi_get = a._signed.multi_get  # noqa: SLF001
+
+    def counted(keys: list[str]) -> Any:
+        read.extend(keys)
+        return multi_get(keys)
+
+    a._signed.multi_get = counted  # type: ignore[method-assign]  # noqa: SLF001
+    assert {n.addr for n in a.waiting_nodes()} == {"s0", "s1", "s2"}
+    assert {n.addr for n in a.waiting_nodes()} == {"s0", "s1", "s2"}
+    assert len([k for k in read if "/slot/" in k]) == 3  # the second look read none again

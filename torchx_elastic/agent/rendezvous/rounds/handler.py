@@ -138,6 +138,7 @@ class RoundsRendezvous(RendezvousHandler):
         self._standbys_seen = (0, False)
         self._last_waited: int | None = None  # the last round this node waited in
         self._decider = 0  # the deciding slot of this node's last round (its members' keys)
+        self._arrivals_seen: dict[int, list[Node | None]] = {}  # round -> its slots, as read
         self._dropped: set[str] = set()  # the nodes said dead, as read so far
         self._dropped_read = 0  # how far this node read their index
         self._seen_members: dict[int, Node] = {}  # a waiting node's view of the job
@@ -515,17 +516,27 @@ class RoundsRendezvous(RendezvousHandler):
         return [Node.decode(v) for v in values if not isinstance(v, RefusedEntry)]
 
     def _arrivals(self, rnd: int, count: int | None = None) -> list[Node | None]:
+        """The nodes in round ``rnd``'s slots (None: a slot taken but not written yet, or
+        refused). A slot is written once: each is read once, later reads take the new ones
+        only (a round forming with N arrivals costs a node N reads, not N a look)."""
         count = self._counter(self.keys.count(rnd)) if count is None else count
-        nodes: list[Node | None] = []
-        keys = [self.keys.slot(rnd, slot) for slot in range(count)]
-        # a slot taken but not written yet (or whose node died between): left out
+        with self._lock:
+            nodes = list(self._arrivals_seen.get(rnd, ()))[:count]
+        nodes += [None] * (count - len(nodes))
+        missing = [slot for slot, node in enumerate(nodes) if node is None]
+        keys = [self.keys.slot(rnd, slot) for slot in missing]
         written = self._written(keys, self._signed)
         values = dict(zip(written, self._signed.multi_get(written), strict=True)) if written else {}
-        for key in keys:
+        for slot, key in zip(missing, keys, strict=True):
             value = values.get(key)
-            readable = value is not None and not isinstance(value, RefusedEntry)
-            nodes.append(Node.decode(value) if readable else None)  # type: ignore[arg-type]
-        return nodes
+            if value is not None and not isinstance(value, RefusedEntry):
+                nodes[slot] = Node.decode(value)
+        with self._lock:  # this round and the one before: a node looks no further back
+            self._arrivals_seen = {
+                r: seen for r, seen in self._arrivals_seen.items() if r >= rnd - 1
+            }
+            self._arrivals_seen[rnd] = nodes
+        return list(nodes)
 
     def _value(self, key: str, signed: Any = None) -> bytes | None:
         """A signed value; None where it is not there, or not the job's (said once)."""
