@@ -1,6 +1,6 @@
-"""A replacement container is a node of its own in torch's rendezvous: the same host name and
+"""A replacement container is a node of its own in the rendezvous: the same host name and
 the same agent pid (1, as in a container) as the node it replaces, yet another node
-descriptor (compat.number_nodes_apart, called by rendezvous/handler.py)."""
+(rendezvous/rounds/keys.py's ``Node``: a random number per handler)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import sys
 
 from tests.ci import unavailable
 
-# what each "container" prints: torch's descriptor of the node this process joins as
+# what each "container" prints: the node this process joins the rendezvous as
 NODE_OF_A_FRESH_PROCESS = """
 import json, os
 from torch.distributed import HashStore
@@ -23,7 +23,7 @@ from torchx_elastic.agent.rendezvous.signed_store import StoreSigner
 
 params = RendezvousParameters("c10d", "pod-1:29400", "job", 2, 2, local_addr="pod-1")
 handler = handler_on_store(HashStore(), params, StoreSigner(None), Endpoint("pod-1", 29400))
-node = getattr(handler, "torch_handler", lambda: handler)()._this_node
+node = handler.torch_handler().node
 print(json.dumps([node.addr, node.pid, node.local_id, os.getpid()]))
 """
 
@@ -44,4 +44,4 @@ def test_a_replacement_container_is_not_taken_for_the_node_it_replaces() -> None
         unavailable("no unshare as root, for a process that is pid 1 of its own namespace")
     lost, replacement = _node_in_a_container(), _node_in_a_container()
     assert lost[:2] == replacement[:2] == ["pod-1", 1] and lost[3] == replacement[3] == 1
-    assert lost != replacement  # torch's (addr, pid, local_id) tells them apart
+    assert lost != replacement  # (addr, pid, local_id) tells them apart

@@ -12,9 +12,9 @@ from torchx_elastic.agent.config.launch import AgentConfig, UsageError, config_f
 C10D = ("--nnodes", "1:2", "--rdzv-backend", "c10d", "--rdzv-endpoint", "localhost:29400")
 STATIC = ("--nnodes", "2", "--rdzv-backend", "static", "--rdzv-endpoint", "n0:29400")
 C10D_READS = (
-    "cas_backoff_max_seconds, close_timeout, finished_grace_s, heartbeat_timeout, is_host,"
-    " join_timeout, keep_alive_interval, keep_alive_max_attempt, last_call_timeout, liveness,"
-    " read_timeout, store_type"
+    "cas_backoff_max_seconds, close_timeout, finished_grace_s, handler, heartbeat_timeout,"
+    " is_host, join_timeout, keep_alive_interval, keep_alive_max_attempt, last_call_timeout,"
+    " liveness, read_timeout, store_type"
 )
 
 
