@@ -1,9 +1,9 @@
 """The supervision loop's decisions, with a fake rendezvous and fake worker processes.
 
 No process and no network: :class:`FakeRendezvous` is a ``RendezvousHandler`` whose rounds
-are in-memory ``HashStore`` s and whose state has the shape torch's c10d handler keeps (the
-members of the round, the waiting nodes, the last heartbeats: what ``agent/compat.py``
-reads); :class:`FakeWorkers` stands for one attempt's ``WorkerProcesses``, each poll
+are in-memory ``HashStore`` s and that answers what the agent's rendezvous tells
+(``rendezvous/membership.py``: the members of the round, a node dropped, the round moved on)
+and its keyed liveness (the verdicts); :class:`FakeWorkers` stands for one attempt's ``WorkerProcesses``, each poll
 answered by the test's plan. Each test names one decision: restart after a failure, scale up
 when nodes wait, re-form without a lost peer (no restart counted), a hang, giving up.
 """
@@ -24,7 +24,6 @@ from torch.distributed.elastic.multiprocessing.api import RunProcsResult
 from torch.distributed.elastic.multiprocessing.errors import ProcessFailure
 from torch.distributed.elastic.rendezvous import RendezvousError, RendezvousHandler
 
-from torchx_elastic.agent.compat import ROLE_INFO_PREFIX
 from torchx_elastic.agent.config.cli import build_parser
 from torchx_elastic.agent.config.launch import AgentConfig, config_from_args
 from torchx_elastic.agent.console.failure.first_failure import LOST_NODE, FirstFailure
@@ -33,6 +32,7 @@ from torchx_elastic.agent.rendezvous.failover import HostLost
 from torchx_elastic.agent.supervision import loop
 from torchx_elastic.agent.supervision.loop import Supervision, Supervisor
 from torchx_elastic.agent.supervision.watchdog import HangWatchdog
+from torchx_elastic.agent.supervision.worker_ranks import ROLE_INFO_PREFIX
 from torchx_elastic.agent.workers.bootstrap import DUMP_STACKS_SIGNAL
 from torchx_elastic.contract import EVENTS_FILE, FILE_TIMER_ENV, RESTART_COUNT_ENV
 from torchx_elastic.contract import events as ev
@@ -488,7 +488,7 @@ def test_a_rank_silent_past_the_hang_timeout_dumps_stacks_and_fails_the_attempt(
 def test_node_0_assigns_every_nodes_ranks_in_two_store_calls_whatever_the_job_size() -> None:
     """Blocks of consecutive ranks in node order (nodes may run different numbers of
     workers), read and written by node 0 with one multi_get and one multi_set."""
-    from torchx_elastic.agent import compat
+    from torchx_elastic.agent.supervision import worker_ranks
 
     calls: list[str] = []
 
@@ -503,9 +503,9 @@ def test_node_0_assigns_every_nodes_ranks_in_two_store_calls_whatever_the_job_si
     for rank, (role, nproc) in enumerate(nodes[1:], start=1):  # the peers wrote theirs
         store.set(f"{ROLE_INFO_PREFIX}{rank}", json.dumps([role, nproc]))
     calls.clear()
-    assert compat.assign_worker_ranks(store, 0, 4, "trainer", 2) == (0, 8, 0, 5)
+    assert worker_ranks.assign_worker_ranks(store, 0, 4, "trainer", 2) == (0, 8, 0, 5)
     assert calls == ["set", "multi_get", "multi_set", "get"]
-    assert [compat.assign_worker_ranks(store, r, 4, *nodes[r]) for r in (1, 2, 3)] == [
+    assert [worker_ranks.assign_worker_ranks(store, r, 4, *nodes[r]) for r in (1, 2, 3)] == [
         (2, 8, 2, 5),
         (3, 8, 0, 3),
         (6, 8, 3, 5),

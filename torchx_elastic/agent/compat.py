@@ -21,8 +21,6 @@ The rest of the agent uses torch.distributed.elastic's public API only (rendezvo
   :func:`launch_config_fields` / :func:`launch_config_value`: the ``LaunchConfig`` fields 2.4 lacks.
 - :func:`exit_barrier`: ``torch.distributed.elastic.utils.store.barrier`` grew parameters.
 - :func:`start_file_timer`: ``FileTimerServer`` takes ``run_id`` from 2.x on.
-- :func:`assign_worker_ranks`: the ranks torch's agent gives each node's workers, with its
-  store keys (``SimpleElasticAgent._assign_worker_ranks``, private).
 - :func:`wrap_group_registry`: torch's registry of live process groups is private (a module
   global that ``_World.pg_map`` reads every time, the same from 2.4 to 2.15);
   :func:`keep_created_groups` is its fallback, through torch's public group creators.
@@ -38,7 +36,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
-import json
 import logging
 import os
 import socket
@@ -53,10 +50,6 @@ from torchx_elastic.contract import MASTER_KEY, SHARE_STORE_OPT_OUT_ENV
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-# torch's store keys of the worker ranks' assignment (api.py, _assign_worker_ranks): the
-# supervision loop assigns them as torch's agent does
-ROLE_INFO_PREFIX = "torchelastic/role_info/"
-ASSIGNED_RANKS_PREFIX = "torchelastic/assigned_ranks/"
 # torch's key prefix of the agents' exit barrier (api.py, _TERMINAL_STATE_SYNC_ID)
 EXIT_BARRIER_PREFIX = "torchelastic/agent/terminal_state"
 
@@ -70,44 +63,6 @@ class Round:
     world_size: int
     master_addr: str
     master_port: int
-
-
-def assign_worker_ranks(
-    store: Store, group_rank: int, group_world_size: int, role: str, nproc: int
-) -> tuple[int, int, int, int]:
-    """This node's first global rank, the world size, its first role rank and the role's
-    world size: torch's agent's algorithm and store keys (``_assign_worker_ranks``, private).
-
-    Every node writes its role and worker count; node 0 hands out consecutive blocks of
-    ranks in node order; nodes may run different numbers of workers. Node 0 reads and writes
-    every node's entry in one round trip each (``multi_get``, ``multi_set``: as torch's agent
-    since 2.4), every other node makes two calls.
-    """
-    store.set(f"{ROLE_INFO_PREFIX}{group_rank}", json.dumps([role, nproc]))
-    if group_rank == 0:
-        keys = [f"{ROLE_INFO_PREFIX}{i}" for i in range(group_world_size)]
-        infos = [json.loads(info) for info in store.multi_get(keys)]
-        world_size = sum(n for _, n in infos)
-        role_sizes: dict[str, int] = {}
-        for name, n in infos:
-            role_sizes[name] = role_sizes.get(name, 0) + n
-        base, role_bases = 0, dict.fromkeys(role_sizes, 0)
-        values = []
-        for name, n in infos:
-            values.append(json.dumps([base, world_size, role_bases[name], role_sizes[name]]))
-            base += n
-            role_bases[name] += n
-        keys = [f"{ASSIGNED_RANKS_PREFIX}{i}" for i in range(group_world_size)]
-        store.multi_set(keys, values)  # type: ignore[attr-defined]
-    base, world_size, role_base, role_world_size = json.loads(
-        store.get(f"{ASSIGNED_RANKS_PREFIX}{group_rank}")
-    )
-    return int(base), int(world_size), int(role_base), int(role_world_size)
-
-
-def first_rank_of(store: Store, group_rank: int) -> int:
-    """The first global rank of node ``group_rank`` in a round (:func:`assign_worker_ranks`)."""
-    return int(json.loads(store.get(f"{ASSIGNED_RANKS_PREFIX}{group_rank}"))[0])
 
 
 def preload_compiler() -> None:

@@ -45,7 +45,7 @@ from torchx_elastic.agent.rendezvous import listen, liveness, membership
 from torchx_elastic.agent.rendezvous.failover import HostLost
 from torchx_elastic.agent.rendezvous.signed_store import StoreSigner
 from torchx_elastic.agent.rendezvous.worker_store import WorkerStoreHost
-from torchx_elastic.agent.supervision import replacements, restart_budget
+from torchx_elastic.agent.supervision import replacements, restart_budget, worker_ranks
 from torchx_elastic.agent.supervision.health_check import HealthCheck
 from torchx_elastic.agent.supervision.network_watch import ABANDON_GRACE_S
 from torchx_elastic.agent.supervision.peer_presence import PeerPresence
@@ -151,7 +151,7 @@ def assign_ranks(
 ) -> tuple[WorkerRank, ...]:
     """Global and role ranks of this node's workers, as torch's agent assigns them."""
     nproc = config.nproc_per_node
-    base, world_size, role_base, role_world_size = compat.assign_worker_ranks(
+    base, world_size, role_base, role_world_size = worker_ranks.assign_worker_ranks(
         store, group_rank, group_world_size, config.role, nproc
     )
     return tuple(

@@ -19,6 +19,7 @@ from torchx_elastic.agent import compat
 from torchx_elastic.agent.console.failure.first_failure import LOST_NODE, FirstFailure
 from torchx_elastic.agent.rendezvous import membership, presence
 from torchx_elastic.agent.rendezvous.signed_store import SignedStore, StoreSigner
+from torchx_elastic.agent.supervision import worker_ranks
 from torchx_elastic.agent.supervision.replacements import PID_MARK
 
 log = logging.getLogger(__name__)
@@ -68,7 +69,7 @@ class PeerPresence:
             log.debug("cannot drop the lost nodes from the rendezvous: %s", err)
         node = min(gone)
         try:
-            rank = compat.first_rank_of(rnd.store, node)
+            rank = worker_ranks.first_rank_of(rnd.store, node)
         except Exception:  # noqa: BLE001 - the round's store may be gone with the node
             rank = -1
         name = plain_name(self._names.get(node, "?"))
