@@ -49,7 +49,12 @@ from torchx_elastic.agent.rendezvous.signed_store import SignedStore
 
 log = logging.getLogger(__name__)
 
-POLL_S = 0.1  # a waiting node looks at its round this often (a wait on the outcome's key)
+# a waiting node looks at its round this often: a tenth of a second, and a millisecond more
+# per node the job may have (a second at 900 nodes and up), so that the store answers the
+# same number of looks a second whatever the job's size
+POLL_S = 0.1
+POLL_PER_NODE_S = 0.001
+MAX_POLL_S = 1.0
 OPENED = "opened"
 TAKE_OVER_CALLS = 2  # last calls (plus a second) after which the next arrival decides
 TAKE_OVER_SLOTS = 3  # slot s decides after s take-over times (the slots past 3: after 3)
@@ -122,6 +127,7 @@ class RoundsRendezvous(RendezvousHandler):
         self.last_call_s = last_call_s
         self.reform_last_call_s = last_call_s
         self.join_timeout_s = join_timeout_s
+        self._poll_s = min(MAX_POLL_S, POLL_S + POLL_PER_NODE_S * max_nodes)
         self._use_agent_store = use_agent_store
         self._clock = clock
         self.keys = Keys(run_id)
@@ -580,7 +586,7 @@ class RoundsRendezvous(RendezvousHandler):
         """A pause before the next look at ``key`` (a poll: a store's ``wait`` that times out
         prints a C++ warning every time)."""
         del key
-        time.sleep(POLL_S)
+        time.sleep(self._poll_s)
 
     def _answered(self) -> None:
         self._answered_s = self._clock()
