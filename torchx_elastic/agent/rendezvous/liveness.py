@@ -106,7 +106,6 @@ class SilentPeers:
         del conf
         self._ids: dict[int, str] = {}  # node rank -> node id, of the round
         self._round = 0  # the round number when the round completed
-        self._dead_checked_s = 0.0
         self.stopped: set[int] = set()  # of the members lost last, those whose agent stopped
 
     def new_round(self, handler: RendezvousHandler) -> None:
@@ -118,10 +117,6 @@ class SilentPeers:
         keyed_ = keyed_liveness_of(handler)
         if keyed_ is None or not membership.round_moved(handler):
             return {}
-        now_s = time.monotonic()
-        if now_s - self._dead_checked_s < DEAD_CHECK_S:
-            return {}
-        self._dead_checked_s = now_s
         ids = [self._ids[rank] for rank in members if rank in self._ids]
         dead = keyed_.dead(ids, self._round)
         lost = {rank: name for rank, name in members.items() if self._ids.get(rank) in dead}
