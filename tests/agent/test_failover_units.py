@@ -85,7 +85,7 @@ def test_on_one_host_the_survivors_and_the_nodes_standing_by_make_the_minimum(
     )
     with pytest.raises(NoSuccessor, match="fewer than the job's minimum of 2"):
         failover.move(members, "127.0.0.1")
-    monkeypatch.setattr(membership, "standbys", lambda handler: (1, False))
+    monkeypatch.setattr(membership, "standbys_seen", lambda handler: (1, False))
     assert failover.refusal(members) is None
     # a node that stood by follows only a job whose round it saw
     with pytest.raises(NoSuccessor, match="this node saw no round of the job"):

@@ -251,7 +251,7 @@ class Failover:
         """Why the rendezvous cannot move with these last-round members (None: it can)."""
         if self._one_host:
             left = max(0, len(members) - 1)  # the lost host was one of them
-            standing_by = membership.standbys(self._movable)[0]
+            standing_by = membership.standbys_seen(self._movable)[0]
             if left + standing_by < self._config.min_nodes:
                 return (
                     f"the {left} other node(s) of its last round and the {standing_by}"
@@ -259,7 +259,7 @@ class Failover:
                 )
             return None
         left = len(self.successors(members))
-        standing_by = membership.standbys(self._movable)[0]
+        standing_by = membership.standbys_seen(self._movable)[0]
         if left + standing_by < self._config.min_nodes:
             return (
                 f"the {left} other node(s) of its last round and the {standing_by} standing"

@@ -17,7 +17,6 @@ untouched: its heartbeats in its state, as torchrun's agent does, and none of th
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Collection
 from typing import TYPE_CHECKING
 

@@ -74,6 +74,12 @@ def standbys(handler: RendezvousHandler) -> tuple[int, bool]:
     return (0, False) if own is None else own.standbys()
 
 
+def standbys_seen(handler: RendezvousHandler) -> tuple[int, bool]:
+    """:func:`standbys` as last seen, with no store call (the store's host may be lost)."""
+    own = rounds(handler)
+    return (0, False) if own is None else own.standbys_seen()
+
+
 def present_members(handler: RendezvousHandler) -> set[str]:
     """Names of the nodes known to be in the rendezvous now (this node included): those
     that came to the round this node waits in, or waited in last; else the members of its

@@ -260,6 +260,11 @@ class RoundsRendezvous(RendezvousHandler):
             pass
         return self._standbys_seen
 
+    def standbys_seen(self) -> tuple[int, bool]:
+        """:meth:`standbys` as last seen (by this node's looks at its round), with no store
+        call: what the failover counts once the store's host is lost."""
+        return self._standbys_seen
+
     def _standbys(self) -> tuple[int, bool]:
         if self._waiting_in is not None:
             full = self._waiting_in > 0 and self._round_size(self._waiting_in - 1) >= self.max_nodes
