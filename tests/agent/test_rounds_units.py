@@ -191,8 +191,9 @@ def test_the_outcome_puts_returning_members_first_in_their_old_order() -> None:
         Node("new", 4, 4),
     ]
     arrivals = outcome.Arrivals(4, came, back=2, expected=2)
-    assert outcome.members(arrivals, set(), 3) == [2, 1, 0]
-    assert outcome.members(arrivals, {came[0].id}, 3) == [2, 1, 4]  # type: ignore[union-attr]
+    # then the others by address, as torch's c10d rendezvous ranks them
+    assert outcome.members(arrivals, set(), 3) == [2, 1, 4]
+    assert outcome.members(arrivals, {came[4].id}, 3) == [2, 1, 0]  # type: ignore[union-attr]
     assert outcome.ready(arrivals, 2, 2, last_call_passed=False)
     short = outcome.Arrivals(4, came, back=1, expected=2)
     assert not outcome.ready(short, 2, 2, last_call_passed=False)  # a member is on its way
@@ -222,7 +223,7 @@ def test_a_forged_opening_of_a_round_is_passed_over_and_said_once(
 
 
 def test_a_node_new_to_the_job_at_a_lost_members_address_comes_before_a_spare() -> None:
-    came = [Node("spare", 1, 1), Node("lost-host", 9, 9), Node("a", 3, 3, 0, 0)]
+    came = [Node("aa-spare", 1, 1), Node("lost-host", 9, 9), Node("a", 3, 3, 0, 0)]
     arrivals = outcome.Arrivals(1, came, back=1, expected=1)
     assert outcome.members(arrivals, set(), 2, frozenset({"a", "lost-host"})) == [2, 1]
     assert outcome.members(arrivals, set(), 2) == [2, 0]

@@ -6,9 +6,10 @@ already) and no more can join, or the last call passed since it had its minimum 
 round, or a member that does not come back). Its members are the returning members of the
 last round, in their old rank order (node rank 0 keeps its place, as the store's host and
 the job's first node), then a node new to the job at the address of a member of the last
-round (a lost node's host, its agent started again), then the other arrivals in the order
-they came, up to the maximum: a spare never takes the place of a member that came back, and
-the arrivals left out wait for the next round.
+round (a lost node's host, its agent started again), then the other arrivals, ranked as
+torch's c10d rendezvous ranks nodes (by address, then agent pid), up to the maximum: a spare
+never takes the place of a member that came back, and the arrivals left out wait for the
+next round.
 """
 
 from __future__ import annotations
@@ -56,7 +57,14 @@ def members(
         ((node.last_rank, slot) for slot, node in came if node.last_round == previous),
     )
     first = [slot for _, slot in returning]
-    again = [slot for slot, node in came if slot not in first and node.addr in last_addrs]
+    # the others as torch's c10d rendezvous ranks them: by address, then agent pid
+    others = sorted((node.addr, node.pid, node.local_id, slot) for slot, node in came)
+    again = [s for *_, s in others if s not in first and came_addr(arrivals, s) in last_addrs]
     taken = {*first, *again}
-    rest = [slot for slot, _ in came if slot not in taken]
+    rest = [s for *_, s in others if s not in taken]
     return (first + again + rest)[:max_nodes]
+
+
+def came_addr(arrivals: Arrivals, slot: int) -> str:
+    node = arrivals.nodes[slot]
+    return "" if node is None else node.addr
