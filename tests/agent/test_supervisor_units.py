@@ -4,8 +4,9 @@ No process and no network: :class:`FakeRendezvous` is a ``RendezvousHandler`` wh
 are in-memory ``HashStore`` s and that answers what the agent's rendezvous tells
 (``rendezvous/membership.py``: the members of the round, a node dropped, the round moved on)
 and its keyed liveness (the verdicts); :class:`FakeWorkers` stands for one attempt's
-``WorkerProcesses``, each poll answered by the test's plan. Each test names one decision: restart after a failure, scale up
-when nodes wait, re-form without a lost peer (no restart counted), a hang, giving up.
+``WorkerProcesses``, each poll answered by the test's plan. Each test names one decision:
+restart after a failure, scale up when nodes wait, re-form without a lost peer (no restart
+counted), a hang, giving up.
 """
 
 from __future__ import annotations

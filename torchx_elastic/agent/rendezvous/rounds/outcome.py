@@ -3,13 +3,12 @@
 A round completes when it has its minimum of nodes and either every member of the last
 round that was not said dead came back (a re-form: the nodes that want in waited for it
 already) and no more can join, or the last call passed since it had its minimum (the first
-round, or a member that does not come back). Its members are the returning members of the
-last round, in their old rank order (node rank 0 keeps its place, as the store's host and
-the job's first node), then a node new to the job at the address of a member of the last
-round (a lost node's host, its agent started again), then the other arrivals, ranked as
-torch's c10d rendezvous ranks nodes (by address, then agent pid), up to the maximum: a spare
-never takes the place of a member that came back, and the arrivals left out wait for the
-next round.
+round, or a member that does not come back). It admits, up to its maximum, the members of
+the last round that came back first, then a node new to the job at the address of a member
+of the last round (a lost node's host, its agent started again), then the other arrivals:
+a spare never takes the place of a member that came back, and the arrivals left out wait
+for the next round. The nodes admitted are ranked as torch's c10d rendezvous ranks them:
+by address, then agent pid.
 """
 
 from __future__ import annotations
@@ -62,7 +61,8 @@ def members(
     again = [s for *_, s in others if s not in first and came_addr(arrivals, s) in last_addrs]
     taken = {*first, *again}
     rest = [s for *_, s in others if s not in taken]
-    return (first + again + rest)[:max_nodes]
+    admitted = set((first + again + rest)[:max_nodes])
+    return [s for *_, s in others if s in admitted]  # ranked as torch's: by address
 
 
 def came_addr(arrivals: Arrivals, slot: int) -> str:
