@@ -40,7 +40,6 @@ from torchx_elastic.contract import (
     PROGRESS_KEY_PREFIX,
     PROGRESS_PUBLISHERS_KEY,
     ROLL_CALL_KEY_PREFIX,
-    STATE_GENERATION_KEY_PREFIX,
 )
 
 PURPOSES = ("state", "liveness", "progress", "roll_call", "other")
@@ -120,7 +119,7 @@ def verdict_named(key: str) -> str | None:
 
 
 def purpose_of(key: str, state_key: str) -> str:
-    if key == state_key or key.startswith((STATE_GENERATION_KEY_PREFIX, ROUNDS_KEY_PREFIX)):
+    if key == state_key or key.startswith(ROUNDS_KEY_PREFIX):
         return "state"
     if key.startswith(LIVENESS_KEY_PREFIX):
         return "liveness"

@@ -221,7 +221,6 @@ def test_a_member_is_lost_once_the_round_moved_on_and_a_watcher_said_it_dead(
     peers = liveness.SilentPeers({})
     torch_a = cluster.handlers["a_1_0"]
     peers.new_round(torch_a)
-    monkeypatch.setattr(liveness, "DEAD_CHECK_S", 0.0)
     SignedStore(cluster.store, StoreSigner(b"secret")).set(dead_key(RUN, "b_1_0"), "dead 0")
     assert peers.lost(members, _Stack(layer, torch_a)) == {}  # not read before the round moved
     moved[0] = True

@@ -93,8 +93,6 @@ STATIC_RANK_KEY_PREFIX = "torchx_elastic/static_rank/"
 # + run id, in a store at the job's original endpoint: "<host> <port>" where the survivors
 # moved the rendezvous when its host was lost (rendezvous/failover.py)
 MOVED_TO_KEY_PREFIX = "torchx_elastic/rendezvous_moved_to/"
-# + run id: a counter, +1 each time a node wrote the rendezvous state (state_generation.py)
-STATE_GENERATION_KEY_PREFIX = "torchx_elastic/state_generation/"
 # + run id "/beat/" + torch's node id: the node's heartbeat, a counter; + run id "/dead/" + node
 # id: "dead" once its watchers dropped it; + run id "/suspects": how many nodes are silent
 # now (rendezvous/keyed_liveness.py, the default ``--rdzv-conf liveness=keys``)

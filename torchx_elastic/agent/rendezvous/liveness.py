@@ -36,7 +36,6 @@ REFORM_LAST_CALL_S = 3.0
 # its state, as torchrun's)
 LIVENESS_KEY = "liveness"
 DEFAULT_LIVENESS = "keys"
-DEAD_CHECK_S = 0.5  # a member absent from the rendezvous: its verdict read this often
 
 
 def with_keep_alive_defaults(conf: dict[str, str]) -> dict[str, str]:
