@@ -22,15 +22,19 @@ from torchx_elastic.agent.rendezvous.signed_store import SignedStore, StoreSigne
 SIGNER = StoreSigner(b"the job's secret")
 
 
-@pytest.fixture
-def port() -> Iterator[int]:
-    server = TCPStore(  # type: ignore[call-arg]
+def new_store() -> Any:
+    return TCPStore(  # type: ignore[call-arg]
         "127.0.0.1",
         0,
         is_master=True,
         wait_for_workers=False,
         timeout=datetime.timedelta(seconds=30),
     )
+
+
+@pytest.fixture
+def port() -> Iterator[int]:
+    server = new_store()
     yield int(server.port)
 
 
@@ -283,3 +287,28 @@ def test_a_nodes_looks_at_the_nodes_waiting_read_each_arrival_once(port: int) ->
     assert {n.addr for n in a.waiting_nodes()} == {"s0", "s1", "s2"}
     assert {n.addr for n in a.waiting_nodes()} == {"s0", "s1", "s2"}
     assert len([k for k in read if "/slot/" in k]) == 3  # the second look read none again
+
+
+def test_the_first_round_where_the_job_moved_re_forms_once_the_survivors_came(
+    port: int,
+) -> None:
+    # an elastic job of three (2:3) loses h0, the rendezvous host: its two survivors meet on
+    # the store the job moved to. That round needs no last call (30 s here): both came
+    before = [node(port, f"h{i}", 2, 3, last_call_s=30.0) for i in range(3)]
+    joins = [Joining(h) for h in before]
+    assert all(j.wait(40).result for j in joins)
+    for handler in before:
+        handler.members()  # read once per round, as the liveness ring does
+    moved = new_store()
+    survivors = [node(int(moved.port), f"h{i}", 2, 3, last_call_s=30.0) for i in (1, 2)]
+    for new, old in zip(survivors, before[1:], strict=True):
+        new.continue_from(old, lambda member: member.addr == "h0")
+        assert new.node.id == old.node.id  # the same node, to the watchers too
+    again = [Joining(h) for h in survivors]
+    assert sorted(j.wait().result or () for j in again) == [(0, 2), (1, 2)]
+    assert max(j.took_s for j in again) < 5.0
+    # a node new to the job on that store waits out the last call as a first round does
+    fresh = new_store()
+    first = [Joining(node(int(fresh.port), f"h{i}", 2, 3, last_call_s=2.0)) for i in (1, 2)]
+    assert all(j.wait().result for j in first)
+    assert min(j.took_s for j in first) >= 2.0

@@ -86,13 +86,17 @@ def test_the_tests_and_benchmarks_import_our_names_too() -> None:
         for name, value in _literals().items()
         if not value.startswith(("TORCHELASTIC_", "TORCH_ELASTIC_"))
     }
-    repeated = {
-        f"{path.relative_to(REPO)}: {name} ({value!r})"
+    strings = {
+        path: _strings(path)
         for root in (REPO / "tests", REPO / "bench")
         for path in root.rglob("*.py")
         if path != Path(__file__) and RESULTS not in path.parents  # a bench run's copies
+    }
+    repeated = {
+        f"{path.relative_to(REPO)}: {name} ({value!r})"
+        for path, found in strings.items()
         for name, value in ours.items()
-        if value in _strings(path)
+        if value in found
     }
     assert repeated == set(), "import these names from torchx_elastic.contract"
 

@@ -247,6 +247,9 @@ class Failover:
     def successors(self, members: dict[int, str]) -> list[str]:
         return successors(members, self._movable.endpoint, self._endpoint_ips)
 
+    def _on_lost_host(self, addr: str) -> bool:
+        return is_endpoint_host(addr, self._movable.endpoint, self._endpoint_ips)
+
     def refusal(self, members: dict[int, str]) -> str | None:
         """Why the rendezvous cannot move with these last-round members (None: it can)."""
         if self._one_host:
@@ -309,6 +312,7 @@ class Failover:
                 continue
             handler = handler_on_store(store, self._params, self._signer, endpoint)
             liveness.shorten_reform_last_call(handler, self._config.rdzv_configs)
+            membership.continue_from(handler, self._movable, self._on_lost_host)
             self._movable.move_to(StoreHost(handler) if hosting else handler, endpoint)
             self._on_moved(endpoint, hosting)
             if hosting:
@@ -344,6 +348,7 @@ class Failover:
                 raise NoSuccessor(f"no node hosts it again at {endpoint}: {err}") from None
         handler = handler_on_store(store, self._params, self._signer, endpoint)
         liveness.shorten_reform_last_call(handler, self._config.rdzv_configs)
+        membership.continue_from(handler, self._movable, None)
         self._movable.move_to(StoreHost(handler) if hosting else handler, endpoint)
         self._on_moved(endpoint, hosting)
         return endpoint, hosting

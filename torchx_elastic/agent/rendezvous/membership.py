@@ -10,6 +10,7 @@ the standby policy and the verdicts that need it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from torch.distributed.elastic.rendezvous import RendezvousError, RendezvousHandler
@@ -161,3 +162,14 @@ def set_reform_last_call(handler: RendezvousHandler, seconds: float) -> bool:
         return False
     own.reform_last_call_s = seconds
     return True
+
+
+def continue_from(
+    handler: RendezvousHandler, last: RendezvousHandler, lost: Callable[[str], bool] | None
+) -> None:
+    """``handler``, on the store the job moved to, takes over from ``last`` (the rounds
+    handler's ``continue_from``): its first round completes once the survivors of the last
+    round came. ``lost``: whether a member's address is the lost host's (None: one host)."""
+    own, before = rounds(handler), rounds(last)
+    if own is not None and before is not None:
+        own.continue_from(before, None if lost is None else (lambda node: lost(node.addr)))

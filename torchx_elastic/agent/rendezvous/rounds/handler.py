@@ -150,6 +150,9 @@ class RoundsRendezvous(RendezvousHandler):
         self._seen_members: dict[int, Node] = {}  # a waiting node's view of the job
         self._what = f"the rendezvous state of run {run_id!r}"
         self._answered_s: float | None = None  # when the store last answered this node
+        # on a store the job moved to: the ids of the last round's members that survived,
+        # and how many they are (its first round is a re-form: continue_from)
+        self._survivors: tuple[frozenset[str], int] | None = None
 
     # -- torch's RendezvousHandler interface -----------------------------------------
 
@@ -231,6 +234,27 @@ class RoundsRendezvous(RendezvousHandler):
         with self._lock:
             self._members = found
         return dict(found)
+
+    def members_seen(self) -> dict[int, Node]:
+        """:meth:`members` as last read, with no store call (empty: never read)."""
+        with self._lock:
+            known = self._members if self.round is not None else self._seen_members
+            return dict(known or {})
+
+    def continue_from(self, last: RoundsRendezvous, lost: Callable[[Node], bool] | None) -> None:
+        """This rendezvous, on the store the job moved to after its host was lost, takes
+        over from ``last`` (the one on the lost store): this node keeps its identity, and
+        the first round here completes as a re-form does, at once when every member of
+        ``last``'s round that survived has come (``lost``: whether a member is on the lost
+        host; None: one host, where one member, the store's host, is lost)."""
+        members = list(last.members_seen().values())
+        with self._lock:
+            self.node = Node(self.node.addr, last.node.pid, last.node.local_id)
+        if not members:
+            return  # nothing known of the last round: a first round, with its last call
+        survivors = [n for n in members if lost is None or not lost(n)]
+        expected = len(members) - 1 if lost is None else len(survivors)
+        self._survivors = frozenset(n.id for n in survivors), expected
 
     def waiting_nodes(self) -> list[Node]:
         """The nodes that wait for the round after this node's last one (spares, nodes new
@@ -424,14 +448,20 @@ class RoundsRendezvous(RendezvousHandler):
             return None
         now_s = self._clock()
         min_seen_s = now_s if min_seen_s is None else min_seen_s
-        last_call_s = self.last_call_s if rnd == 0 else self.reform_last_call_s
+        survivors = self._survivors if rnd == 0 else None
+        last_call_s = self.last_call_s if rnd == 0 and not survivors else self.reform_last_call_s
         waited_s = now_s - min_seen_s
         take_over_s = TAKE_OVER_CALLS * last_call_s + 1.0
         if waited_s < take_over_s * min(slot, TAKE_OVER_SLOTS):
             return min_seen_s  # the first arrival decides while it is there, then the next
         nodes = self._arrivals(rnd, count)
-        previous = self._round_size(rnd - 1) - self._counter(self.keys.lost(rnd - 1))
-        arrivals = outcome.Arrivals(rnd, nodes, self._counter(self.keys.back(rnd)), previous)
+        if survivors is not None:  # the first round after a move: the survivors come back
+            ids, expected = survivors
+            back = sum(node is not None and node.id in ids for node in nodes)
+            arrivals = outcome.Arrivals(rnd, nodes, back, expected)
+        else:
+            previous = self._round_size(rnd - 1) - self._counter(self.keys.lost(rnd - 1))
+            arrivals = outcome.Arrivals(rnd, nodes, self._counter(self.keys.back(rnd)), previous)
         if not outcome.ready(arrivals, self.min_nodes, self.max_nodes, waited_s >= last_call_s):
             return min_seen_s
         dropped = self.dropped_ids()

@@ -1,9 +1,10 @@
 """Who a round admits, decided once by one node from the arrivals it read (handler.py).
 
 A round completes when it has its minimum of nodes and either every member of the last
-round that was not said dead came back (a re-form: the nodes that want in waited for it
-already) and no more can join, or the last call passed since it had its minimum (the first
-round, or a member that does not come back). It admits, up to its maximum, the members of
+round that was not said dead came back (a re-form, the first round on a store the job moved
+to included: the nodes that want in waited for it already) and no more can join, or the
+last call passed since it had its minimum (the first round, or a member that does not come
+back). It admits, up to its maximum, the members of
 the last round that came back first, then a node new to the job at the address of a member
 of the last round (a lost node's host, its agent started again), then the other arrivals:
 a spare never takes the place of a member that came back, and the arrivals left out wait
@@ -37,7 +38,9 @@ def ready(arrivals: Arrivals, min_nodes: int, max_nodes: int, last_call_passed: 
         return False
     if last_call_passed:
         return True
-    everyone_back = arrivals.number > 0 and arrivals.back >= arrivals.expected
+    # a re-form: a round after the first, or the first on a store the job moved to
+    reform = arrivals.number > 0 or arrivals.expected > 0
+    everyone_back = reform and arrivals.back >= arrivals.expected
     return everyone_back or (arrivals.number == 0 and count >= max_nodes)
 
 
