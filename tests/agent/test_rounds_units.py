@@ -14,6 +14,7 @@ from torch.distributed import TCPStore  # type: ignore[attr-defined]
 from torch.distributed.elastic.rendezvous import RendezvousTimeoutError
 
 from torchx_elastic.agent import compat
+from torchx_elastic.agent.rendezvous import membership
 from torchx_elastic.agent.rendezvous.rounds import outcome
 from torchx_elastic.agent.rendezvous.rounds.handler import RoundsRendezvous
 from torchx_elastic.agent.rendezvous.rounds.keys import Keys, Node
@@ -108,6 +109,11 @@ def test_a_fixed_job_admits_its_nodes_and_a_third_stands_by(port: int) -> None:
     assert a.standbys() == (1, False)
     assert {n.addr for n in a.members().values()} == {"h0", "h1"}
     assert spare.node.id in a.state_node_ids()
+    # as read by that look (the keyed liveness looks every beat), with no store call: what
+    # the network watch counts among a member's peers once the store's host is silent
+    a._signed = None  # any store call fails from here on
+    assert [n.addr for n in a.waiting_seen()] == ["h2"]
+    assert membership.peer_hosts(a) == ["h1", "h2"]
 
 
 def test_a_node_said_dead_is_replaced_by_the_spare_at_once(port: int) -> None:

@@ -251,7 +251,9 @@ class Failover:
         return is_endpoint_host(addr, self._movable.endpoint, self._endpoint_ips)
 
     def refusal(self, members: dict[int, str]) -> str | None:
-        """Why the rendezvous cannot move with these last-round members (None: it can)."""
+        """Why the rendezvous cannot move with these last-round members (None: it can); a
+        node that stood by counts the last round it saw complete."""
+        members = members or membership.round_addresses(self._movable)
         if self._one_host:
             left = max(0, len(members) - 1)  # the lost host was one of them
             standing_by = membership.standbys_seen(self._movable)[0]

@@ -63,10 +63,14 @@ def this_node_address(handler: RendezvousHandler) -> str | None:
 
 
 def peer_hosts(handler: RendezvousHandler) -> list[str]:
-    """The hosts of the other members of this node's last round."""
-    node = this_node(handler)
-    addrs = round_addresses(handler).values()
-    return sorted({a for a in addrs if node is None or a != node.addr})
+    """The hosts of the other members of this node's last round and of the nodes waiting
+    for the next (spares: a member whose only other member is the lost store's host still
+    hears them), as last read."""
+    own = rounds(handler)
+    if own is None:
+        return []
+    addrs = {n.addr for n in own.members().values()} | {n.addr for n in own.waiting_seen()}
+    return sorted(addrs - {own.node.addr})
 
 
 def standbys(handler: RendezvousHandler) -> tuple[int, bool]:

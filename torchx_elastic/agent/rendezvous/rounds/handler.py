@@ -262,6 +262,16 @@ class RoundsRendezvous(RendezvousHandler):
         rnd = self._waiting_in if self._waiting_in is not None else self._next_round()
         return [node for node in self._arrivals(rnd) if node is not None]
 
+    def waiting_seen(self) -> list[Node]:
+        """:meth:`waiting_nodes` as last read (the keyed liveness reads them every beat),
+        with no store call: what the network watch counts once the store's host is silent."""
+        with self._lock:
+            rnd = self._waiting_in
+            if rnd is None and self.round is not None:
+                rnd = self.round + 1
+            seen = self._arrivals_seen.get(rnd, []) if rnd is not None else []
+            return [node for node in seen if node is not None]
+
     def present(self) -> list[Node]:
         """The nodes in the rendezvous as this node last took part: where it waits (or
         waited last, after its last round), those that came to that round; else the members
