@@ -257,7 +257,7 @@ class OursNode:
             on_round = signed_rounds(self.exchange.start_round, signer)
         self.handler: Any = ObservedRendezvous(created, on_round)
         self._liveness = liveness
-        self._silent = liveness.SilentPeers(self.config.rdzv_configs)
+        self._silent = liveness.SilentPeers()
         self._members: dict[int, str] = {}
         self._rounds = 0
         self._step = 0
@@ -266,7 +266,7 @@ class OursNode:
     def join(self) -> tuple[int, int]:
         rnd = compat.next_round(self.handler, self.config.local_addr)
         if self._rounds == 0:  # as the supervision loop: later rounds re-form quicker
-            self._liveness.shorten_reform_last_call(self.handler, self.config.rdzv_configs)
+            self._liveness.shorten_reform_last_call(self.handler, self.config.rdzv)
         self._rounds += 1
         self._members = membership.round_members(self.handler)
         self._silent.new_round(self.handler)

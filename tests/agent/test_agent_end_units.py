@@ -14,6 +14,7 @@ from torch.distributed.elastic.multiprocessing.api import SignalException
 from torch.distributed.elastic.rendezvous import RendezvousParameters, RendezvousTimeoutError
 
 from torchx_elastic.agent.config.endpoint import Endpoint
+from torchx_elastic.agent.config.rdzv_settings import RendezvousSettings
 from torchx_elastic.agent.rendezvous.diagnosis import Problem, RendezvousDiagnosis
 from torchx_elastic.agent.rendezvous.handler import handler_on_store
 from torchx_elastic.agent.rendezvous.signed_store import StoreSigner
@@ -25,7 +26,9 @@ def _one_node_round() -> Any:
     params = RendezvousParameters(
         "c10d", "localhost:0", "job", 1, 1, local_addr="127.0.0.1", keep_alive_interval=1
     )
-    handler = handler_on_store(HashStore(), params, StoreSigner(None), Endpoint("localhost", 0))
+    settings = RendezvousSettings.parse(params.config)
+    endpoint = Endpoint("localhost", 0)
+    handler = handler_on_store(HashStore(), params, settings, StoreSigner(None), endpoint)
     handler.next_rendezvous()
     return handler
 

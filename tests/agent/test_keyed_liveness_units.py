@@ -21,6 +21,7 @@ from torch.distributed.elastic.rendezvous.c10d_rendezvous_backend import C10dRen
 
 from torchx_elastic.agent.config import rdzv_conf
 from torchx_elastic.agent.config.endpoint import Endpoint
+from torchx_elastic.agent.config.rdzv_settings import RendezvousSettings
 from torchx_elastic.agent.rendezvous import handler as handler_module
 from torchx_elastic.agent.rendezvous import keyed_liveness, liveness, membership, presence
 from torchx_elastic.agent.rendezvous.handler import handler_on_store
@@ -218,7 +219,7 @@ def test_a_member_is_lost_once_the_round_moved_on_and_a_watcher_said_it_dead(
     )
     moved = [False]
     monkeypatch.setattr(membership, "round_moved", lambda h: moved[0])
-    peers = liveness.SilentPeers({})
+    peers = liveness.SilentPeers()
     torch_a = cluster.handlers["a_1_0"]
     peers.new_round(torch_a)
     SignedStore(cluster.store, StoreSigner(b"secret")).set(dead_key(RUN, "b_1_0"), "dead 0")
@@ -263,7 +264,8 @@ def test_the_keyed_stack_is_freed_with_its_store_as_soon_as_it_is_dropped() -> N
     """No reference cycle keeps the rendezvous (and through it, the store) or the
     liveness alive until some later garbage collection, which may run in a forked worker."""
     params = dr.RendezvousParameters("c10d", "h0:1", RUN, 1, 2, local_addr="h0")
-    stack = handler_on_store(HashStore(), params, StoreSigner(b"s"), Endpoint("h0", 1))
+    settings = RendezvousSettings.parse(params.config)
+    stack = handler_on_store(HashStore(), params, settings, StoreSigner(b"s"), Endpoint("h0", 1))
     holder = weakref.ref(stack.torch_handler())  # type: ignore[attr-defined]
     beats = weakref.ref(stack.keyed_liveness())  # type: ignore[attr-defined]
     stack.shutdown()
@@ -283,10 +285,12 @@ atexit.register(lambda: print("liveness alive at exit:", any(
 from torch.distributed import HashStore
 from torch.distributed.elastic.rendezvous import RendezvousParameters
 from torchx_elastic.agent.config.endpoint import Endpoint
+from torchx_elastic.agent.config.rdzv_settings import RendezvousSettings
 from torchx_elastic.agent.rendezvous.handler import handler_on_store
 from torchx_elastic.agent.rendezvous.signed_store import StoreSigner
 params = RendezvousParameters("c10d", "h0:1", "job", 2, 2, local_addr="h0")
-stack = handler_on_store(HashStore(), params, StoreSigner(None), Endpoint("h0", 1))
+settings = RendezvousSettings.parse(params.config)
+stack = handler_on_store(HashStore(), params, settings, StoreSigner(None), Endpoint("h0", 1))
 print("beats:", stack.keyed_liveness() is not None)
 """
 
@@ -321,14 +325,19 @@ def test_the_keyed_liveness_keeps_the_heartbeat_settings_given() -> None:
         liveness="keys",
     )
     # the agent's own verdict keeps the settings given
-    assert liveness.interval_s(params.config) == 2.0
-    assert liveness.dead_after_s(params.config) == 30.0
+    settings = RendezvousSettings.parse(params.config)
+    assert settings.keep_alive_interval_s == 2.0
+    assert settings.dead_after_s == 30.0
     assert keyed_liveness.WATCHED == 2
+
+    def mode(conf: dict[str, str], backend: str) -> str:
+        return RendezvousSettings.parse(conf).liveness_mode(backend)
+
     # what each node says in the roll call (a node on torch's heartbeats drops keyed ones)
-    assert liveness.mode({"liveness": "keys"}, "c10d") == liveness.mode({}, "c10d") == "keys"
-    assert liveness.mode({"liveness": "state"}, "c10d") == "state"
-    assert liveness.mode({"liveness": "keys"}, "static") == "state"
-    assert liveness.mode({"handler": "torch"}, "c10d") == "state"  # torch's own heartbeats
+    assert mode({"liveness": "keys"}, "c10d") == mode({}, "c10d") == "keys"
+    assert mode({"liveness": "state"}, "c10d") == "state"
+    assert mode({"liveness": "keys"}, "static") == "state"
+    assert mode({"handler": "torch"}, "c10d") == "state"  # torch's own heartbeats
 
 
 class _Away:

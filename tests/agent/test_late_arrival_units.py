@@ -77,7 +77,7 @@ def test_a_store_that_goes_away_as_a_late_node_reaches_it_ends_its_elastic_job()
     gc.collect()
     params = rendezvous_parameters(c)
     with pytest.raises(RendezvousConnectionError) as gone:
-        handler_on_store(client, params, StoreSigner(None), c.rdzv_endpoint)
+        handler_on_store(client, params, c.rdzv, StoreSigner(None), c.rdzv_endpoint)
     assert late_for_the_job(gone.value, c)
     assert not late_for_the_job(gone.value, config("2"))
 

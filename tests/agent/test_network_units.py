@@ -114,7 +114,7 @@ MEMBERS = {0: "h0 (agent pid 1)", 1: "h1 (agent pid 1)", 2: "h2 (agent pid 1)"}
 
 
 def test_a_member_that_left_for_the_next_round_is_not_lost() -> None:
-    peers = SilentPeers({})
+    peers = SilentPeers()
     peers.new_round(handler({"h0": 0, "h1": 1, "h2": 2}, {"h0": 0, "h1": 1, "h2": 1}))
     gone = handler({"h0": 0, "h2": 2}, {"h0": 0, "h2": 1})  # h1 between leaving and joining
     assert peers.lost(MEMBERS, gone) == {}
@@ -122,13 +122,13 @@ def test_a_member_that_left_for_the_next_round_is_not_lost() -> None:
 
 
 def test_lost_peer_line() -> None:
-    assert lost_peer_line({2: "h2 (agent pid 7)"}, {}) == (
+    assert lost_peer_line({2: "h2 (agent pid 7)"}, 10.0) == (
         "torchx-elastic: node 2: h2 (agent pid 7) stopped answering (no rendezvous heartbeat"
         " for 10s): stopping the workers and re-forming without it"
     )
-    assert "heartbeat for 5s" in lost_peer_line({2: "h2"}, {"keep_alive_interval": "1"})
+    assert "heartbeat for 5s" in lost_peer_line({2: "h2"}, 5.0)
     # with the keyed liveness, a node whose agent said it stopped (a deleted pod)
-    assert lost_peer_line({1: "h1", 2: "h2"}, {}, stopped={2}) == (
+    assert lost_peer_line({1: "h1", 2: "h2"}, 10.0, stopped={2}) == (
         "torchx-elastic: node 1: h1 stopped answering (no rendezvous heartbeat for 10s) and"
         " node 2: h2 left the job (its agent was stopped): stopping the workers and re-forming"
         " without it"

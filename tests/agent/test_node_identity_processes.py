@@ -18,11 +18,14 @@ import json, os
 from torch.distributed import HashStore
 from torch.distributed.elastic.rendezvous import RendezvousParameters
 from torchx_elastic.agent.config.endpoint import Endpoint
+from torchx_elastic.agent.config.rdzv_settings import RendezvousSettings
 from torchx_elastic.agent.rendezvous.handler import handler_on_store
 from torchx_elastic.agent.rendezvous.signed_store import StoreSigner
 
 params = RendezvousParameters("c10d", "pod-1:29400", "job", 2, 2, local_addr="pod-1")
-handler = handler_on_store(HashStore(), params, StoreSigner(None), Endpoint("pod-1", 29400))
+settings = RendezvousSettings.parse(params.config)
+endpoint = Endpoint("pod-1", 29400)
+handler = handler_on_store(HashStore(), params, settings, StoreSigner(None), endpoint)
 node = handler.torch_handler().node
 print(json.dumps([node.addr, node.pid, node.local_id, os.getpid()]))
 """

@@ -91,3 +91,31 @@ def test_a_backend_of_another_package_gets_every_key_checked_as_before(
     assert warnings_of(caplog) == []
     with pytest.raises(ValueError, match="join_timeout='x': join_timeout must be a whole"):
         rdzv_conf.check("my-backend", {"join_timeout": "x"})
+
+
+def test_the_settings_are_read_once_into_typed_figures() -> None:
+    defaults = config(*C10D).rdzv
+    assert (defaults.keep_alive_interval_s, defaults.keep_alive_max_attempt) == (2.0, 5)
+    assert defaults.dead_after_s == 10.0
+    assert (defaults.first_last_call_s, defaults.reform_last_call_s) == (30.0, 3.0)
+    assert (defaults.join_timeout_s, defaults.read_timeout_s) == (600.0, 60.0)
+    assert (defaults.store_type, defaults.is_host, defaults.torch_handler) == ("tcp", None, False)
+    assert defaults.liveness_mode("c10d") == "keys"
+    assert defaults.torch_conf() == {
+        "keep_alive_interval": "2",
+        "keep_alive_max_attempt": "5",
+        "timeout": 900,  # torchrun's LaunchConfig adds it
+    }
+    given = config(
+        *C10D,
+        "--rdzv-conf",
+        "keep_alive_interval=1,keep_alive_max_attempt=3,last_call_timeout=7,join_timeout=20,"
+        "is_host=no,handler=torch,finished_grace_s=2.5",
+    ).rdzv
+    assert given.dead_after_s == 3.0
+    assert (given.first_last_call_s, given.reform_last_call_s) == (7.0, 7.0)
+    assert (given.join_timeout_s, given.is_host, given.finished_grace_s) == (20.0, False, 2.5)
+    assert given.torch_handler and given.liveness_mode("c10d") == "state"
+    assert config(*C10D, "--rdzv-conf", "liveness=state").rdzv.torch_handler
+    static = config(*STATIC, "--node-rank", "0").rdzv
+    assert (static.static_rank, static.static_timeout_s) == (0, 900.0)

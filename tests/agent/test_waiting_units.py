@@ -10,8 +10,8 @@ from torch.distributed import HashStore  # type: ignore[attr-defined]
 
 from torchx_elastic.agent.config.cli import build_parser
 from torchx_elastic.agent.config.launch import AgentConfig, config_from_args
+from torchx_elastic.agent.config.rdzv_settings import DEFAULT_JOIN_TIMEOUT_S
 from torchx_elastic.agent.rendezvous import diagnosis, roll_call, waiting
-from torchx_elastic.agent.rendezvous.parameters import DEFAULT_JOIN_TIMEOUT_S
 from torchx_elastic.agent.rendezvous.roll_call import NodeEntry, RollCall
 from torchx_elastic.agent.rendezvous.signed_store import StoreSigner
 from torchx_elastic.agent.rendezvous.waiting import Deadline, progress_line, waiting_line

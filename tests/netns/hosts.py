@@ -56,6 +56,7 @@ class Job:
     steps: int = 200
     step_s: float = 0.05
     until_world: int = 0  # a smaller world steps on until a restart makes it this big
+    hold_file: Path | None = None  # the loop steps on until this file exists (release())
     agents: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     ended_s: dict[str, float] = field(default_factory=dict)
 
@@ -72,6 +73,7 @@ class Job:
         command = [
             "bash", str(HOSTS_SH), "exec", host,
             "env", f"GLOO_SOCKET_IFNAME=veth-{host}", f"UNTIL_WORLD={self.until_world}",
+            f"HOLD_FILE={self.hold_file or ''}",
             sys.executable, "-m", "torchx_elastic.agent",
             f"--nnodes={self.nnodes or f'2:{self.n}'}", "--nproc-per-node=1", "--max-restarts=3",
             "--rdzv-backend=c10d", "--rdzv-endpoint=h0:29500", "--rdzv-id=job",
@@ -81,6 +83,11 @@ class Job:
             self.agents[host] = subprocess.Popen(
                 command, cwd=self.workdir, env=_env(), stdout=out, stderr=subprocess.STDOUT
             )
+
+    def release(self) -> None:
+        """Let the loop end (its ranks stop at their next step): see ``hold_file``."""
+        assert self.hold_file is not None
+        self.hold_file.touch()
 
     def text(self) -> str:
         return "".join(self.log(h).read_text(errors="replace") for h in self.agents)

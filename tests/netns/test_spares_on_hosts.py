@@ -25,7 +25,10 @@ STANDING_BY = "torchx-elastic: standing by: the job has its 2 nodes (3 here)"
 def job(tmp_path: Path) -> Iterator[Job]:
     with netns_job(tmp_path) as job:
         job.nnodes = "2"
-        job.steps = 400  # long enough for the spare to take over and train on
+        job.steps = 100
+        # the job trains until the spare took over and trained (a loaded machine may take
+        # longer than any number of steps to start the spare)
+        job.hold_file = tmp_path / "release"
         yield job
 
 
@@ -43,6 +46,13 @@ def spare_standing_by(job: Job) -> None:
 
 
 def assert_spare_took_the_place_of_h1(job: Job, fault_s: float) -> None:
+    wait_until(
+        lambda: [s for s, world, t in job.steps_seen() if world == 2 and t > fault_s and s >= 20],
+        what="world 2 training after the fault",
+        timeout_s=WAIT_S,
+        detail=job.shown,
+    )
+    job.release()
     codes = job.wait(["h0", "h2"], WAIT_S)
     assert codes == {"h0": 0, "h2": 0}, job.shown()
     assert_resumed(job, fault_s)

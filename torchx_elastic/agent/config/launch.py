@@ -15,6 +15,7 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum, auto
+from functools import cached_property
 from typing import Any
 
 from torch.distributed.elastic.multiprocessing.api import Std
@@ -22,6 +23,7 @@ from torch.distributed.elastic.multiprocessing.api import Std
 from torchx_elastic.agent.config import devices, rdzv_conf
 from torchx_elastic.agent.config.defaults import DEFAULT_SIGNALS
 from torchx_elastic.agent.config.endpoint import Endpoint
+from torchx_elastic.agent.config.rdzv_settings import RDZV_TIMEOUT_S, RendezvousSettings
 from torchx_elastic.agent.console.output.display import DEFAULT_STATUS_INTERVAL_S, parse_rank_filter
 from torchx_elastic.agent.console.output.sinks import DEFAULT_PREFIX, format_prefix
 from torchx_elastic.contract import (
@@ -43,7 +45,6 @@ log = logging.getLogger(__name__)
 
 DEFAULT_MASTER_PORT = 29500
 DEFAULT_SHUTDOWN_TIMEOUT_S = 30.0
-RDZV_TIMEOUT_S = 900  # torch's LaunchConfig.rdzv_configs["timeout"] default
 # set on every replica by this package's torchx schedulers (torchx's ``rank0_env`` macro)
 OMP_WARNING = (
     "\n*****************************************\n"
@@ -150,6 +151,11 @@ class AgentConfig:
     @property
     def nnodes(self) -> str:
         return str(NodeRange(self.min_nodes, self.max_nodes))
+
+    @cached_property
+    def rdzv(self) -> RendezvousSettings:
+        """``rdzv_configs`` parsed once (config/rdzv_settings.py)."""
+        return RendezvousSettings.parse(self.rdzv_configs)
 
 
 def local_world_size(text: str) -> int:

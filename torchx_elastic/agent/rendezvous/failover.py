@@ -239,9 +239,7 @@ class Failover:
         self._endpoint_ips = resolved(movable.endpoint.host)
         self._one_host = listen.is_loopback_host(movable.endpoint.host)
         self._params = rendezvous_parameters(config)  # those of every rendezvous it moves to
-        self._read_timeout = datetime.timedelta(
-            seconds=float(self._params.get_as_int("read_timeout", 60) or 60)
-        )
+        self._read_timeout = datetime.timedelta(seconds=config.rdzv.read_timeout_s)
         self._beacons: list[Beacon] = []
 
     def successors(self, members: dict[int, str]) -> list[str]:
@@ -283,7 +281,7 @@ class Failover:
             store = connect(endpoint, self._read_timeout)
         except (OSError, RuntimeError, TimeoutError) as err:
             raise NoSuccessor(f"this node cannot reach it at {endpoint}: {err}") from None
-        handler = handler_on_store(store, self._params, self._signer, endpoint)
+        handler = handler_on_store(store, self._params, self._config.rdzv, self._signer, endpoint)
         self._movable.move_to(handler, endpoint)
         self._on_moved(endpoint, False)
 
@@ -312,8 +310,10 @@ class Failover:
                 if hosting:
                     raise NoSuccessor(f"this node cannot host it at {endpoint}: {err}") from None
                 continue
-            handler = handler_on_store(store, self._params, self._signer, endpoint)
-            liveness.shorten_reform_last_call(handler, self._config.rdzv_configs)
+            handler = handler_on_store(
+                store, self._params, self._config.rdzv, self._signer, endpoint
+            )
+            liveness.shorten_reform_last_call(handler, self._config.rdzv)
             membership.continue_from(handler, self._movable, self._on_lost_host)
             self._movable.move_to(StoreHost(handler) if hosting else handler, endpoint)
             self._on_moved(endpoint, hosting)
@@ -348,8 +348,8 @@ class Failover:
                 store = connect(endpoint, self._read_timeout)
             except (OSError, RuntimeError, TimeoutError) as err:
                 raise NoSuccessor(f"no node hosts it again at {endpoint}: {err}") from None
-        handler = handler_on_store(store, self._params, self._signer, endpoint)
-        liveness.shorten_reform_last_call(handler, self._config.rdzv_configs)
+        handler = handler_on_store(store, self._params, self._config.rdzv, self._signer, endpoint)
+        liveness.shorten_reform_last_call(handler, self._config.rdzv)
         membership.continue_from(handler, self._movable, None)
         self._movable.move_to(StoreHost(handler) if hosting else handler, endpoint)
         self._on_moved(endpoint, hosting)

@@ -62,6 +62,7 @@ from torch.distributed.elastic.rendezvous.registry import get_rendezvous_handler
 from torchx_elastic.agent import compat
 from torchx_elastic.agent.config.endpoint import Endpoint
 from torchx_elastic.agent.config.launch import AgentConfig
+from torchx_elastic.agent.config.rdzv_settings import RendezvousSettings
 from torchx_elastic.agent.rendezvous import (
     diagnosis,
     listen,
@@ -71,12 +72,7 @@ from torchx_elastic.agent.rendezvous import (
     waiting,
 )
 from torchx_elastic.agent.rendezvous.keyed_liveness import KeyedLiveness, KeyedLivenessRendezvous
-from torchx_elastic.agent.rendezvous.parameters import (
-    join_timeout_s,
-    may_host,
-    own_protocol,
-    rendezvous_parameters,
-)
+from torchx_elastic.agent.rendezvous.parameters import may_host, rendezvous_parameters
 from torchx_elastic.agent.rendezvous.rounds.handler import RoundsRendezvous
 from torchx_elastic.agent.rendezvous.signed_store import SignedStore, StoreSigner
 from torchx_elastic.agent.rendezvous.wrapped import WrappedRendezvous
@@ -84,8 +80,6 @@ from torchx_elastic.contract import SECRET_ENV, SECRET_FILE_ENV
 
 log = logging.getLogger(__name__)
 
-# the first round's last call where --rdzv-conf last_call_timeout does not give one (torch's)
-FIRST_LAST_CALL_S = 30
 _CHECK = (
     "check that the rank-0 node is running, that {host} resolves and port {port} is reachable"
     " from this node (--rdzv-endpoint / dist.ddp --rdzv_port, firewalls), and that no other"
@@ -146,14 +140,14 @@ def create_handler(
     ``signer`` (signed_store.py); torch's own handler with ``--rdzv-conf handler=torch``.
     """
     params = rendezvous_parameters(config)  # once for this rendezvous: handed down
-    timeout_s = join_timeout_s(params)
+    timeout_s = config.rdzv.join_timeout_s
     endpoint = config.rdzv_endpoint
-    tcp = params.backend == "c10d" and params.get("store_type", "tcp").strip().lower() == "tcp"
+    tcp = params.backend == "c10d" and config.rdzv.store_type == "tcp"
     hosting = may_host(params, endpoint.host)
     network_checks.say_interface_problems(config)
     # said out loud while it fails; at the join timeout the diagnosis is the error
     # a static node other than rank 0 is a client of rank 0's store, as c10d's peers are
-    static_peer = params.backend == "static" and int(config.rdzv_configs.get("rank", 0)) != 0
+    static_peer = params.backend == "static" and (config.rdzv.static_rank or 0) != 0
     connect = (tcp and not hosting) or static_peer
     diagnosis.wait_until_reachable(endpoint, timeout_s, connect=connect)
     try:
@@ -162,14 +156,14 @@ def create_handler(
             if params.backend == "static":
                 return static_ranks.CheckedStaticRanks(created, config, signer)
             return created
-        store, hosted = rendezvous_store(params, endpoint)
+        store, hosted = rendezvous_store(config.rdzv, endpoint)
     except RendezvousConnectionError:
         raise  # the host went away as this node reached it (late_for_the_job)
     except (RendezvousError, RuntimeError, TimeoutError, ValueError, OSError) as err:
         if hosting and diagnosis.is_port_taken(err):
             raise diagnosis.RendezvousDiagnosis(endpoint, diagnosis.port_taken(endpoint)) from None
         raise RendezvousFailure(endpoint, describe_error(err)) from None
-    handler = handler_on_store(store, params, signer, endpoint)
+    handler = handler_on_store(store, params, config.rdzv, signer, endpoint)
     explained = waiting.explained(handler, store, config, signer, hosted, timeout_s, on_waiting)
     return StoreHost(explained) if hosted else explained
 
@@ -190,7 +184,11 @@ def hosts_store(handler: RendezvousHandler) -> bool:
 
 
 def handler_on_store(
-    store: Any, params: RendezvousParameters, signer: StoreSigner, endpoint: Endpoint
+    store: Any,
+    params: RendezvousParameters,
+    settings: RendezvousSettings,
+    signer: StoreSigner,
+    endpoint: Endpoint,
 ) -> RendezvousHandler:
     """The agent's own rendezvous (rounds/handler.py) on a store this node reached, with
     the keyed liveness beside it; torch's dynamic rendezvous, untouched, where
@@ -198,7 +196,7 @@ def handler_on_store(
     now (its host exited as this node came: the end of an elastic job) raises torch's
     ``RendezvousConnectionError``, for the caller to tell a late node from a failure
     (:func:`late_for_the_job`); other errors are a :class:`RendezvousFailure`."""
-    if not own_protocol(params.config):
+    if settings.torch_handler:
         try:
             backend = C10dRendezvousBackend(store, params.run_id)
             return dynamic_rendezvous.create_handler(store, backend, params)
@@ -213,8 +211,8 @@ def handler_on_store(
         params.min_nodes,
         params.max_nodes,
         params.local_addr or socket.getfqdn(),
-        last_call_s=float(params.get_as_int(liveness.LAST_CALL_KEY, FIRST_LAST_CALL_S) or 0),
-        join_timeout_s=join_timeout_s(params),
+        last_call_s=settings.first_last_call_s,
+        join_timeout_s=settings.join_timeout_s,
         use_agent_store=compat.shares_agent_store(),
     )
     handler.is_closed()  # a store gone already raises here (a late node's job ended)
@@ -222,8 +220,8 @@ def handler_on_store(
         handler,
         SignedStore(own_connection(store), signer),
         params.run_id,
-        liveness.interval_s(params.config),
-        liveness.dead_after_s(params.config),
+        settings.keep_alive_interval_s,
+        settings.dead_after_s,
     )
     return KeyedLivenessRendezvous(handler, beats)
 
@@ -248,16 +246,14 @@ def own_connection(store: Any) -> Any:
         return store
 
 
-def rendezvous_store(params: RendezvousParameters, endpoint: Endpoint) -> tuple[Any, bool]:
+def rendezvous_store(settings: RendezvousSettings, endpoint: Endpoint) -> tuple[Any, bool]:
     """The c10d rendezvous store as torch's c10d backend makes it (``is_host``,
     ``read_timeout``), hosted on the peers' address only (listen.py); and whether this
     process hosts it (not when another agent of this host took the port first)."""
     from torch.distributed import TCPStore  # type: ignore[attr-defined]
 
-    read_timeout = params.get_as_int("read_timeout", 60)
-    if read_timeout is None or read_timeout <= 0:
-        raise ValueError("The read timeout must be a positive integer.")
-    given = params.get_as_bool("is_host")
+    read_timeout = settings.read_timeout_s
+    given = settings.is_host
     # as torch's c10d backend decides: an endpoint that names this machine (not merely an
     # address this host could bind: nodes sharing a network, as two Slurm nodes on one
     # machine, would race for the port)

@@ -1,4 +1,4 @@
-"""Peers that stopped answering: the settings of the heartbeats and what a survivor says.
+"""Peers that stopped answering: what the agent reads of them, and what a survivor says.
 
 Every node writes a heartbeat key and its peers watch it (keyed_liveness.py); a node silent
 for ``keep_alive_interval * keep_alive_max_attempt`` seconds is said dead and dropped from
@@ -7,11 +7,9 @@ vanished sends no TCP reset, so its peers' collectives would wait for it for as 
 process group's timeout (30 minutes for gloo); the survivors stop their workers instead and
 re-form without it.
 
-Defaults, where ``--rdzv-conf`` does not set them (torch's are 5 s x 3 and a 30 s last
-call): a heartbeat every 2 s, a node dead after 5 missed ones (10 s), and a last call of
-3 s for the rounds after the first, when the nodes that re-form are already there.
-``liveness=state`` (or ``handler=torch``) runs torch's own c10d rendezvous instead,
-untouched: its heartbeats in its state, as torchrun's agent does, and none of this.
+The settings and their defaults: config/rdzv_settings.py. ``liveness=state`` (or
+``handler=torch``) runs torch's own c10d rendezvous instead, untouched: its heartbeats in
+its state, as torchrun's agent does, and none of this.
 """
 
 from __future__ import annotations
@@ -22,42 +20,13 @@ from typing import TYPE_CHECKING
 
 from torch.distributed.elastic.rendezvous import RendezvousHandler
 
+from torchx_elastic.agent.config.rdzv_settings import RendezvousSettings
 from torchx_elastic.agent.rendezvous import membership
 
 if TYPE_CHECKING:
     from torchx_elastic.agent.rendezvous.keyed_liveness import KeyedLiveness
 
 log = logging.getLogger(__name__)
-
-KEEP_ALIVE_DEFAULTS = {"keep_alive_interval": "2", "keep_alive_max_attempt": "5"}
-LAST_CALL_KEY = "last_call_timeout"
-REFORM_LAST_CALL_S = 3.0
-# --rdzv-conf liveness=keys (the default: keyed_liveness.py) or state (torch's heartbeats in
-# its state, as torchrun's)
-LIVENESS_KEY = "liveness"
-DEFAULT_LIVENESS = "keys"
-
-
-def with_keep_alive_defaults(conf: dict[str, str]) -> dict[str, str]:
-    """``--rdzv-conf`` with the agent's keep-alive defaults where it gives none."""
-    return {**KEEP_ALIVE_DEFAULTS, **conf}
-
-
-def keyed(conf: dict[str, str]) -> bool:
-    """Whether the keyed liveness replaces torch's heartbeats (``--rdzv-conf liveness``)."""
-    return conf.get(LIVENESS_KEY, DEFAULT_LIVENESS).strip().lower() == "keys"
-
-
-def mode(conf: dict[str, str], backend: str) -> str:
-    """``keys`` or ``state``: who keeps a node's heartbeats (the keyed liveness of the
-    agent's own rendezvous on c10d; torch's, in its state, under ``handler=torch``). Every
-    node says it in the roll call, so that nodes of both kinds are named at once."""
-    torch_handler = conf.get("handler", "").strip().lower() == "torch"
-    return "keys" if backend == "c10d" and keyed(conf) and not torch_handler else "state"
-
-
-def interval_s(conf: dict[str, str]) -> float:
-    return float(with_keep_alive_defaults(conf)["keep_alive_interval"])
 
 
 def keyed_liveness_of(handler: RendezvousHandler) -> KeyedLiveness | None:
@@ -80,18 +49,11 @@ def stop_heartbeats(handler: RendezvousHandler) -> None:
         keyed_.stop()
 
 
-def dead_after_s(conf: dict[str, str]) -> float:
-    """How long a node may miss heartbeats before torch drops it from the rendezvous."""
-    full = with_keep_alive_defaults(conf)
-    return float(full["keep_alive_interval"]) * float(full["keep_alive_max_attempt"])
-
-
-def shorten_reform_last_call(handler: RendezvousHandler, conf: dict[str, str]) -> None:
-    """After the first round, re-form in :data:`REFORM_LAST_CALL_S` (unless
+def shorten_reform_last_call(handler: RendezvousHandler, settings: RendezvousSettings) -> None:
+    """After the first round, re-form in the re-form's last call (3 s unless
     ``last_call_timeout`` was given): the nodes of a restart or of a new member are there
     within a second of each other, and a lost node is not coming back to this round."""
-    reform = REFORM_LAST_CALL_S
-    if LAST_CALL_KEY not in conf and not membership.set_reform_last_call(handler, reform):
+    if not membership.set_reform_last_call(handler, settings.reform_last_call_s):
         log.debug("torch's rendezvous handler keeps its last call: re-forming waits for it")
 
 
@@ -100,8 +62,7 @@ class SilentPeers:
     the rendezvous moved past this node's round (a verdict re-forms it at once); with
     torch's own rendezvous, which tells nobody's heartbeats, none."""
 
-    def __init__(self, conf: dict[str, str]) -> None:
-        del conf
+    def __init__(self) -> None:
         self._ids: dict[int, str] = {}  # node rank -> node id, of the round
         self._round = 0  # the round number when the round completed
         self.stopped: set[int] = set()  # of the members lost last, those whose agent stopped
@@ -139,9 +100,7 @@ def node_names(members: dict[int, str]) -> list[str]:
     return [f"node {rank}: {name}" for rank, name in sorted(members.items())]
 
 
-def lost_peer_line(
-    lost: dict[int, str], conf: dict[str, str], stopped: Collection[int] = ()
-) -> str:
+def lost_peer_line(lost: dict[int, str], dead_after_s: float, stopped: Collection[int] = ()) -> str:
     """What a survivor says of the members ``lost``: silent for the dead-after time, or
     (node ranks ``stopped``) said by their agent to have stopped (the keyed liveness)."""
     silent = {rank: name for rank, name in lost.items() if rank not in stopped}
@@ -150,16 +109,16 @@ def lost_peer_line(
     if silent:
         parts.append(
             f"{', '.join(node_names(silent))} stopped answering (no rendezvous heartbeat for"
-            f" {dead_after_s(conf):g}s)"
+            f" {dead_after_s:g}s)"
         )
     if left:
         parts.append(f"{', '.join(node_names(left))} left the job (its agent was stopped)")
     return f"torchx-elastic: {' and '.join(parts)}: stopping the workers and re-forming without it"
 
 
-def dropped_line(conf: dict[str, str]) -> str:
+def dropped_line(dead_after_s: float) -> str:
     return (
         "torchx-elastic: the other nodes dropped this node from the rendezvous (they saw no"
-        f" heartbeat from it for {dead_after_s(conf):g}s: its agent was stalled or starved of"
+        f" heartbeat from it for {dead_after_s:g}s: its agent was stalled or starved of"
         " CPU) and went on without it: stopping its workers and joining again"
     )

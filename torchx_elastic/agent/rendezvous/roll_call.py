@@ -22,7 +22,6 @@ from typing import Any
 
 from torchx_elastic.agent.config.launch import AgentConfig
 from torchx_elastic.agent.console.store_entry import RefusedEntry
-from torchx_elastic.agent.rendezvous import liveness
 from torchx_elastic.agent.rendezvous.diagnosis import Problem, resolved
 from torchx_elastic.agent.rendezvous.signed_store import MAGIC, StoreSigner
 from torchx_elastic.contract import ROLL_CALL_KEY_PREFIX, SECRET_ENV
@@ -68,7 +67,7 @@ class NodeEntry:
             nproc_per_node=config.nproc_per_node,
             max_restarts=config.max_restarts,
             rdzv_backend=config.rdzv_backend,
-            liveness=liveness.mode(config.rdzv_configs, config.rdzv_backend),
+            liveness=config.rdzv.liveness_mode(config.rdzv_backend),
         )
 
     @property

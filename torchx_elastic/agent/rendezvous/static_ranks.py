@@ -31,7 +31,7 @@ from typing import Any, TypeVar
 from torch.distributed.elastic.rendezvous import RendezvousHandler, RendezvousInfo
 
 from torchx_elastic.agent import compat
-from torchx_elastic.agent.config.launch import RDZV_TIMEOUT_S, AgentConfig
+from torchx_elastic.agent.config.launch import AgentConfig
 from torchx_elastic.agent.rendezvous.diagnosis import (
     GrowingInterval,
     Problem,
@@ -58,7 +58,7 @@ def host_waiting_line(config: AgentConfig, until: str) -> str:
     """What node rank 0 of a static rendezvous says while the others have not connected."""
     others = config.max_nodes - 1
     ranks = "1" if others == 1 else f"1 to {others}"
-    timeout = config.rdzv_configs.get("timeout", RDZV_TIMEOUT_S)
+    timeout = f"{config.rdzv.static_timeout_s:g}"
     return (
         f"{WAITING_FOR_NODES}this node (--node-rank 0) hosts the static rendezvous at"
         f" {config.rdzv_endpoint} and waits for the other {others} node{'s' * (others > 1)}"
@@ -72,7 +72,7 @@ def host_timed_out(config: AgentConfig, err: Exception) -> Problem:
     ``Timed out after N seconds waiting for clients. K/M clients joined.``)."""
     joined = re.search(r"(\d+)/(\d+) clients joined", str(err))
     count = f"only {joined[1]} of {joined[2]}" if joined else "not all"
-    timeout = config.rdzv_configs.get("timeout", RDZV_TIMEOUT_S)
+    timeout = f"{config.rdzv.static_timeout_s:g}"
     return Problem(
         f"{count} nodes connected to this node's static rendezvous within {timeout}s",
         f"start the missing node(s) with --rdzv-backend static --rdzv-endpoint"
@@ -189,8 +189,8 @@ class CheckedStaticRanks(WrappedRendezvous):
         self._call: RollCall | None = None
 
     def next_rendezvous(self) -> RendezvousInfo:
-        if self._rounds == 0 and self._config.rdzv_configs.get("rank") == 0:
-            timeout_s = float(self._config.rdzv_configs.get("timeout", RDZV_TIMEOUT_S))
+        if self._rounds == 0 and self._config.rdzv.static_rank == 0:
+            timeout_s = self._config.rdzv.static_timeout_s
             until = gives_up_at(timeout_s)
             try:
                 info = said_while_waiting(

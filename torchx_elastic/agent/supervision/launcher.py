@@ -39,7 +39,6 @@ from torchx_elastic.agent.rendezvous.handler import (
 )
 from torchx_elastic.agent.rendezvous.job_secret import job_secret
 from torchx_elastic.agent.rendezvous.observed import ObservedRendezvous, RoundListener
-from torchx_elastic.agent.rendezvous.parameters import finished_grace_s
 from torchx_elastic.agent.rendezvous.presence import PresencePort
 from torchx_elastic.agent.rendezvous.signed_store import StoreSigner, signed_rounds
 from torchx_elastic.agent.supervision.elastic_events import check_handler, record_agent_end
@@ -344,7 +343,7 @@ def keep_closed_rendezvous_up(config: AgentConfig, supervisor: Supervisor, hosti
         return
     linger_s = 0.0
     if supervisor.largest_world < config.max_nodes:
-        linger_s = finished_grace_s(config)
+        linger_s = config.rdzv.finished_grace_s
     elif membership.standbys(supervisor.handler)[0]:
         linger_s = STANDBY_LINGER_S
     if linger_s <= 0:

@@ -230,7 +230,7 @@ class Supervisor:
         self._supervision = supervision
         self._make_workers = make_workers
         self.restarts_spent = 0  # the job's, agreed over the store (restart_budget.py)
-        self._silent_peers = liveness.SilentPeers(config.rdzv_configs)
+        self._silent_peers = liveness.SilentPeers()
         self.last_round_members: dict[int, str] = {}
         self.last_round_addresses: dict[int, str] = {}  # node rank -> published address
         self._rounds = 0  # rendezvous rounds this node completed
@@ -382,7 +382,7 @@ class Supervisor:
         """This node's ranks failed because a peer stopped answering: re-formed. While a
         member of the round is silent but not dropped yet, wait for the rendezvous' verdict
         (at most the dead-after time)."""
-        deadline_s = time.monotonic() + liveness.dead_after_s(self.config.rdzv_configs)
+        deadline_s = time.monotonic() + self.config.rdzv.dead_after_s
         while True:
             try:
                 self.handler.is_closed()  # the store still answers
@@ -404,7 +404,7 @@ class Supervisor:
         does not look: its node trains on in a job of its own."""
         if not membership.dropped_from_round(self.handler):
             return False
-        say(liveness.dropped_line(self.config.rdzv_configs))
+        say(liveness.dropped_line(self.config.rdzv.dead_after_s))
         self._restart(ev.RESTART_DROPPED, next_round=self._rounds + 1)
         return True
 
@@ -416,7 +416,7 @@ class Supervisor:
         if not lost:
             return False
         stopped = self._silent_peers.stopped
-        say(liveness.lost_peer_line(lost, self.config.rdzv_configs, stopped))
+        say(liveness.lost_peer_line(lost, self.config.rdzv.dead_after_s, stopped))
         lost_names = liveness.node_names(lost)
         self._restart(ev.RESTART_PEER_LOST, lost=lost_names, next_round=self._rounds + 1)
         return True
@@ -435,7 +435,7 @@ class Supervisor:
         held = restart_budget.raise_to(membership.handler_store(self.handler), self.restarts_spent)
         self.restarts_spent = max(self.restarts_spent, held or 0)
         if self._rounds == 0:  # the first round's last call is the user's (torch's 30 s)
-            liveness.shorten_reform_last_call(self.handler, self.config.rdzv_configs)
+            liveness.shorten_reform_last_call(self.handler, self.config.rdzv)
         workers = assign_ranks(rnd.store, rnd.rank, rnd.world_size, self.config)
         master_addr = self.config.master_addr or rnd.master_addr
         master_port = self.config.master_port or rnd.master_port

@@ -243,7 +243,7 @@ def watch_network(
         config.rdzv_endpoint,
         hosts_rendezvous(config),
         lambda: membership.peer_hosts(handler),
-        LOST_AFTER_HEARTBEATS * liveness.dead_after_s(config.rdzv_configs),
+        LOST_AFTER_HEARTBEATS * config.rdzv.dead_after_s,
         give_up,
         lambda: liveness.freshest_peer_beat_age_s(handler),
         on_host_lost,

@@ -33,7 +33,7 @@ def can_move(config: AgentConfig) -> bool:
     them (on one host, a survivor hosts it again at the endpoint). Whether they make the
     job's minimum, with the nodes standing by, is the failover's refusal, decided when the
     host is lost (a fixed-size job moves only where a spare makes it whole)."""
-    tcp = config.rdzv_configs.get("store_type", "tcp").strip().lower() == "tcp"
+    tcp = config.rdzv.store_type == "tcp"
     return config.rdzv_backend == "c10d" and tcp and config.max_nodes > 1
 
 
