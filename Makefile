@@ -38,6 +38,7 @@ KFP_VENV ?= .venv-kfp
 
 .PHONY: setup setup-torchx-dev test-torchx-dev example image test test-fast test-torch-versions lint bench
 .PHONY: setup-torch-versions setup-other-lines test-other-lines clean setup-kfp test-kfp
+.PHONY: print-torch-versions
 .PHONY: test-local test-cli-jobs test-cli-forms test-backends test-engines test-hosts
 .PHONY: test-torchx-dev-lane docs test-wheel
 
@@ -122,6 +123,9 @@ test-hosts: setup
 
 setup-torch-versions: $(foreach v,$(TORCH_VERSIONS),.venv-torch$(v)/.installed)
 
+print-torch-versions:
+	@echo $(TORCH_VERSIONS)
+
 # the venvs of the other torch versions and of torchx's development line
 setup-other-lines: setup-torch-versions setup-torchx-dev setup-kfp
 
@@ -147,7 +151,7 @@ test-torch%: .venv-torch%/.installed
 	$(PYTHON) -m venv .venv-torch$*
 	.venv-torch$*/bin/python -m pip install -q --upgrade pip
 	printf 'torch==%s\ntorchx>=0.7,<0.8\n' $* > .venv-torch$*/constraints.txt
-	PIP_CONFIG_FILE=/dev/null .venv-torch$*/bin/python -m pip install -q \
+	PIP_CONFIG_FILE=/dev/null .venv-torch$*/bin/python -m pip install -q --no-compile \
 		-c .venv-torch$*/constraints.txt torch==$*
 	PIP_CONFIG_FILE=/dev/null .venv-torch$*/bin/python -m pip install -q \
 		-c .venv-torch$*/constraints.txt -e '.[test]'
