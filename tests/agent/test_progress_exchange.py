@@ -6,6 +6,7 @@ tests/unit/test_job_progress_units.py)."""
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -442,3 +443,49 @@ def test_the_interval_grows_with_the_nodes_so_that_node_rank_0_reads_a_bounded_r
         finally:
             node0.close()
     assert live == [1, 2]  # node 0, and node 1 where it is still live
+
+
+class _SlowStore:
+    """A round's store whose every call waits until released (a store slowed by a thousand
+    nodes, or one whose host is going away)."""
+
+    def __init__(self, store: Any) -> None:
+        self.store = store
+        self.entered = threading.Event()
+        self.release = threading.Event()
+
+    def __getattr__(self, name: str) -> Any:
+        def call(*args: Any) -> Any:
+            self.entered.set()
+            self.release.wait(30)
+            return getattr(self.store, name)(*args)
+
+        return call
+
+
+def test_a_new_round_does_not_wait_for_the_exchange_of_the_round_before(
+    stores: tuple[Any, Any],
+) -> None:
+    store0, _ = stores
+    activity = RankActivity()
+    node0 = JobProgressExchange(activity, None, interval_s=60)
+    slow = _SlowStore(store0)
+    try:
+        node0.start_round(slow, 0, 2)
+        node0.set_ranks({0: 0})
+        _feed(activity, 0, 10)
+        stuck = threading.Thread(target=node0.exchange, daemon=True)
+        stuck.start()
+        assert slow.entered.wait(10)  # the exchange of round 1 holds its store call
+        started = time.monotonic()
+        node0.start_round(store0, 0, 1)  # round 2
+        assert time.monotonic() - started < 5.0
+        node0.exchange()
+        assert node0.latest() is not None and node0.latest().nodes == 1  # type: ignore[union-attr]
+        slow.release.set()
+        stuck.join(10)
+        summary = node0.latest()
+        assert summary is not None and summary.nodes == 1  # round 1's late summary is not kept
+    finally:
+        slow.release.set()
+        node0.close()

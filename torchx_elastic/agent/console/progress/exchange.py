@@ -391,6 +391,11 @@ class JobProgressExchange:
             return self._store is not None
 
     def start_round(self, store: KeyValueStore, node_rank: int, num_nodes: int) -> None:
+        """The round's store and this node's place in it. An exchange of the round before
+        that still holds its lock (a call on a slow store: the node rank 0 of a thousand
+        nodes reads them all) keeps it, on its own store: the new round does not wait."""
+        with self._lock:
+            self._store_lock = threading.Lock()
         with self._store_lock, self._lock:
             self._store, self._node, self._num_nodes = store, node_rank, num_nodes
             self._stopped = False
@@ -452,6 +457,8 @@ class JobProgressExchange:
         (up to ``final_wait_s``) for every node's, sums up once more, and the exchange of
         this round ends."""
         with self._store_lock:
+            with self._lock:
+                store = self._store
             deadline_s = self._clock() + self._final_wait_s
             gone: set[int] = set()
             checked_s: float | None = None
@@ -469,7 +476,8 @@ class JobProgressExchange:
                     min(0.2, self._base_interval_s) * self._interval_s / self._base_interval_s
                 )
             with self._lock:
-                self._stopped = True
+                if self._store is store:  # not a later round's
+                    self._stopped = True
 
     def _waited_for(self, gone: Collection[int]) -> list[int]:
         """The nodes whose final report node rank 0 still waits for: not in yet, live (a
