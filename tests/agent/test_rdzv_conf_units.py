@@ -119,3 +119,14 @@ def test_the_settings_are_read_once_into_typed_figures() -> None:
     assert config(*C10D, "--rdzv-conf", "liveness=state").rdzv.torch_handler
     static = config(*STATIC, "--node-rank", "0").rdzv
     assert (static.static_rank, static.static_timeout_s) == (0, 900.0)
+
+
+def test_a_setting_the_backend_does_not_read_keeps_its_default(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # static reads no read_timeout: its value is not checked (one warning), and not read
+    settings = config(*STATIC, "--node-rank", "1", "--rdzv-conf", "read_timeout=soon").rdzv
+    assert settings.read_timeout_s == 60.0 and settings.static_rank == 1
+    assert any(
+        "'read_timeout': the static rendezvous does not read" in w for w in warnings_of(caplog)
+    )

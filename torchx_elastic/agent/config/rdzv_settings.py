@@ -62,7 +62,10 @@ class RendezvousSettings:
     @classmethod
     def parse(cls, conf: Mapping[str, Any]) -> RendezvousSettings:
         def seconds(key: str, default: float) -> float:
-            return float(conf[key]) if key in conf else default
+            try:  # a key the backend does not read is not checked: its default stands
+                return float(conf[key]) if key in conf else default
+            except (TypeError, ValueError):
+                return default
 
         given = {**KEEP_ALIVE_DEFAULTS, **conf}
         is_host = conf.get("is_host")
