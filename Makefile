@@ -16,17 +16,9 @@ TORCH_VERSIONS ?= 2.4.0 2.15.0
 # `torchrun_sample` (a sample of the torchrun forms; every form runs in `make test`);
 # `torchx_dev` runs again on torchx's development line.
 OTHER_TORCH_SUITE := torch_lines or torchrun_sample
-# the real backends: `make test` runs them in two lanes of their own, one test at a time in each
-# (each starts its cluster or hosts): the engines (Docker, and the Kubernetes node that runs the
-# engine's images) and the hosts (the simulated hosts in network namespaces, and Slurm's two nodes)
+# the real backends: `make test` runs them in a lane of their own, one at a time (each starts
+# its cluster or hosts), beside the lane of everything else
 BACKENDS := docker or kubernetes or slurm or netns
-ENGINES := docker or kubernetes
-# the jobs through the torchx CLI and torchrun's forms (local multi-node jobs on the default
-# rendezvous port) in two lanes: the forms compared with torchrun (the longest files) in a
-# network namespace of their own, the rest in this machine's network (ci/network.sh)
-CLI_JOBS := cli_jobs and not ($(BACKENDS))
-CLI_FORMS := tests/e2e/test_torchrun_compat.py tests/e2e/test_torch_launcher_tests.py
-NETWORK := ci/network.sh
 PYTEST := pytest -q -rfEs -p no:cacheprovider --durations=15
 LANE := ci/lane.sh
 export PIP_CACHE_DIR ?= $(HOME)/.cache/pip
@@ -38,9 +30,7 @@ KFP_VENV ?= .venv-kfp
 
 .PHONY: setup setup-torchx-dev test-torchx-dev example image test test-fast test-torch-versions lint bench
 .PHONY: setup-torch-versions setup-other-lines test-other-lines clean setup-kfp test-kfp
-.PHONY: print-torch-versions
-.PHONY: test-local test-cli-jobs test-cli-forms test-backends test-engines test-hosts
-.PHONY: test-torchx-dev-lane docs test-wheel
+.PHONY: test-local test-cli-jobs test-backends test-torchx-dev-lane docs test-wheel
 
 setup: $(VENV)/.installed
 
@@ -95,36 +85,21 @@ lint: setup
 	$(BIN)/mypy
 
 # Everything, slow end-to-end runs included (Docker tests need an engine: ci/docker-engine.sh),
-# in five lanes side by side, each line of output named by its lane: the real backends' two
-# (engines, hosts), the jobs through the torchx CLI (marker cli_jobs) in two (cli-jobs,
-# cli-forms) and everything else (local). Most of the CLI and backend tests wait (for a node to
-# be found lost, a pod to start): side by side they share the two cores well.
+# in three lanes side by side, each line of output named by its lane: the real backends (one
+# at a time), the jobs through the torchx CLI (marker cli_jobs) and everything else.
 test: lint
-	$(MAKE) --no-print-directory -j5 test-local test-cli-jobs test-cli-forms test-engines test-hosts
+	$(MAKE) --no-print-directory -j3 test-local test-cli-jobs test-backends
 
 test-local: setup
 	$(LANE) local $(BIN)/$(PYTEST) -m "not ($(BACKENDS) or cli_jobs)"
 
 test-cli-jobs: setup
-	$(LANE) cli-jobs $(NETWORK) shared $(BIN)/$(PYTEST) -m "$(CLI_JOBS)" \
-		$(foreach file,$(CLI_FORMS),--ignore=$(file))
+	$(LANE) cli-jobs $(BIN)/$(PYTEST) -m "cli_jobs and not ($(BACKENDS))"
 
-test-cli-forms: setup
-	$(LANE) cli-forms $(NETWORK) own $(BIN)/$(PYTEST) -m "$(CLI_JOBS)" $(CLI_FORMS)
-
-test-backends: test-engines test-hosts
-
-# the image first (the Kubernetes tests load it into the node): the other lanes start meanwhile
-test-engines: setup image
-	$(LANE) engines $(BIN)/$(PYTEST) -m "$(ENGINES)"
-
-test-hosts: setup
-	$(LANE) hosts $(BIN)/$(PYTEST) -m "($(BACKENDS)) and not ($(ENGINES))"
+test-backends: setup
+	$(LANE) backends $(BIN)/$(PYTEST) -m "$(BACKENDS)"
 
 setup-torch-versions: $(foreach v,$(TORCH_VERSIONS),.venv-torch$(v)/.installed)
-
-print-torch-versions:
-	@echo $(TORCH_VERSIONS)
 
 # the venvs of the other torch versions and of torchx's development line
 setup-other-lines: setup-torch-versions setup-torchx-dev setup-kfp
@@ -151,7 +126,7 @@ test-torch%: .venv-torch%/.installed
 	$(PYTHON) -m venv .venv-torch$*
 	.venv-torch$*/bin/python -m pip install -q --upgrade pip
 	printf 'torch==%s\ntorchx>=0.7,<0.8\n' $* > .venv-torch$*/constraints.txt
-	PIP_CONFIG_FILE=/dev/null .venv-torch$*/bin/python -m pip install -q --no-compile \
+	PIP_CONFIG_FILE=/dev/null .venv-torch$*/bin/python -m pip install -q \
 		-c .venv-torch$*/constraints.txt torch==$*
 	PIP_CONFIG_FILE=/dev/null .venv-torch$*/bin/python -m pip install -q \
 		-c .venv-torch$*/constraints.txt -e '.[test]'

@@ -122,8 +122,8 @@ def threads_ended() -> Iterator[None]:
 
 # The suites (the Makefile's test targets select them by marker; pyproject.toml lists them).
 # A test that brings up a real backend is marked by the fixture that brings it up, wherever
-# the test lives, so `make test`'s lanes (Makefile) never run one test twice or miss one (the
-# browser runs in the local lane).
+# the test lives, so `make test`'s two lanes (the local one and the real backends') never run
+# one test twice or miss one (the browser runs in the local lane).
 BACKEND_FIXTURES = {
     "docker_client": "docker",  # tests/docker/conftest.py: the real engine
     "cluster": "kubernetes",  # tests/kubernetes/test_real_node.py: the real node
@@ -133,7 +133,7 @@ BACKEND_FIXTURES = {
 }
 # the folders whose every test is in a suite: one that other lines run again, or `cli_jobs`
 # (jobs through the torchx CLI, multi-node local ones on the default rendezvous port: `make
-# test` runs them in two lanes, each in a network of its own: ci/network.sh)
+# test` runs them in a lane of their own, one at a time)
 FOLDER_SUITES = {
     "agent": ("torch_lines",),  # the agent on every torch release CI runs
     "fidelity": ("torch_lines",),
