@@ -156,7 +156,7 @@ def create_handler(
             if params.backend == "static":
                 return static_ranks.CheckedStaticRanks(created, config, signer)
             return created
-        store, hosted = rendezvous_store(config.rdzv, endpoint)
+        store, hosted = rendezvous_store(params, config.rdzv, endpoint)
     except RendezvousConnectionError:
         raise  # the host went away as this node reached it (late_for_the_job)
     except (RendezvousError, RuntimeError, TimeoutError, ValueError, OSError) as err:
@@ -246,14 +246,18 @@ def own_connection(store: Any) -> Any:
         return store
 
 
-def rendezvous_store(settings: RendezvousSettings, endpoint: Endpoint) -> tuple[Any, bool]:
+def rendezvous_store(
+    params: RendezvousParameters, settings: RendezvousSettings, endpoint: Endpoint
+) -> tuple[Any, bool]:
     """The c10d rendezvous store as torch's c10d backend makes it (``is_host``,
     ``read_timeout``), hosted on the peers' address only (listen.py); and whether this
     process hosts it (not when another agent of this host took the port first)."""
     from torch.distributed import TCPStore  # type: ignore[attr-defined]
 
     read_timeout = settings.read_timeout_s
-    given = settings.is_host
+    # given, or this node's host name is the endpoint's (a pod before its DNS record is
+    # published): rendezvous_parameters
+    given = params.get_as_bool("is_host")
     # as torch's c10d backend decides: an endpoint that names this machine (not merely an
     # address this host could bind: nodes sharing a network, as two Slurm nodes on one
     # machine, would race for the port)
