@@ -209,7 +209,7 @@ def _store_given(store: CountingStore) -> Iterator[None]:
     from torchx_elastic.agent.rendezvous import handler as handler_module
 
     original = handler_module.rendezvous_store, handler_module.own_connection
-    handler_module.rendezvous_store = lambda params, endpoint: (store, False)
+    handler_module.rendezvous_store = lambda params, settings, endpoint: (store, False)
     handler_module.own_connection = lambda given: given.connect_again()
     try:
         yield
