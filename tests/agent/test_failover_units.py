@@ -120,6 +120,8 @@ class Handler(RendezvousHandler):
         return "c10d"
 
     def is_closed(self) -> bool:
+        if self.error is not None:
+            raise self.error
         return False
 
     def set_closed(self) -> None:
@@ -157,14 +159,17 @@ def test_a_call_waiting_on_the_lost_host_returns_when_the_loss_is_known() -> Non
 
 def test_a_failed_store_connection_is_a_lost_host() -> None:
     """A host that ends the job on purpose leaves last (closing.py): its store goes away
-    under a running peer only when its agent died."""
+    under a running peer only when its agent died. The supervision loop's check that the
+    store still answers (its workers failed with a peer: the host's loss, not the script's
+    failure, when the store is gone) says so too."""
     handler = Handler()
     handler.error = RendezvousConnectionError("The connection to the C10d store has failed.")
     movable = MovableRendezvous(handler, LOST)
-    with pytest.raises(
-        HostLost, match=r"^the connection to the rendezvous store at h0:29500 failed$"
-    ):
-        movable.num_nodes_waiting()
+    for call in (movable.num_nodes_waiting, movable.is_closed):
+        with pytest.raises(
+            HostLost, match=r"^the connection to the rendezvous store at h0:29500 failed$"
+        ):
+            call()
     movable.close()
 
 

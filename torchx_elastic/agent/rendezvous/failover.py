@@ -204,6 +204,11 @@ class MovableRendezvous(WrappedRendezvous):
     def num_nodes_waiting(self) -> int:
         return self._call(self.handler.num_nodes_waiting)
 
+    def is_closed(self) -> bool:
+        """Also the loop's check that the store still answers once its workers failed with
+        a peer: on a lost host the failure is the host's loss (:class:`HostLost`)."""
+        return self._call(self.handler.is_closed)
+
     def shutdown(self) -> bool:
         return False if self.lost else self.handler.shutdown()
 

@@ -381,7 +381,8 @@ class Supervisor:
     def _failed_with_lost_peers(self) -> bool:
         """This node's ranks failed because a peer stopped answering: re-formed. While a
         member of the round is silent but not dropped yet, wait for the rendezvous' verdict
-        (at most the dead-after time)."""
+        (at most the dead-after time). A store gone with a rendezvous that can move is the
+        host's loss (``HostLost`` from the movable handler: the loop follows it)."""
         deadline_s = time.monotonic() + self.config.rdzv.dead_after_s
         while True:
             try:
