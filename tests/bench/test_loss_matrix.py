@@ -114,3 +114,16 @@ def test_bad_selection_is_refused_before_any_host_is_made(
     with pytest.raises(SystemExit):
         lm.main(["--launchers", "slurm"])
     assert "no cell" in capsys.readouterr().err
+
+
+def test_the_torchx_cells_find_the_replica_that_stands_by() -> None:
+    from bench.loss_torchx import spare_replica
+
+    line = (
+        "loop/{} torchx-elastic: standing by: the job has its 2 nodes (3 here); this node takes"
+        " the place of the first one lost, at the next round; rendezvous at 127.0.0.1:5, run id 'x'"
+    )
+    text = "loop/1 [n0 r0] step 0 world 2 at 1.000\n" + line.format(0) + "\n"
+    assert spare_replica(text) == 0
+    assert spare_replica("loop/1 [n0 r0] step 0 world 2 at 1.000\n") is None
+    assert spare_replica(text + line.format(2)) is None  # two said so: not one spare
