@@ -77,6 +77,7 @@ log = logging.getLogger(__name__)
 
 SinkFactory = Callable[[list[RankOutput]], OutputSink]
 STACK_DUMP_WAIT_S = 1.0
+ABANDON_POLL_S = 0.05  # whether the abandoned workers exited on SIGTERM
 SUSPECT_POLL_S = 0.5  # the rendezvous state, while a silent peer may be about to be dropped
 
 
@@ -95,6 +96,8 @@ class Workers(Protocol):
     def close(self, death_sig: signal.Signals | None = None, timeout: int = 30) -> None: ...
 
     def signal_workers(self, sig: int) -> None: ...
+
+    def any_running(self) -> bool: ...
 
 
 # makes one attempt's Workers, with WorkerProcesses' keyword arguments (WorkerProcesses itself)
@@ -542,13 +545,19 @@ class Supervisor:
             self._workers.close(death_sig, int(self.config.shutdown_timeout_s))
 
     def abandon_workers(self, grace_s: float) -> None:
-        """SIGTERM to every worker, ``grace_s``, SIGKILL: none of ``stop_workers``'s
-        end-of-attempt exchanges, which wait on a network that may be gone (what the workers
-        leave behind dies with the agent: the janitor)."""
-        if self._workers is not None:
-            self._workers.signal_workers(signal.SIGTERM)
-            time.sleep(grace_s)
-            self._workers.signal_workers(signal.SIGKILL)
+        """SIGTERM to every worker, at most ``grace_s`` for them to exit, SIGKILL to those
+        that did not (a rank blocked in a collective with a lost host may not heed the
+        first): none of ``stop_workers``'s end-of-attempt exchanges, which wait on a network
+        that may be gone (what the workers leave behind dies with the agent: the janitor)."""
+        workers = self._workers
+        if workers is None:
+            return
+        workers.signal_workers(signal.SIGTERM)
+        deadline_s = time.monotonic() + grace_s
+        while workers.any_running() and time.monotonic() < deadline_s:
+            time.sleep(ABANDON_POLL_S)
+        if workers.any_running():
+            workers.signal_workers(signal.SIGKILL)
 
     def _monitor(self) -> RunResult:
         workers, group = self._workers, self._group

@@ -259,6 +259,10 @@ class WorkerProcesses(PContext):
                 except ProcessLookupError:
                     pass
 
+    def any_running(self) -> bool:
+        """Whether a worker has not exited yet (its own children aside)."""
+        return any(proc.poll() is None for proc in self._procs.values())
+
     def _signal_groups(self, sig: signal.Signals) -> None:
         for proc in self._procs.values():
             try:
