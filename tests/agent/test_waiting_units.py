@@ -141,6 +141,39 @@ def test_a_first_round_left_for_the_moved_job_says_nothing_more() -> None:
     assert ticks == []
 
 
+@pytest.mark.parametrize("leaves", [True, False])
+def test_a_report_under_way_as_the_node_leaves_its_first_round_is_not_said(
+    monkeypatch: pytest.MonkeyPatch, leaves: bool
+) -> None:
+    """The move can also come while a tick reads the store for its report (CI again:
+    "waiting for nodes ... hosting the rendezvous at h0:29500" after "this node joins the job
+    there"): ``abandon()`` does not wait for that read, and the report is not said. A node
+    that stays says it."""
+    reading, left = threading.Event(), threading.Event()
+    said: list[str] = []
+
+    def standbys(handler: object) -> tuple[int, bool]:
+        reading.set()
+        left.wait(ROUND_WAIT_S)
+        return 0, False
+
+    monkeypatch.setattr(waiting.membership, "standbys", standbys)
+    monkeypatch.setattr(waiting, "say", said.append)
+    me = NodeEntry("h0", 7, "job", "h0", "2", 1, 0, "c10d")
+    call = RollCall(HashStore(), me, StoreSigner(None))
+    explained = waiting.ExplainedRendezvous(None, call, config("2"), True, 600)  # type: ignore[arg-type]
+    report = threading.Thread(target=explained._report, args=(DEADLINE,))
+    report.start()
+    assert reading.wait(ROUND_WAIT_S)
+    if leaves:
+        explained.abandon()  # returns at once: the report's store read holds no lock
+    left.set()
+    report.join(ROUND_WAIT_S)
+    assert not report.is_alive()
+    expected = waiting_line([me], config("2"), True, DEADLINE)
+    assert said == ([] if leaves else [expected])
+
+
 def test_each_node_checks_the_addresses_of_a_bounded_sample_of_peers_and_looks_each_up_once(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -82,7 +82,7 @@ def test_the_store_host_of_a_fixed_job_with_a_spare_is_killed(tmp_path: Path) ->
         survivors = [name for name in names if name != host]
         for name in survivors:
             code = wait_for_exit(agents[name], logs[name], timeout_s=240)
-            assert code == 0, f"{name} (host was {host}) exited {code}:\n" + _every_log(logs)
+            assert code == 0, f"{name} (host was {host}) exited {code}:\n" + _every_log(logs, name)
     finally:
         for agent in agents.values():
             if agent.poll() is None:
@@ -95,18 +95,18 @@ def test_the_store_host_of_a_fixed_job_with_a_spare_is_killed(tmp_path: Path) ->
     assert set(again) == set(survivors), text  # both trained at world 2 after the kill
     print(f"world 2 again {max(again.values()) - killed_s:.1f} s after the kill")
     for name in survivors:
-        said = f"{name} (host was {host}):\n" + _every_log(logs)
+        said = f"{name} (host was {host}):\n" + _every_log(logs, name)
         assert "done world 2" in text[name], said
         assert "the rendezvous host is lost: " in text[name], said
         assert f"the rendezvous is hosted again at 127.0.0.1:{port} (" in text[name], said
         assert " of world 1 " not in text[name], said
 
 
-def _every_log(logs: dict[str, Path]) -> str:
-    """Every agent's log, named: a failure shows what each node saw."""
-    return "\n".join(
-        f"--- {name}:\n{log.read_text(errors='replace')}" for name, log in logs.items()
-    )
+def _every_log(logs: dict[str, Path], last: str = "") -> str:
+    """Every agent's log, named: a failure shows what each node saw; ``last``'s at the end
+    (where a truncated report of the failure keeps it)."""
+    order = sorted(logs, key=lambda name: name == last)
+    return "\n".join(f"--- {name}:\n{logs[name].read_text(errors='replace')}" for name in order)
 
 
 @pytest.mark.parametrize("role", ["host", "trainer", "spare"])

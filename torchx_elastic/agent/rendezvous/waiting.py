@@ -198,14 +198,25 @@ class ExplainedRendezvous(WrappedRendezvous):
         self._reached: set[str] = set()  # published addresses that answered this node
         self._resolved: set[str] = set()  # published names that resolved here
         self._abandoned = threading.Event()
+        self._speaking = threading.Lock()  # a line is said whole, or not after abandon()
         self._probe_after_s: dict[str, float] = {}
         self._last_members: dict[int, str] = {}  # node rank -> name, of the last round
         self._read()
 
     def abandon(self) -> None:
         """This node follows the job elsewhere (rendezvous/failover.py): a first round that
-        still waits here says nothing more."""
-        self._abandoned.set()
+        still waits here says nothing more: a line being said as it is called ends first,
+        and none follows (the tick reads the store outside the lock, so this never waits on
+        a lost host)."""
+        with self._speaking:
+            self._abandoned.set()
+
+    def _say(self, line: str, then: Callable[[], None] = lambda: None) -> None:
+        """Say ``line`` (and do ``then``) unless this node left the round: see :meth:`abandon`."""
+        with self._speaking:
+            if not self._abandoned.is_set():
+                say(line)
+                then()
 
     # -- the first round, said out loud ------------------------------------------------
 
@@ -245,9 +256,9 @@ class ExplainedRendezvous(WrappedRendezvous):
                 except RuntimeError:  # the state changed as it was read: the next report
                     return
                 if standing_by:  # dropped (or back) once the job had its nodes again
-                    say(standby_line(len(here), self._config, self._hosting))
+                    self._say(standby_line(len(here), self._config, self._hosting))
                 else:
-                    say(later_round_line(self._rounds, here, missing, self._config, deadline))
+                    self._say(later_round_line(self._rounds, here, missing, self._config, deadline))
 
         outcome = self._join(tick)
         if "error" in outcome:
@@ -346,7 +357,7 @@ class ExplainedRendezvous(WrappedRendezvous):
         for problem in problems:
             if problem is not None and problem.cause not in self._said:
                 self._said.add(problem.cause)
-                say(f"warning: {problem.line()}")
+                self._say(f"warning: {problem.line()}")
 
     def _resolves(self, host: str) -> bool:
         """Whether ``host`` resolves here; a name that resolved once is not looked up again
@@ -384,13 +395,16 @@ class ExplainedRendezvous(WrappedRendezvous):
 
     def _report(self, deadline: Deadline) -> None:
         if membership.standbys(self.handler)[1]:
-            say(standby_line(len(self._peers()), self._config, self._hosting))
+            self._say(standby_line(len(self._peers()), self._config, self._hosting))
             return
         line = waiting_line(self._peers(), self._config, self._hosting, deadline)
-        say(line)
-        self._write_status(line)
-        if self._on_waiting is not None:
-            self._on_waiting(progress_line(self._peers(), self._config))
+
+        def told() -> None:
+            self._write_status(line)
+            if self._on_waiting is not None:
+                self._on_waiting(progress_line(self._peers(), self._config))
+
+        self._say(line, told)
 
     def _timed_out(self) -> Problem:
         in_rendezvous = len(membership.state_node_ids(self.handler))
