@@ -228,6 +228,35 @@ def test_the_survivors_meet_at_the_successor_and_form_a_round_there() -> None:
         ended.close()
 
 
+def test_on_one_host_a_survivor_hosts_once_the_lost_hosts_port_is_free(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The lost host's port may stay taken for a moment after it died (its process' teardown,
+    a connection given that port as its own): a survivor that finds it taken and no store
+    answering there tries again, and hosts the rendezvous once the port is free, within
+    CANDIDATE_WAIT_S (CI: it tried once, connected to nothing for 30 s, and the job ended
+    with a spare standing by)."""
+    port = free_port()
+    taken = socket.socket()
+    taken.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    taken.bind(("127.0.0.1", port))
+    taken.listen()  # accepts connections, answers none: no store
+    freed = threading.Timer(2.0, taken.close)
+    freed.start()
+    monkeypatch.setattr(membership, "standbys_seen", lambda handler: (1, False))
+    endpoint = Endpoint("127.0.0.1", port)
+    movable = MovableRendezvous(Handler(), endpoint)
+    fixed = config("--nnodes", "2", "--rdzv-endpoint", f"127.0.0.1:{port}")
+    failover = Failover(fixed, StoreSigner(None), movable)
+    try:
+        assert failover.move({0: "127.0.0.1", 1: "127.0.0.1"}, "127.0.0.1") == (endpoint, True)
+        assert hosts_store(movable)
+    finally:
+        freed.join()
+        failover.close()
+        movable.close()
+
+
 def test_the_watch_hands_a_lost_host_to_the_move_or_gives_up_with_the_reason() -> None:
     given_up: list[str] = []
     watch = NetworkWatch(LOST, False, list, 20.0, given_up.append)

@@ -39,6 +39,7 @@ import datetime
 import logging
 import socket
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, TypeVar
@@ -63,6 +64,7 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 CANDIDATE_WAIT_S = 30.0  # how long a candidate may take to notice the loss and host
+RELISTEN_S = 1.0  # on one host: each try to connect to the store hosted again, in turn
 WAIT_POLL_S = 0.2
 MOVED_CHECK_S = 1.0  # how often a node at the original endpoint reads whether the job moved
 BEACON_INTERVAL_S = 2.0  # how often the new host looks for a store at the original endpoint
@@ -339,26 +341,37 @@ class Failover:
         why = self.refusal(known) if known else "this node saw no round of the job"
         if why is not None:
             raise NoSuccessor(why)
-        store: Any = None
-        if members:  # a node of the last round: it may host it
-            try:
-                store = listen.hosted_store(
-                    endpoint.host, endpoint.port, self._read_timeout.total_seconds(), True
-                )
-            except OSError as err:  # another survivor listens there first: it hosts
-                log.debug("another node hosts the rendezvous at %s: %s", endpoint, err)
-        hosting = store is not None
-        if store is None:
-            try:
-                store = connect(endpoint, self._read_timeout)
-            except (OSError, RuntimeError, TimeoutError) as err:
-                raise NoSuccessor(f"no node hosts it again at {endpoint}: {err}") from None
+        store, hosting = self._host_or_connect(endpoint, may_host=bool(members))
         handler = handler_on_store(store, self._params, self._config.rdzv, self._signer, endpoint)
         liveness.shorten_reform_last_call(handler, self._config.rdzv)
         membership.continue_from(handler, self._movable, None)
         self._movable.move_to(StoreHost(handler) if hosting else handler, endpoint)
         self._on_moved(endpoint, hosting)
         return endpoint, hosting
+
+    def _host_or_connect(self, endpoint: Endpoint, may_host: bool) -> tuple[Any, bool]:
+        """On one host: (a store listening at ``endpoint``, True) where this node hosts it
+        again, else (a client of the survivor that listens there first, False). The port
+        can stay taken for a moment after the lost host died: its process' teardown, or a
+        connection given it as its own local port (a client retrying a free port in the
+        ephemeral range can even connect to itself, until its attempt times out). So each
+        attempt is short: a node of the last round tries to listen, then to connect for
+        :data:`RELISTEN_S`, in turn; a node that stood by connects for as long each time;
+        both until :data:`CANDIDATE_WAIT_S`."""
+        deadline_s = time.monotonic() + CANDIDATE_WAIT_S
+        timeout_s = self._read_timeout.total_seconds()
+        while True:
+            if may_host:
+                try:
+                    return listen.hosted_store(endpoint.host, endpoint.port, timeout_s, True), True
+                except OSError as err:  # another survivor listens there first, or not yet free
+                    log.debug("cannot listen at %s yet: %s", endpoint, err)
+            wait_s = min(max(deadline_s - time.monotonic(), 0.1), RELISTEN_S)
+            try:
+                return connect(endpoint, self._read_timeout, wait_s), False
+            except (OSError, RuntimeError, TimeoutError) as err:
+                if time.monotonic() >= deadline_s:
+                    raise NoSuccessor(f"no node hosts it again at {endpoint}: {err}") from None
 
 
 def connect(
