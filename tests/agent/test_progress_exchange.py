@@ -5,6 +5,7 @@ tests/unit/test_job_progress_units.py)."""
 
 from __future__ import annotations
 
+import io
 import json
 import threading
 import time
@@ -28,7 +29,7 @@ from torchx_elastic.agent.console.progress.exchange import (
 )
 from torchx_elastic.agent.rendezvous.observed import ObservedRendezvous
 from torchx_elastic.contract import JOB_PROGRESS_FILE, PROGRESS_KEY_PREFIX, PROGRESS_PUBLISHERS_KEY
-from torchx_elastic.contract.job_progress import read_file
+from torchx_elastic.contract.job_progress import NodeCounts, read_file, read_nodes_file
 
 # the progress exchange calls torch's store from a thread of its own: it ends with the test
 pytestmark = pytest.mark.usefixtures("threads_ended")
@@ -178,6 +179,53 @@ def test_the_summary_counts_the_spares_once_the_job_had_one(stores: tuple[Any, A
     assert [s.standbys if s else "no summary" for s in summaries] == [None, 1, 0]
     assert summaries[2] is not None
     assert "of 1/1 ranks on 1/1 nodes, 0 standby, slowest" in summaries[2].line()
+
+
+def test_without_progress_node_rank_0_says_the_nodes_once_the_job_had_a_standby(
+    stores: tuple[Any, Any], tmp_path: Path
+) -> None:
+    """A script that never calls progress(): no summary, but once a spare stood by, the
+    nodes line (printed every status interval, unchanged or not) and the same in the file."""
+    from torchx_elastic.agent.console.output.display import PlainConsole
+
+    store0, _ = stores
+    activity = RankActivity()
+    node0 = JobProgressExchange(activity, str(tmp_path), interval_s=60, wall_clock=lambda: 7.0)
+    standing_by = [0]
+    node0.count_standbys(lambda: standing_by[0])
+    err = io.BytesIO()
+    console = PlainConsole(activity, io.BytesIO(), err, status_interval_s=0, job=node0)
+    path = str(tmp_path / JOB_PROGRESS_FILE)
+    try:
+        node0.start_round(store0, 0, 2)
+        node0.set_ranks({0: 0})
+        node0.exchange()
+        console.print_status(again=True)
+        assert node0.latest_nodes() is None and err.getvalue() == b""  # a plain job: nothing
+        assert read_nodes_file(path) is None
+        for count in (1, 1, 0):  # a spare came; stands by; took a lost node's place
+            standing_by[0] = count
+            node0.exchange()
+            console.print_status(again=True)
+        assert node0.latest_nodes() == NodeCounts(2, 0, 7.0)
+        assert read_nodes_file(path) == NodeCounts(2, 0, 7.0)
+        assert read_file(path) is None  # no summary there: local_cwd's bar draws none
+        console.print_status()  # the progress line's rule: unchanged, not repeated
+        assert err.getvalue().decode().splitlines() == [
+            "[job progress] nodes: 2 training, 1 standby",
+            "[job progress] nodes: 2 training, 1 standby",
+            "[job progress] nodes: 2 training, 0 standby",
+        ]
+        _feed(activity, 0, 10)  # a rank reports: the progress line is back, with the standbys
+        node0.exchange()
+        summary = node0.latest()
+        assert summary is not None and summary.standbys == 0
+        assert node0.latest_nodes() is None and read_file(path) == summary
+        console.print_status(again=True)
+        assert err.getvalue().decode().splitlines()[-1] == summary.line()
+    finally:
+        console.close()
+        node0.close()
 
 
 def test_node_rank_0_waits_a_bounded_time_for_a_lost_node(stores: tuple[Any, Any]) -> None:

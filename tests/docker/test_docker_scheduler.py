@@ -372,6 +372,19 @@ def test_status_shows_the_progress_of_another_replica_where_replica_0_stands_by(
     )
 
 
+def test_status_counts_the_standby_of_a_job_whose_script_reports_no_progress(
+    scheduler: DockerScheduler, engine: FakeEngine
+) -> None:
+    app_id = submit(scheduler, j="3x1")  # two train, one stands by
+    rank0 = engine.containers[f"{app_id}-main-0"]
+    rank0.write("[job progress] nodes: 2 training, 1 standby\n", stream="stderr")
+    rank0.write("[n0 r0] step 130\n")
+    desc = scheduler.describe(app_id)
+    assert desc is not None and desc.msg == (
+        f"nodes: 2 training, 1 standby (as of 0s ago, log of {app_id}-main-0)"
+    )
+
+
 LONG_NAME = "a-training-run-whose-name-is-long-enough-to-fill-a-hostname-x"
 
 

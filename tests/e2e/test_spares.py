@@ -11,9 +11,14 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from torchx.runner import get_runner
+from torchx.specs import AppState
 
 from tests.conftest import BIN, _env, run_torchx
 from tests.e2e.agents import descendants, free_port, start_agent, wait_for_text
+from tests.waiting import wait_until
+from torchx_elastic.components.dist import ddp
+from torchx_elastic.contract.log_layout import STDERR_FILE
 
 pytestmark = pytest.mark.slow
 
@@ -58,6 +63,44 @@ def test_through_torchx_a_spare_stands_by_and_ends_with_the_job(tmp_path: Path) 
     )
     assert out.count(" trains as rank ") == 2  # the spare never trained
     assert f"train/{spare} [n" not in out
+
+
+def test_without_progress_reports_torchx_status_counts_the_standby(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """dist.ddp -j 2x1 --spares 1 running a script that never calls progress(): the rank-0
+    agent still says the nodes (its line, every status interval) and local_cwd's status,
+    read through torchx's runner as ``torchx status`` does, shows them."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.py").write_text(SCRIPT)
+    app = ddp("300", script="train.py", j="2x1", spares=1, cpu=1, rdzv_port=free_port())
+    log_dir = tmp_path / "logs"
+    with get_runner() as runner:
+        handle = runner.run(app, "local_cwd", cfg={"log_dir": str(log_dir)})
+        try:
+
+            def nodes_message() -> str | None:
+                status = runner.status(handle)
+                assert status is not None and status.state in (AppState.RUNNING, AppState.PENDING)
+                return status.msg if "standby" in status.msg else None
+
+            msg = wait_until(nodes_message, what="the standby in torchx status", timeout_s=180)
+            assert re.fullmatch(
+                r"nodes: 2 training, 1 standby \(as of \d+s ago, its rank-0 agent\)", msg
+            ), msg
+
+            def agents_stderr() -> str:
+                return "".join(p.read_text() for p in log_dir.rglob(STDERR_FILE))
+
+            # the line the status of docker, kubernetes and slurm reads (printed every 5 s)
+            wait_until(
+                lambda: "[job progress] nodes: 2 training, 1 standby\n" in agents_stderr(),
+                what="the rank-0 agent's nodes line",
+                detail=agents_stderr,
+            )
+            assert "[job progress] 0/" not in agents_stderr()  # no progress figures made up
+        finally:
+            runner.cancel(handle)
 
 
 # each node its own address, as on separate hosts (nodes are told apart by it)

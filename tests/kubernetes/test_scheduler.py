@@ -751,6 +751,23 @@ def test_status_shows_the_progress_of_another_replica_where_replica_0_stands_by(
     )
 
 
+def test_status_counts_the_standby_of_a_job_whose_script_reports_no_progress(
+    scheduler: KubernetesScheduler, fake: FakeCluster
+) -> None:
+    """No rank reports progress: the rank-0 agent's nodes line, shown as it is (replica 0's
+    log, then another replica's where replica 0 stands by)."""
+    _submit(scheduler, j="2x1", app={"spares": 1})
+    pods = [fake.pod(JOB, k) for k in range(3)]
+    for pod in pods:
+        fake.set_phase(pod, "Running")
+    fake.write_log(pods[0], b"[job progress] nodes: 2 training, 1 standby\n", age_s=4)
+    fake.write_log(pods[0], b"[n0 r0] step 7\n")
+    desc = scheduler.describe(APP_ID)
+    assert desc is not None and desc.msg == (
+        f"nodes: 2 training, 1 standby (as of 4s ago, log of pod {pods[0]['metadata']['name']})"
+    )
+
+
 def test_status_says_how_many_nodes_joined_while_replica_0_waits(
     scheduler: KubernetesScheduler, fake: FakeCluster
 ) -> None:

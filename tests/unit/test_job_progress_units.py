@@ -18,11 +18,22 @@ from torchx_elastic.agent.console.progress.exchange import (
     aggregate,
     node_report,
 )
-from torchx_elastic.contract.job_progress import JobSummary, QuietRank, parse_line, read_file
+from torchx_elastic.contract.job_progress import (
+    JobSummary,
+    NodeCounts,
+    QuietRank,
+    parse_line,
+    parse_nodes_line,
+    read_file,
+    read_nodes_file,
+    write_file,
+)
+from torchx_elastic.schedulers.local_cwd import file_progress_text
 from torchx_elastic.schedulers.progress_status import (
     join_message,
     log_timestamp,
     progress_message,
+    replicas_progress,
 )
 
 
@@ -65,8 +76,6 @@ def test_the_line_reads_back_after_any_prefix() -> None:
 
 
 def test_the_file_round_trips(tmp_path: Path) -> None:
-    from torchx_elastic.contract.job_progress import write_file
-
     summary = _summary(quiet=(QuietRank(2, 0, 31.0),))
     path = write_file(str(tmp_path), summary)
     assert read_file(path) == summary
@@ -200,6 +209,55 @@ def test_with_spares_the_line_and_status_say_the_nodes_training_and_standing_by(
     without = parse_line(_summary().line())
     assert without is not None and without.standbys is None  # a job that never had spares
     assert _summary(standbys=1).figures() == figures
+
+
+def test_without_progress_the_line_says_the_nodes_and_reads_back() -> None:
+    counts = NodeCounts(nodes=2, standbys=1, time_s=1.0)
+    assert counts.line() == "[job progress] nodes: 2 training, 1 standby"
+    assert parse_nodes_line("2026-11-22T10:00:25Z " + counts.line()) == NodeCounts(2, 1)
+    assert parse_nodes_line("[job progress] nodes: 2 training, 0 standby\n") == NodeCounts(2, 0)
+    assert parse_line(counts.line()) is None  # no progress figures in it
+    assert parse_nodes_line(_summary(standbys=1).line()) is None
+    assert parse_nodes_line("[n0 r0] nodes: 2 training, 1 standby, as the script says") is None
+    assert parse_nodes_line(WAITING_LINE) is None
+
+
+WAITING_LINE = "[job progress] waiting for nodes: 1 of 2 joined; missing: 1 node"
+
+
+def test_without_progress_status_says_the_nodes_of_the_newest_line() -> None:
+    nodes = "2026-11-22T10:00:27Z [job progress] nodes: 2 training, 1 standby"
+    progress = f"2026-11-22T10:00:20Z {_summary(standbys=1).line()}"
+    assert progress_message([progress, nodes, "2026-11-22T10:00:28Z [n0 r0] step"], NOW) == (
+        "nodes: 2 training, 1 standby (as of 3s ago, replica 0's log)"
+    )
+    assert progress_message([nodes, progress], NOW, where="") == (
+        "progress 120/200 (60.0%) of 4/4 ranks, nodes: 2 training, 1 standby, 4.1 steps/s,"
+        " ETA 20s (as of 10s ago)"
+    )  # with progress, as before
+    # replica 0 stands by as the spare: the line of the rank-0 agent of another replica
+    standby_log = ["2026-11-22T10:00:01Z torchx-elastic: standing by: the job has its 2 nodes"]
+    replicas = [("replica 0's log", lambda: standby_log), ("replica 1's log", lambda: [nodes])]
+    assert replicas_progress(replicas, NOW) == (
+        "nodes: 2 training, 1 standby (as of 3s ago, replica 1's log)"
+    )
+
+
+def test_local_cwd_status_reads_the_nodes_or_the_progress_from_the_file(tmp_path: Path) -> None:
+    at = NOW.timestamp() - 2
+    path = write_file(str(tmp_path), NodeCounts(2, 1, at))
+    assert read_nodes_file(path) == NodeCounts(2, 1, at)
+    assert read_file(path) is None  # no summary: local_cwd's live bar draws nothing
+    assert file_progress_text(path, NOW) == (
+        "nodes: 2 training, 1 standby (as of 2s ago, its rank-0 agent)"
+    )
+    write_file(str(tmp_path), _summary(standbys=1, time_s=at))
+    assert read_nodes_file(path) is None
+    assert file_progress_text(path, NOW) == (
+        "progress 120/200 (60.0%) of 4/4 ranks, nodes: 2 training, 1 standby, 4.1 steps/s,"
+        " ETA 20s (as of 2s ago, its rank-0 agent)"
+    )
+    assert file_progress_text(str(tmp_path / "missing.json"), NOW) is None
 
 
 def test_status_message_keeps_what_was_there() -> None:

@@ -115,6 +115,17 @@ def test_status_of_a_running_job_shows_its_progress_from_its_job_dir(
     ), found.msg
 
 
+def test_status_of_a_job_without_progress_reports_says_its_nodes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    nodes = "[job progress] nodes: 1 training, 1 standby\n"
+    (tmp_path / "slurm-31-train-0.err").write_text(WAITING + nodes + "[0]:step 121\n")
+    found = running_job(tmp_path).describe("31")
+    assert found is not None
+    assert found.msg.split("\n")[1].startswith("nodes: 1 training, 1 standby (as of "), found.msg
+
+
 def test_status_without_an_output_file_or_of_an_ended_job_is_slurms_alone(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

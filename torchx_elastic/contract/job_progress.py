@@ -8,6 +8,10 @@
   them in replica 0's log.
 - :meth:`JobSummary.to_json` / :func:`read_file`: the small file the rank-0 agent rewrites
   in its log directory (``JOB_PROGRESS_FILE``), which ``local_cwd`` draws as a live bar.
+- :class:`NodeCounts`: while no rank reports progress (a script that never calls
+  ``torchx_elastic.progress``), a job that has had a standby still has its nodes said:
+  ``[job progress] nodes: 2 training, 1 standby`` (:func:`parse_nodes_line` reads it back),
+  and the same in the file (:func:`read_nodes_file`).
 
 Standard library only: the agent and the schedulers both import it (the ``rich`` bar that
 draws a summary is ``torchx_elastic/rich_job_bar.py``).
@@ -29,6 +33,7 @@ LINE_PREFIX = "[job progress] "
 WAITING_LINE_PREFIX = f"{LINE_PREFIX}{WAITING_FOR_NODES}"
 MAX_QUIET_SHOWN = 4
 STANDBY = "standby"  # ``of 2/2 ranks on 2/2 nodes, 1 standby``: nodes waiting as spares
+NODES_LINE_PREFIX = f"{LINE_PREFIX}nodes: "  # the line's form without progress figures
 
 
 @dataclass(frozen=True)
@@ -128,6 +133,46 @@ class JobSummary:
             raise ValueError(f"not a job progress summary: {err}") from None
 
 
+@dataclass(frozen=True)
+class NodeCounts:
+    """The job's nodes while no rank reports progress, said once it has had a standby."""
+
+    nodes: int  # of the round: training
+    standbys: int  # standing by as spares
+    time_s: float = 0.0  # wall-clock time (seconds since the epoch) of the counts
+
+    def text(self) -> str:
+        """``nodes: 2 training, 1 standby``"""
+        return nodes_text(self.nodes, self.standbys)
+
+    def line(self) -> str:
+        """``[job progress] nodes: 2 training, 1 standby``"""
+        return f"{LINE_PREFIX}{self.text()}"
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, text: str) -> NodeCounts:
+        """The counts in ``text``; ``ValueError`` when they are not (a :class:`JobSummary`
+        is not)."""
+        try:
+            data: dict[str, Any] = json.loads(text)
+            return cls(**data)
+        except (TypeError, AttributeError, json.JSONDecodeError) as err:
+            raise ValueError(f"not the job's node counts: {err}") from None
+
+
+def is_nodes_line(text: str) -> bool:
+    """Whether ``text`` is the line of :class:`NodeCounts` (not of a :class:`JobSummary`)."""
+    return text.startswith(NODES_LINE_PREFIX)
+
+
+def nodes_text(nodes: int, standbys: int) -> str:
+    """``nodes: 2 training, 1 standby``"""
+    return f"nodes: {nodes} training, {standbys} {STANDBY}"
+
+
 def pace_parts(rate_per_s: float | None, eta_s: float | None) -> list[str]:
     """``4.1 steps/s``, ``ETA 3m05s``: those of the two that are known."""
     parts: list[str] = []
@@ -148,7 +193,7 @@ def format_duration(seconds: float) -> str:
     return f"{whole // 3600}h{whole % 3600 // 60:02d}m"
 
 
-def write_file(directory: str, summary: JobSummary) -> str:
+def write_file(directory: str, summary: JobSummary | NodeCounts) -> str:
     """Replace ``directory/job_progress.json`` atomically (readers never see half a file)."""
     path = NodeLogs(directory).job_progress
     temporary = f"{path}.{os.getpid()}.tmp"
@@ -163,6 +208,15 @@ def read_file(path: str) -> JobSummary | None:
     try:
         with open(path) as file:
             return JobSummary.from_json(file.read())
+    except (OSError, ValueError):
+        return None
+
+
+def read_nodes_file(path: str) -> NodeCounts | None:
+    """The node counts in ``path``; None when it holds none (or a summary, or is absent)."""
+    try:
+        with open(path) as file:
+            return NodeCounts.from_json(file.read())
     except (OSError, ValueError):
         return None
 
@@ -214,3 +268,20 @@ def parse_line(line: str) -> LineFigures | None:
         nodes=int(match["nodes"]),
         standbys=None if match["standbys"] is None else int(match["standbys"]),
     )
+
+
+_NODES_LINE = re.compile(
+    re.escape(NODES_LINE_PREFIX)
+    + r"(?P<nodes>\d+) training, (?P<standbys>\d+) "
+    + STANDBY
+    + r"\s*$"
+)
+
+
+def parse_nodes_line(line: str) -> NodeCounts | None:
+    """The counts of a ``[job progress] nodes: ...`` line (anywhere in ``line``, as
+    :func:`parse_line`); None when ``line`` is not one. Its time is unknown (0)."""
+    match = _NODES_LINE.search(line)
+    if match is None:
+        return None
+    return NodeCounts(nodes=int(match["nodes"]), standbys=int(match["standbys"]))

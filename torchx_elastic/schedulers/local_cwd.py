@@ -83,7 +83,7 @@ from torchx_elastic.contract import (
     waiting_file,
 )
 from torchx_elastic.contract.events import restarted_or_failed
-from torchx_elastic.contract.job_progress import read_file
+from torchx_elastic.contract.job_progress import read_file, read_nodes_file
 from torchx_elastic.contract.live_rows import LIVE_ROWS_ENV
 from torchx_elastic.contract.log_layout import (
     CONSOLE_COPY_FILE,
@@ -114,11 +114,17 @@ from torchx_elastic.schedulers.job_bar import (
 from torchx_elastic.schedulers.local_ports import move_taken_ports
 from torchx_elastic.schedulers.local_stop import Followers, stop_replicas, workers_grace_s
 from torchx_elastic.schedulers.options import RunOptions, option
-from torchx_elastic.schedulers.progress_status import Progress, join_message
+from torchx_elastic.schedulers.progress_status import (
+    JobLine,
+    Progress,
+    job_line_text,
+    join_message,
+)
 from torchx_elastic.schedulers.replica_logs import LogQuery, ReplicaLogs
 from torchx_elastic.schedulers.role_states import replicas_state, with_lost_replicas
 
 RANK0_HOST = "127.0.0.1"
+RANK0_AGENT = "its rank-0 agent"  # where a status line's figures come from
 _PYTHON_ENTRYPOINTS = frozenset({"python", "python3"})
 STATUS_WAIT_S = 0.9
 # the files torchx's local scheduler writes per replica (``<log_dir>/<role>/<replica>/``)
@@ -325,9 +331,9 @@ class LocalCwdScheduler(ReplicaLogs, LocalScheduler):
             desc = self._with_lost_replicas(super().describe(app_id))
             if desc is not None and is_terminal(desc.state):
                 self._tell_timeline(app_id)
-            return self._with_groups(self._with_waiting(desc))
+            return self._with_groups(self._with_waiting(self._with_progress(desc)))
         desc = self._with_lost_replicas(super().describe(app_id))
-        return self._with_groups(self._with_waiting(desc))
+        return self._with_groups(self._with_waiting(self._with_progress(desc)))
 
     def _with_lost_replicas(
         self, desc: Optional[DescribeAppResponse]
@@ -366,6 +372,20 @@ class LocalCwdScheduler(ReplicaLogs, LocalScheduler):
         waiting = waiting_file.newest_message(dirs)
         if waiting is not None:
             desc.msg = waiting
+        return desc
+
+    def _with_progress(self, desc: Optional[DescribeAppResponse]) -> Optional[DescribeAppResponse]:
+        """An app of one role (``dist.ddp``) that runs: what its rank-0 agent's progress file
+        says, the job's progress or, where no rank reports any and the job has had a
+        standby, its nodes (``nodes: 2 training, 1 standby (as of 3s ago, its rank-0
+        agent)``)."""
+        app = local_app(self, desc.app_id) if desc is not None else None
+        if desc is None or app is None or len(app.role_replicas) != 1 or is_terminal(desc.state):
+            return desc
+        path = LocalAppLogs(app.log_dir).agents(next(iter(app.role_replicas))).job_progress
+        text = file_progress_text(path)
+        if text is not None:
+            desc.msg = join_message(desc.msg, text, NONE)
         return desc
 
     def _with_groups(self, desc: Optional[DescribeAppResponse]) -> Optional[DescribeAppResponse]:
@@ -418,6 +438,19 @@ class LocalCwdScheduler(ReplicaLogs, LocalScheduler):
                 proc.wait(remaining)
             except subprocess.TimeoutExpired:
                 return
+
+
+def file_progress_text(path: str, now: Optional[datetime] = None) -> Optional[str]:
+    """The status text of a rank-0 agent's progress file: ``progress 120/200 (60.0%) of 4/4
+    ranks, ...`` or ``nodes: 2 training, 1 standby`` with its age; None: it has neither."""
+    found: Optional[JobLine] = None
+    summary = read_file(path)
+    if summary is not None:
+        found = (datetime.fromtimestamp(summary.time_s, timezone.utc), summary.figures())
+    counts = read_nodes_file(path) if summary is None else None
+    if counts is not None:
+        found = (datetime.fromtimestamp(counts.time_s, timezone.utc), counts)
+    return None if found is None else job_line_text(found, now, RANK0_AGENT)
 
 
 def create_scheduler(

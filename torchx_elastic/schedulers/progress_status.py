@@ -5,7 +5,9 @@ Every status interval the rank-0 agent prints one ``[job progress]`` line for th
 the engine's or the API server's log call, with timestamps (no exec into a container, no
 extra permission beyond reading logs), and this module turns the newest such line into
 ``progress 120/200 (60.0%) of 4/4 ranks, 4.1 steps/s, ETA 29s (as of 3s ago)``; while
-replica 0's agent waits for the other nodes, its ``waiting for nodes: 1 of 2 joined; ...``.
+replica 0's agent waits for the other nodes, its ``waiting for nodes: 1 of 2 joined; ...``;
+where no rank reports progress in a job that has had a standby, the nodes line's
+``nodes: 2 training, 1 standby (as of 3s ago)``.
 
 Node rank 0 is replica 0 while replica 0 trains (torch ranks a round's nodes by their
 address, and replica 0's sorts first). Where replica 0 does not train (it stands by as a
@@ -17,16 +19,18 @@ logs too, at most :data:`PROGRESS_REPLICAS` of them, and shows the newest line a
 from __future__ import annotations
 
 from datetime import datetime, timezone
-from typing import Callable, Iterable, List, Optional, Sequence, Tuple
+from typing import Callable, Iterable, List, Optional, Sequence, Tuple, Union
 
 from torchx_elastic.contract import WAITING_FOR_NODES
 from torchx_elastic.contract.job_progress import (
     LINE_PREFIX,
-    STANDBY,
     WAITING_LINE_PREFIX,
     LineFigures,
+    NodeCounts,
     format_duration,
+    nodes_text,
     parse_line,
+    parse_nodes_line,
 )
 
 # lines of replica 0's log read per status call; the agent prints its line every 5 s, so a
@@ -111,11 +115,39 @@ def figures_text(
     at, figures = progress
     text = f"progress {step_text(figures)} of {figures.ranks_reporting}/{figures.ranks} ranks"
     if figures.standbys is not None:  # the job has had spares: where they are
-        text += f", nodes: {figures.nodes} training, {figures.standbys} {STANDBY}"
+        text += f", {nodes_text(figures.nodes or 0, figures.standbys)}"
     text += "".join(f", {part}" for part in pace_text(figures))
     if figures.quiet:
         text += f", quiet: {figures.quiet}"
     return text + as_of(at, now, where)
+
+
+# a ``[job progress]`` line's time and what it says: figures, or the nodes alone
+JobLine = Tuple[Optional[datetime], Union[LineFigures, NodeCounts]]
+
+
+def newest_job_line(lines: Iterable[str]) -> Optional[JobLine]:
+    """The time and content of the newest ``[job progress]`` line of ``lines``, progress
+    figures or (where no rank reports progress) the nodes line's counts."""
+    for line in reversed(list(lines)):
+        found: Optional[JobLine] = timestamped_figures(line)
+        if found is None and LINE_PREFIX in line:
+            counts = parse_nodes_line(line)
+            if counts is not None:
+                found = (log_timestamp(line.partition(" ")[0]), counts)
+        if found is not None:
+            return found
+    return None
+
+
+def job_line_text(
+    found: JobLine, now: Optional[datetime] = None, where: str = "replica 0's log"
+) -> str:
+    """:func:`figures_text`, or ``nodes: 2 training, 1 standby (as of 3s ago, ...)``."""
+    at, said = found
+    if isinstance(said, NodeCounts):
+        return said.text() + as_of(at, now, where)
+    return figures_text((at, said), now, where)
 
 
 def step_text(figures: LineFigures) -> str:
@@ -150,8 +182,8 @@ def progress_message(
     waiting = waiting_message(lines, now, where)
     if waiting is not None:
         return waiting
-    progress = newest_progress(lines)
-    return None if progress is None else figures_text(progress, now, where)
+    found = newest_job_line(lines)
+    return None if found is None else job_line_text(found, now, where)
 
 
 LogReader = Tuple[str, Callable[[], Optional[List[str]]]]  # where, and how to read its tail
@@ -171,17 +203,17 @@ def replicas_progress(
     message = None if lines is None else progress_message(lines, now, where)
     if message is not None:
         return message
-    found: List[Tuple[Progress, str]] = []
+    found: List[Tuple[JobLine, str]] = []
     for where, read in others:
         lines = read()
-        progress = None if lines is None else newest_progress(lines)
-        if progress is not None:
-            found.append((progress, where))
+        newest = None if lines is None else newest_job_line(lines)
+        if newest is not None:
+            found.append((newest, where))
     if not found:
         return None
     oldest = datetime.min.replace(tzinfo=timezone.utc)
-    progress, where = max(found, key=lambda item: item[0][0] or oldest)
-    return figures_text(progress, now, where)
+    newest, where = max(found, key=lambda item: item[0][0] or oldest)
+    return job_line_text(newest, now, where)
 
 
 def join_message(message: str, progress: Optional[str], not_set: str = "") -> str:

@@ -3,9 +3,11 @@
 - :class:`PlainConsole` (not a terminal: CI, ``kubectl logs``, ``docker logs``, the files
   torchx tails): prefixed lines on the agent's stdout/stderr as the workers wrote them, no
   colour, and every ``status_interval_s`` one plain progress line while the ranks report
-  progress. A rank's unfinished ``\\r``-rewritten line is not shown there; when local_cwd
-  draws on a terminal (:data:`~torchx_elastic.contract.live_rows.LIVE_ROWS_ENV`), it is
-  kept in that file for local_cwd to draw (``live_rows.py``).
+  progress (on node rank 0 of a job that has had a standby and whose ranks report none, the
+  nodes line, ``[job progress] nodes: 2 training, 1 standby``, every interval). A rank's
+  unfinished ``\\r``-rewritten line is not shown there; when local_cwd draws on a terminal
+  (:data:`~torchx_elastic.contract.live_rows.LIVE_ROWS_ENV`), it is kept in that file for
+  local_cwd to draw (``live_rows.py``).
 - :class:`LiveConsole` (a terminal): the same lines, prefixes coloured per rank, scrolling
   above one live progress bar drawn by ``rich`` (imported only here, only then).
 """
@@ -30,7 +32,7 @@ from torchx_elastic.agent.console.progress.node_summary import (
     summarize,
 )
 from torchx_elastic.contract.agent_args import ConsoleMode
-from torchx_elastic.contract.job_progress import JobSummary
+from torchx_elastic.contract.job_progress import JobSummary, is_nodes_line
 from torchx_elastic.contract.live_rows import LIVE_ROWS_ENV
 from torchx_elastic.rich_job_bar import rich_bar
 
@@ -94,7 +96,10 @@ class _Progress:
             return self.waiting
         if self.job is not None and self.job.joined:
             job = self.job.latest()
-            return None if job is None else job.line()
+            if job is not None:
+                return job.line()
+            nodes = self.job.latest_nodes()
+            return None if nodes is None else nodes.line()
         progress = self.summary()
         return None if progress is None else status_line(progress, self.node)
 
@@ -149,10 +154,11 @@ class PlainConsole:
         if line is not None:
             self.print_status()
 
-    def print_status(self) -> None:
-        """Print the progress line now if the ranks moved since the last one."""
+    def print_status(self, again: bool = False) -> None:
+        """Print the progress line now if the ranks moved since the last one; the nodes line
+        ``again`` though it did not change (its time tells ``torchx status`` how fresh it is)."""
         text = self._progress.status_line()
-        if text is None or text == self._last_status:
+        if text is None or (text == self._last_status and not (again and is_nodes_line(text))):
             return
         self._last_status = text
         line = text.encode() + b"\n"
@@ -163,7 +169,7 @@ class PlainConsole:
 
     def _status_loop(self) -> None:
         while not self._closed.wait(self._status_interval_s):
-            self.print_status()
+            self.print_status(again=True)
 
     def close(self) -> None:
         if self._closed.is_set():

@@ -7,7 +7,10 @@ torch's public ``RendezvousHandler.next_rendezvous``). Every ``interval_s`` each
 total, rate, seconds since each last spoke). The node-rank-0 agent reads every node's
 report and :func:`aggregate` makes one :class:`~torchx_elastic.contract.job_progress.JobSummary`:
 the job-wide line it prints, the live bar of ``local_cwd`` (through the file it rewrites in
-its log directory) and ``torchx status`` all show that one summary.
+its log directory) and ``torchx status`` all show that one summary. While no rank of the
+job has reported progress (a script that never calls ``torchx_elastic.progress``), node rank 0
+has only the nodes to say, and says them once the job has had a standby (:class:`NodeCounts`,
+in the same line's place and file).
 
 The store's load stays flat per node as the job grows: node rank 0 reads every published report
 in one ``multi_get`` (while a node's report is missing it checks for all the missing ones in one
@@ -45,7 +48,7 @@ from typing import Any, Protocol
 from torchx_elastic.agent.console.progress.channel import RankActivity
 from torchx_elastic.contract import PROGRESS_KEY_PREFIX, PROGRESS_PUBLISHERS_KEY
 from torchx_elastic.contract.events import PROGRESS, PROGRESS_FIELDS, PROGRESS_INTERVAL_S
-from torchx_elastic.contract.job_progress import JobSummary, QuietRank, write_file
+from torchx_elastic.contract.job_progress import JobSummary, NodeCounts, QuietRank, write_file
 
 log = logging.getLogger(__name__)
 
@@ -376,6 +379,8 @@ class JobProgressExchange:
         self._seen: dict[int, tuple[NodeReport, float, float]] = {}
         self._read_s: float | None = None  # monotonic time of the round's previous read
         self._latest: JobSummary | None = None
+        self._nodes: NodeCounts | None = None  # node rank 0, while no rank ever reported
+        self._summarized = False  # node rank 0 made a summary (a rank reported progress)
         self._standbys: Callable[[], int] | None = None  # nodes standing by, as node 0 sees
         self._had_standbys = False
         # node rank 0: which of these nodes are known gone (their agent is dead)
@@ -433,6 +438,12 @@ class JobProgressExchange:
         """The job's latest summary (node rank 0 only; None elsewhere or before any step)."""
         with self._lock:
             return self._latest if self._node == 0 else None
+
+    def latest_nodes(self) -> NodeCounts | None:
+        """The job's nodes (node rank 0 only) while no rank has reported progress and once
+        the job has had a standby; None otherwise."""
+        with self._lock:
+            return self._nodes if self._node == 0 and not self._summarized else None
 
     def _loop(self) -> None:
         while not self._closing.wait(self._interval_s):
@@ -532,6 +543,7 @@ class JobProgressExchange:
                 return True  # node 0 waits for the others only when its ranks report
             publishers = store.add(PROGRESS_PUBLISHERS_KEY, 0)
             if not spoke and publishers == 0:  # nobody reports (scripts without progress())
+                self._count_nodes(store, num_nodes)
                 return True
             reports = self._read_reports(store, num_nodes, publishers)
         except Exception as err:  # the store went away (the job is ending): best effort
@@ -544,6 +556,7 @@ class JobProgressExchange:
         with self._lock:
             if self._store is store:
                 self._latest = summary
+                self._summarized = self._summarized or summary is not None
         if summary is not None and self._log_dir:
             try:
                 write_file(self._log_dir, summary)
@@ -552,6 +565,24 @@ class JobProgressExchange:
         if summary is not None:
             self._sample(summary, final)
         return all_final
+
+    def _count_nodes(self, store: KeyValueStore, num_nodes: int) -> None:
+        """Node rank 0 where no rank reports progress: the round's nodes and the standbys,
+        kept (and written to the file) once the job has had a standby and until a rank
+        reports progress."""
+        standbys = self._count_standbys()
+        with self._lock:
+            if standbys is None or self._summarized or self._store is not store:
+                return
+            self._had_standbys = self._had_standbys or standbys > 0
+            if not self._had_standbys:
+                return
+            counts = self._nodes = NodeCounts(num_nodes, standbys, self._wall_clock())
+        if self._log_dir:
+            try:
+                write_file(self._log_dir, counts)
+            except OSError as err:
+                log.debug("cannot write the job progress file: %s", err)
 
     def _sample(self, summary: JobSummary, final: bool) -> None:
         """A ``progress`` event when the figures changed, every ``PROGRESS_INTERVAL_S`` at most,
