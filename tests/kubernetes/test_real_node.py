@@ -154,6 +154,32 @@ class Cluster:
         except ApiException:
             return ""  # not started yet
 
+    def logged_at(self, name: str, text: str, after_s: float) -> Optional[float]:
+        """The time (epoch seconds) of the first line of pod ``name``'s log that holds
+        ``text`` and was written after ``after_s``, or None. The times are the container
+        runtime's, stamped as it read each line from the container (the node is this machine:
+        the same clock as time.time())."""
+        from kubernetes.client.rest import ApiException
+
+        try:
+            found = self.core().read_namespaced_pod_log(
+                name, "default", timestamps=True, _preload_content=False
+            )
+        except ApiException:
+            return None  # not started yet
+        for line in found.data.decode(errors="replace").splitlines():
+            stamp, _, rest = line.partition(" ")
+            if text not in rest:
+                continue
+            # RFC3339Nano, e.g. 2026-11-29T16:08:23.123456789Z: to microseconds
+            whole, _, fraction = stamp.rstrip("Z").partition(".")
+            at_s = calendar.timegm(time.strptime(whole, "%Y-%m-%dT%H:%M:%S")) + float(
+                f"0.{fraction or 0}"
+            )
+            if at_s > after_s:
+                return at_s
+        return None
+
     def network_policies(self) -> Dict[str, Any]:
         """Name -> spec of the NetworkPolicies in ``default``."""
         from kubernetes import client, config
@@ -530,8 +556,39 @@ def test_a_deleted_rendezvous_pod_leaves_the_job_to_the_other_which_it_rejoins(
     )  # fmt: skip
     job = _app_id(handle).partition(":")[2]
     first = _wait("pod 0 to train with pod 1", lambda: _world_of_2(cluster, job, 0))
+    deleted_s = time.time()
     cluster.delete_pod(first)
+    # the figures: from the delete to the first line after it of examples/timed.py (printed
+    # once init_process_group returned) at world 1 in pod 1, and at world 2 in the recreated
+    # pod 0, by the log's own times. They include pod 0's termination (SIGTERM: its agent
+    # leaves), pod 1 seeing the loss and moving the rendezvous, its worker's restart; for
+    # world 2 also the Job creating pod 0 again, its scheduling, container start, the agent's
+    # start, its finding where the job went, and pod 1's workers restarting in world 2.
+    alone_s = _wait_in(
+        cluster,
+        job,
+        "pod 1 to train alone",
+        lambda: cluster.logged_at(_pod_of(cluster, job, 1), "of world size 1,", deleted_s),
+    )
+    again_s = _wait_in(
+        cluster,
+        job,
+        "the recreated pod 0 to train with pod 1",
+        lambda: next(
+            (
+                cluster.logged_at(name, "of world size 2,", deleted_s)
+                for name in [_pod_of(cluster, job, 0)]
+                if name and name != first
+            ),
+            None,
+        ),
+    )
     _succeeded(cluster, scheduler, handle, job)
+    print(
+        f"\n[kubernetes] pod 0 (the rendezvous host) deleted: pod 1 trained alone (world 1)"
+        f" {alone_s - deleted_s:.1f}s after the delete, and with the recreated pod 0"
+        f" (world 2) {again_s - deleted_s:.1f}s after it"
+    )  # (a figure, not a verdict: the lines asserted below say what happened)
     survivor = cluster.pod_log(_pod_of(cluster, job, 1))
     assert "torchx-elastic: the rendezvous host is lost: " in survivor, survivor
     assert "(this node hosts it) and the job re-forms without the lost host" in survivor
