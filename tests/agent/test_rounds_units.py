@@ -133,6 +133,26 @@ def test_a_node_said_dead_is_replaced_by_the_spare_at_once(port: int) -> None:
     assert lost.dropped()
 
 
+def test_a_spare_whose_store_went_as_its_first_round_started_knows_the_round_it_saw(
+    port: int,
+) -> None:
+    """A spare comes into a round and the store goes before it read that round's members
+    (its host stopped as the round started): the failover counts, with no store call, from
+    the last round the spare saw complete while it stood by."""
+    a, b, spare = (node(port, f"h{i}", 2, 2, last_call_s=30.0) for i in range(3))
+    for joined in [Joining(a), Joining(b)]:
+        joined.wait()
+    standing = Joining(spare)
+    until(lambda: spare.standbys()[1])
+    survivor, lost = (a, b) if a.rank == 0 else (b, a)
+    assert survivor.drop({lost.node.id})
+    again = Joining(survivor)
+    assert standing.wait().result is not None, standing.error
+    assert again.wait().result is not None, again.error
+    spare._signed = None  # the store is gone: any store call fails
+    assert membership.round_addresses_seen(spare) == {0: "h0", 1: "h1"}
+
+
 def test_members_that_come_back_take_their_places_before_spares(port: int) -> None:
     a, b = node(port, "h0", 2, 2, 30.0), node(port, "h1", 2, 2, 30.0)
     spares = [node(port, f"s{i}", 2, 2, 30.0) for i in range(2)]

@@ -11,6 +11,7 @@ counted), a hang, giving up.
 
 from __future__ import annotations
 
+import datetime
 import json
 import signal
 from collections.abc import Callable
@@ -65,6 +66,7 @@ class FakeRendezvous(RendezvousHandler):
         self.dropped = False  # this node, by its peers
         self.moved = False
         self.stopped: set[str] = set()
+        self.absent_rounds = 0  # the first rounds whose peers never come to assign their ranks
 
     def next_rendezvous(self) -> Any:
         nodes = [self._this_node, *self.peers]
@@ -72,10 +74,14 @@ class FakeRendezvous(RendezvousHandler):
         self.dropped = self.moved = False
         self.waiting = 0  # who waited is in this round
         store = HashStore()
+        if self.absent_rounds:
+            self.absent_rounds -= 1
+            store.set_timeout(datetime.timedelta(seconds=0.2))  # the store's wait times out
+            nodes = nodes[:1]  # no peer writes its ranks' role
         for rank in range(1, len(nodes)):  # what the peers' agents write (assign_ranks)
             store.set(f"{ROLE_INFO_PREFIX}{rank}", json.dumps([self._role, NPROC]))
-        self.rounds.append(len(nodes))
-        return store, 0, len(nodes)
+        self.rounds.append(len(self.members))
+        return store, 0, len(self.members)
 
     def drop_peers(self) -> None:
         """A watcher said the peers dead: the round moved on without them."""
@@ -453,6 +459,54 @@ def test_a_lost_rendezvous_host_moves_the_rendezvous_and_re_forms_without_a_rest
     assert restart["lost"] == "h0:29500 did not answer for 20s"
     assert supervisor.remaining_restarts == 0  # max_restarts 0 and still a second attempt
     assert capsys.readouterr().err.splitlines() == ["torchx-elastic: moved"]
+
+
+def test_a_round_whose_member_never_assigns_its_ranks_is_left_for_the_next(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A member of the round never comes to the rank assignment (it went on to a later round,
+    or is gone) and the store's wait times out: this node says so in one line and joins the
+    next round, a membership change (no restart spent); before, torch's store error ended
+    the agent with a traceback (a netns run: DistStoreError, wait timeout)."""
+    h = harness(tmp_path, 0, [running_for(1, succeed)], peers=1)
+    h.rendezvous.absent_rounds = 1
+    supervisor, result = h.run()
+    assert result.state == WorkerState.SUCCEEDED
+    assert h.rendezvous.rounds == [2, 2]
+    (restart,) = h.events(ev.RESTART)
+    assert (restart["reason"], restart["attempt"]) == ("membership change", 0)
+    assert supervisor.remaining_restarts == 0
+    [line] = capsys.readouterr().err.splitlines()
+    assert line.startswith(
+        "torchx-elastic: the rendezvous round did not start (its nodes' ranks could not be"
+        " assigned: "
+    ), line
+    assert line.endswith("); this node joins the next round"), line
+
+
+def test_a_round_whose_store_goes_with_its_host_follows_the_rendezvous(tmp_path: Path) -> None:
+    """The store goes with its host as the round's nodes assign their ranks (a Kubernetes
+    run: pod 0, the store's host, deleted as a spare came into the round; the spare ended
+    with torch's DistNetworkError): the rendezvous moves, as when the host is lost later."""
+    said: list[str] = []
+
+    def closed_once() -> bool:
+        del h.rendezvous.is_closed  # the moved rendezvous answers
+        raise HostLost("the connection to the rendezvous store at h0:29500 failed")
+
+    def move(news: HostLost, last_round: dict[int, str]) -> str:
+        said.append(f"move: {news}")
+        return "torchx-elastic: moved"
+
+    h = harness(tmp_path, 0, [running_for(1, succeed)], peers=1)
+    h.rendezvous.absent_rounds = 1
+    h.rendezvous.is_closed = closed_once  # type: ignore[method-assign]
+    h.move_rendezvous = move
+    _, result = h.run()
+    assert result.state == WorkerState.SUCCEEDED
+    assert said == ["move: the connection to the rendezvous store at h0:29500 failed"]
+    assert h.rendezvous.rounds == [2, 2]
+    assert [e["reason"] for e in h.events(ev.RESTART)] == ["rendezvous host lost"]
 
 
 def test_a_lost_rendezvous_host_without_a_move_ends_the_run(tmp_path: Path) -> None:

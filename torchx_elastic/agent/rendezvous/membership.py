@@ -47,6 +47,13 @@ def round_addresses(handler: RendezvousHandler) -> dict[int, str]:
     return {} if own is None else {rank: n.addr for rank, n in own.members().items()}
 
 
+def round_addresses_seen(handler: RendezvousHandler) -> dict[int, str]:
+    """:func:`round_addresses` as last read, with no store call (the store's host may be
+    lost): for a node that stood by, the last round it saw complete."""
+    own = rounds(handler)
+    return {} if own is None else {rank: n.addr for rank, n in own.members_seen().items()}
+
+
 def this_node(handler: RendezvousHandler) -> Node | None:
     own = rounds(handler)
     return None if own is None else own.node

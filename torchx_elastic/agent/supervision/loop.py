@@ -432,15 +432,7 @@ class Supervisor:
             self._events.emit(ev.HEALTH_CHECK, **run.facts())
             if not run.passed:
                 raise check.failure(run)
-        # the job's restart count: raised to this node's before it joins, read once the round
-        # is complete (every member raised it by then)
-        restart_budget.raise_to(membership.handler_store(self.handler), self.restarts_spent)
-        rnd = compat.next_round(self.handler, self.config.local_addr)
-        held = restart_budget.raise_to(membership.handler_store(self.handler), self.restarts_spent)
-        self.restarts_spent = max(self.restarts_spent, held or 0)
-        if self._rounds == 0:  # the first round's last call is the user's (torch's 30 s)
-            liveness.shorten_reform_last_call(self.handler, self.config.rdzv)
-        workers = assign_ranks(rnd.store, rnd.rank, rnd.world_size, self.config)
+        rnd, workers = self._join_round()
         master_addr = self.config.master_addr or rnd.master_addr
         master_port = self.config.master_port or rnd.master_port
         if self._use_agent_store:
@@ -465,6 +457,34 @@ class Supervisor:
             master=f"{master_addr}:{master_port}",
         )
         self._start_workers(self._group)
+
+    def _join_round(self) -> tuple[compat.Round, tuple[WorkerRank, ...]]:
+        """The next round, and the ranks of this node's workers in it. A round whose store
+        fails as its nodes assign their ranks is left: where the store went with its host,
+        the movable handler raises ``HostLost`` (the loop follows the rendezvous); where it
+        answers, a member never came to the assignment (it went on to a later round, or is
+        gone): this node joins the next round, a membership change, said in one line."""
+        while True:
+            # the job's restart count: raised to this node's before it joins, read once the
+            # round is complete (every member raised it by then)
+            store = membership.handler_store(self.handler)
+            restart_budget.raise_to(store, self.restarts_spent)
+            rnd = compat.next_round(self.handler, self.config.local_addr)
+            held = restart_budget.raise_to(store, self.restarts_spent)
+            self.restarts_spent = max(self.restarts_spent, held or 0)
+            if self._rounds == 0:  # the first round's last call is the user's (torch's 30 s)
+                liveness.shorten_reform_last_call(self.handler, self.config.rdzv)
+            try:
+                return rnd, assign_ranks(rnd.store, rnd.rank, rnd.world_size, self.config)
+            except RuntimeError as err:  # torch's store errors (DistNetworkError, DistStoreError)
+                self.handler.is_closed()  # HostLost where the store is gone with its host
+                say(round_not_started_line(err))
+                self._events.emit(
+                    ev.RESTART,
+                    attempt=self.attempt,
+                    reason=ev.RESTART_MEMBERSHIP_CHANGE,
+                    next_round=self._rounds + 1,
+                )
 
     def _tell_replacements(
         self, before: dict[int, str], after: dict[int, str], rank: int, world: int
@@ -630,6 +650,15 @@ class Supervisor:
             raise
         except Exception as err:  # noqa: BLE001 - torch's agent logs and goes on, too
             log.warning("exit barrier: not every node finished in time (%s)", err)
+
+
+def round_not_started_line(err: RuntimeError) -> str:
+    """``torchx-elastic: the round did not start: ...; this node joins the next round``."""
+    why = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+    return (
+        f"torchx-elastic: the rendezvous round did not start (its nodes' ranks could not be"
+        f" assigned: {why}); this node joins the next round"
+    )
 
 
 def substitute_local_rank(args: tuple[str, ...], local_rank: int) -> tuple[str, ...]:

@@ -236,10 +236,12 @@ class RoundsRendezvous(RendezvousHandler):
         return dict(found)
 
     def members_seen(self) -> dict[int, Node]:
-        """:meth:`members` as last read, with no store call (empty: never read)."""
+        """:meth:`members` as last read, with no store call; for a node whose round's members
+        were never read (its store went as the round started), the last round it saw complete
+        while it waited (empty: none)."""
         with self._lock:
-            known = self._members if self.round is not None else self._seen_members
-            return dict(known or {})
+            known = self._members if self.round is not None else None
+            return dict(known if known is not None else self._seen_members)
 
     def continue_from(self, last: RoundsRendezvous, lost: Callable[[Node], bool] | None) -> None:
         """This rendezvous, on the store the job moved to after its host was lost, takes
