@@ -11,6 +11,7 @@ counted), a hang, giving up.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import json
 import signal
@@ -482,6 +483,18 @@ def test_a_round_whose_member_never_assigns_its_ranks_is_left_for_the_next(
         " assigned: "
     ), line
     assert line.endswith("); this node joins the next round"), line
+
+
+def test_a_static_rendezvous_whose_member_never_assigns_its_ranks_ends_the_run(
+    tmp_path: Path,
+) -> None:
+    """A static rendezvous has one round: no next one to join (torch's error, as torchrun)."""
+    h = harness(tmp_path, 0, [running_for(1, succeed)], peers=1)
+    h.config = dataclasses.replace(h.config, rdzv_backend="static")
+    h.rendezvous.absent_rounds = 1
+    with pytest.raises(RuntimeError):
+        h.run()
+    assert h.rendezvous.rounds == [2]
 
 
 def test_a_round_whose_store_goes_with_its_host_follows_the_rendezvous(tmp_path: Path) -> None:

@@ -463,7 +463,8 @@ class Supervisor:
         fails as its nodes assign their ranks is left: where the store went with its host,
         the movable handler raises ``HostLost`` (the loop follows the rendezvous); where it
         answers, a member never came to the assignment (it went on to a later round, or is
-        gone): this node joins the next round, a membership change, said in one line."""
+        gone): this node joins the next round, a membership change, said in one line (a
+        static rendezvous has one round: its error ends the agent, as under torchrun)."""
         while True:
             # the job's restart count: raised to this node's before it joins, read once the
             # round is complete (every member raised it by then)
@@ -478,6 +479,8 @@ class Supervisor:
                 return rnd, assign_ranks(rnd.store, rnd.rank, rnd.world_size, self.config)
             except RuntimeError as err:  # torch's store errors (DistNetworkError, DistStoreError)
                 self.handler.is_closed()  # HostLost where the store is gone with its host
+                if self.config.rdzv_backend == "static":  # its one round cannot re-form
+                    raise
                 say(round_not_started_line(err))
                 self._events.emit(
                     ev.RESTART,
