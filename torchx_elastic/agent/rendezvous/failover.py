@@ -258,7 +258,7 @@ class Failover:
     def refusal(self, members: dict[int, str]) -> str | None:
         """Why the rendezvous cannot move with these last-round members (None: it can); a
         node that stood by counts the last round it saw complete."""
-        members = members or membership.round_addresses_seen(self._movable)
+        members = members or membership.round_addresses_seen_waiting(self._movable)
         if self._one_host:
             left = max(0, len(members) - 1)  # the lost host was one of them
             standing_by = membership.standbys_seen(self._movable)[0]
@@ -297,7 +297,7 @@ class Failover:
         if self._one_host:
             return self._move_on_this_host(members)
         # a node that stood by: the job's last round as it last saw it
-        members = members or membership.round_addresses_seen(self._movable)
+        members = members or membership.round_addresses_seen_waiting(self._movable)
         why = self.refusal(members) if members else "this node saw no round of the job"
         if why is not None:
             raise NoSuccessor(why)
@@ -337,7 +337,7 @@ class Failover:
         endpoint (the first to listen there); the others, and a node that stood by, connect."""
         endpoint = self._movable.endpoint
         # a node that stood by: the job's last round as it last saw it
-        known = members or membership.round_addresses_seen(self._movable)
+        known = members or membership.round_addresses_seen_waiting(self._movable)
         why = self.refusal(known) if known else "this node saw no round of the job"
         if why is not None:
             raise NoSuccessor(why)

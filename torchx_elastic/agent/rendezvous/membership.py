@@ -47,11 +47,14 @@ def round_addresses(handler: RendezvousHandler) -> dict[int, str]:
     return {} if own is None else {rank: n.addr for rank, n in own.members().items()}
 
 
-def round_addresses_seen(handler: RendezvousHandler) -> dict[int, str]:
-    """:func:`round_addresses` as last read, with no store call (the store's host may be
-    lost): for a node that stood by, the last round it saw complete."""
+def round_addresses_seen_waiting(handler: RendezvousHandler) -> dict[int, str]:
+    """Node rank -> address of the members of the last round a node that never trained (a
+    spare, a new node) saw complete while it waited, with no store call (the store's host
+    may be lost): the round its peers that trained in it count from as well, not one it came
+    into since, whose members the others may never have seen (they would pick another
+    successor)."""
     own = rounds(handler)
-    return {} if own is None else {rank: n.addr for rank, n in own.members_seen().items()}
+    return {} if own is None else {r: n.addr for r, n in own.round_seen_waiting().items()}
 
 
 def this_node(handler: RendezvousHandler) -> Node | None:

@@ -236,12 +236,16 @@ class RoundsRendezvous(RendezvousHandler):
         return dict(found)
 
     def members_seen(self) -> dict[int, Node]:
-        """:meth:`members` as last read, with no store call; for a node whose round's members
-        were never read (its store went as the round started), the last round it saw complete
-        while it waited (empty: none)."""
+        """:meth:`members` as last read, with no store call (empty: never read)."""
         with self._lock:
-            known = self._members if self.round is not None else None
-            return dict(known if known is not None else self._seen_members)
+            known = self._members if self.round is not None else self._seen_members
+            return dict(known or {})
+
+    def round_seen_waiting(self) -> dict[int, Node]:
+        """The members of the last round this node saw complete while it waited to join the
+        job (a spare, a new node), with no store call; not a round it came into since."""
+        with self._lock:
+            return dict(self._seen_members)
 
     def continue_from(self, last: RoundsRendezvous, lost: Callable[[Node], bool] | None) -> None:
         """This rendezvous, on the store the job moved to after its host was lost, takes
