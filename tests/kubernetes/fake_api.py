@@ -396,13 +396,20 @@ class FakeCluster:
 
     @staticmethod
     def _ignored(job: Obj, pod: Obj) -> bool:
-        """Whether the Job's podFailurePolicy ignores this failure (a disruption)."""
+        """Whether the Job's podFailurePolicy ignores this failure (a disruption, an exit
+        code), its first matching rule deciding as the Job controller's does."""
         conditions = {
             c["type"] for c in pod["status"].get("conditions") or [] if c.get("status") == "True"
         }
+        codes = {
+            (c.get("state") or {}).get("terminated", {}).get("exitCode")
+            for c in pod["status"].get("containerStatuses") or []
+        }
         for rule in (job["spec"].get("podFailurePolicy") or {}).get("rules") or []:
             wanted = {c["type"] for c in rule.get("onPodConditions") or []}
-            if wanted & conditions:
+            on_codes = rule.get("onExitCodes") or {}
+            assert on_codes.get("operator", "In") == "In", "the fake knows the In operator only"
+            if wanted & conditions or codes & set(on_codes.get("values") or []):
                 return bool(rule["action"] == "Ignore")
         return False
 

@@ -252,7 +252,12 @@ def test_retries_are_attempts_of_the_job_counted_per_index() -> None:
         {
             "action": "Ignore",
             "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}],
-        }
+        },
+        {
+            "action": "Ignore",
+            "onExitCodes": {"operator": "In", "values": [143]},
+            "onPodConditions": [],
+        },
     ]
     assert for_server(job, (1, 36)) is job and for_server(job, (1, 31)) is job
     assert for_server(job, (1, 29))["spec"]["backoffLimitPerIndex"] == 3

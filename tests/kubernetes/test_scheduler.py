@@ -218,7 +218,12 @@ def test_a_lost_pod_is_replaced_and_a_disruption_costs_no_retry(
     desc = scheduler.describe(APP_ID)
     assert desc is not None and desc.num_restarts == 0 and desc.state == AppState.RUNNING
     fake.set_phase(replacement, "Running")
-    fake.delete_pod(replacement)  # kubectl delete pod: a failure of that replica
+    fake.delete_pod(replacement)  # kubectl delete pod: its agent stopped (143), no retry used
+    desc = scheduler.describe(APP_ID)
+    assert desc is not None and desc.num_restarts == 0 and desc.state == AppState.RUNNING
+    assert len(fake.pods(JOB)) == 2  # replaced again
+    fake.set_phase(fake.pod(JOB, 1), "Running")
+    fake.set_phase(fake.pod(JOB, 1), "Failed", exit_code=1)  # the script's failure: counted
     desc = scheduler.describe(APP_ID)
     assert desc is not None and desc.num_restarts == 1 and desc.state == AppState.RUNNING
     for index in range(2):
@@ -226,6 +231,26 @@ def test_a_lost_pod_is_replaced_and_a_disruption_costs_no_retry(
         fake.set_phase(fake.pod(JOB, index), "Succeeded")
     desc = scheduler.describe(APP_ID)
     assert desc is not None and desc.state == AppState.SUCCEEDED and desc.num_restarts == 1
+
+
+def test_a_deleted_pod_uses_no_retry_at_the_default_max_retries(
+    scheduler: KubernetesScheduler, fake: FakeCluster
+) -> None:
+    """torchx's default --max_retries 0: a pod deleted by hand (no DisruptionTarget; its
+    agent exits 143) is replaced, and the job goes on to succeed (a spare or the replacement
+    takes its place)."""
+    _submit(scheduler, j="2x1")
+    for index in range(2):
+        fake.set_phase(fake.pod(JOB, index), "Running")
+    lost = fake.pod(JOB, 0)
+    fake.delete_pod(lost)
+    replacement = fake.pod(JOB, 0)
+    assert replacement["metadata"]["name"] != lost["metadata"]["name"]
+    for index in range(2):
+        fake.set_phase(fake.pod(JOB, index), "Running")
+        fake.set_phase(fake.pod(JOB, index), "Succeeded")
+    desc = scheduler.describe(APP_ID)
+    assert desc is not None and desc.state == AppState.SUCCEEDED
 
 
 def test_the_root_cause_reaches_status_from_the_termination_message(

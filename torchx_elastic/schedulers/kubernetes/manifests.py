@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import signal
 from typing import Dict, List, Mapping, Sequence
 
 import torchx
@@ -22,6 +23,9 @@ from torchx_elastic.schedulers.kubernetes.names import JobNames
 from torchx_elastic.schedulers.kubernetes.options import KubernetesOptions
 from torchx_elastic.schedulers.kubernetes.pods import Manifest, pod_template
 from torchx_elastic.schedulers.names import dns_label
+
+# the agent's exit code when a signal stopped it (its pod deleted): 143
+AGENT_STOPPED_EXIT_CODE = 128 + int(signal.SIGTERM)
 
 MANAGED_BY = "torchx-elastic"
 MANAGED_BY_SELECTOR = f"{torchx_kubernetes.LABEL_ORGANIZATION}={MANAGED_BY}"
@@ -167,9 +171,12 @@ def retry_policy(max_retries: int) -> Manifest:
     one failure would use up as many retries as the job has nodes. Counted per index, each
     node may be replaced ``max_retries`` times. The Job ends when every index has succeeded
     or is out of retries (no ``maxFailedIndexes``): the Job controller then never deletes a
-    pod that is still writing its root-cause report. A pod lost to a disruption (eviction,
-    preemption, a drained node) is replaced without counting: the job did not fail.
-    Servers without per-index limits: :func:`for_server`.
+    pod that is still writing its root-cause report. A lost node is not the job's failure: a
+    pod lost to a disruption (eviction, preemption, a drained node: a ``DisruptionTarget``
+    condition) or stopped from outside (``kubectl delete pod``: no condition, but its agent
+    exits 128 + SIGTERM, which it does only when stopped) is replaced without counting, so
+    spares work with torchx's default ``--max_retries 0``. Servers without per-index limits:
+    :func:`for_server`.
     """
     return {
         "backoffLimitPerIndex": max_retries,
@@ -178,6 +185,11 @@ def retry_policy(max_retries: int) -> Manifest:
                 {
                     "action": "Ignore",
                     "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}],
+                },
+                {
+                    "action": "Ignore",
+                    "onExitCodes": {"operator": "In", "values": [AGENT_STOPPED_EXIT_CODE]},
+                    "onPodConditions": [],  # required by servers before 1.31
                 },
             ]
         },
