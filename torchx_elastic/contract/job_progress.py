@@ -22,12 +22,14 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from torchx_elastic.contract import WAITING_FOR_NODES
 from torchx_elastic.contract.log_layout import NodeLogs
 
+T = TypeVar("T")
 LINE_PREFIX = "[job progress] "
 # the line's form while the first rendezvous round waits for nodes (no step yet)
 WAITING_LINE_PREFIX = f"{LINE_PREFIX}{WAITING_FOR_NODES}"
@@ -205,18 +207,18 @@ def write_file(directory: str, summary: JobSummary | NodeCounts) -> str:
 
 def read_file(path: str) -> JobSummary | None:
     """The summary in ``path``; None when there is none (yet) or it cannot be read."""
-    try:
-        with open(path) as file:
-            return JobSummary.from_json(file.read())
-    except (OSError, ValueError):
-        return None
+    return _read(path, JobSummary.from_json)
 
 
 def read_nodes_file(path: str) -> NodeCounts | None:
     """The node counts in ``path``; None when it holds none (or a summary, or is absent)."""
+    return _read(path, NodeCounts.from_json)
+
+
+def _read(path: str, parse: Callable[[str], T]) -> T | None:
     try:
         with open(path) as file:
-            return NodeCounts.from_json(file.read())
+            return parse(file.read())
     except (OSError, ValueError):
         return None
 
