@@ -698,6 +698,73 @@ def test_a_spare_pod_takes_the_place_of_a_deleted_one(
     )  # (a figure, not a verdict: "round 2: ... takes the place of" above says the spare did)
 
 
+def test_a_spare_pod_takes_the_place_of_the_deleted_rendezvous_pod(
+    cluster: Cluster, scheduler: KubernetesScheduler
+) -> None:
+    """-j 2x1 --spares 1 with torchx's default --max_retries (0: a deleted pod spends no
+    retry): pod 0, which hosts the rendezvous (the store), is deleted while it trains. The
+    survivor moves the rendezvous to itself, the spare trains with it at world 2 again, and the
+    job succeeds. How soon is printed. The job ends as the spare test's does (a file)."""
+    handle = cluster.run(
+        "-j", "2x1", "--spares", "1", "--cpu", "0.5", *ONE_THREAD,
+        "--rdzv_conf", "keep_alive_max_attempt=15", "--script", "examples/timed.py",
+        "--", "--seconds", "600", "--until-file", END_FILE, "--progress",
+    )  # fmt: skip
+    job = _app_id(handle).partition(":")[2]
+
+    def spare_pod() -> Optional[str]:
+        return next(
+            (n for n in _job_pod_names(cluster, job) if _log_has(cluster, n, STANDING_BY)), None
+        )
+
+    spare = _wait_in(cluster, job, "a pod to stand by", spare_pod)
+    lost = _pod_of(cluster, job, 0)
+    assert lost != spare, "pod 0, the rendezvous host, stands by: nothing to delete here"
+    _wait_in(cluster, job, "pod 0 to train", lambda: _log_has(cluster, lost, "of world size 2,"))
+    deleted_s = time.time()
+    cluster.delete_pod(lost)
+    # the figure: from the delete to the spare's first line at world 2 (examples/timed.py's,
+    # printed once init_process_group returned), by the log's own times. It includes pod 0's
+    # termination (SIGTERM: its agent leaves), the survivor moving the rendezvous to itself,
+    # the spare joining it there and both workers starting; not the recreated pod 0's start
+    trained_at_s = _wait_in(
+        cluster,
+        job,
+        "the spare to train",
+        lambda: cluster.logged_at(spare, "of world size 2, attempt ", deleted_s),
+    )
+    # the Job recreates pod 0 (its agent exited 143: no retry spent); the job ends only once
+    # it found where the rendezvous moved (it then stands by; index 0 must succeed too)
+    back = _wait_in(
+        cluster,
+        job,
+        "the recreated pod 0 to join the moved rendezvous",
+        lambda: next(
+            (
+                name
+                for name in [_pod_of(cluster, job, 0)]
+                if name
+                and name != lost
+                and _log_has(cluster, name, "; this node joins the job there")
+            ),
+            None,
+        ),
+    )
+    _end_the_job(cluster, job)
+    logs = _succeeded(cluster, scheduler, handle, job)
+    pods = {str(p["metadata"]["name"]): p for p in cluster.pods(job)}
+    assert lost not in pods and back in pods, logs
+    assert {str(p["status"]["phase"]) for p in pods.values()} == {"Succeeded"}, logs
+    spare_log = cluster.pod_log(spare)
+    assert " of world size 1," not in spare_log, spare_log  # it never trained alone
+    back_log = cluster.pod_log(back)
+    assert " of world size " not in back_log, back_log  # the recreated pod 0 never trained
+    print(
+        f"\n[kubernetes] pod 0 (the rendezvous host) deleted: the spare trained at world 2"
+        f" {trained_at_s - deleted_s:.1f}s after the delete"
+    )  # (a figure, not a verdict)
+
+
 def _end_the_job(cluster: Cluster, job: str) -> None:
     """The file that ends examples/timed.py --until-file, in every running pod of the job:
     whichever nodes train see it (a pod whose container just ended refuses the exec)."""
