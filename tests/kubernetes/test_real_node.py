@@ -933,8 +933,10 @@ def test_an_elastic_job_ends_when_its_training_ends(
     for name, log in logs.items():
         assert name in trained_pods or "world size" not in log, (name, log)
 
-    # the third pod is gone (removed by the Job controller) or ended by itself: the agent
-    # that met the closed rendezvous, or its host going away, exits 0 saying so
+    # the third pod is gone (removed by the Job controller), ended by itself (the agent that
+    # met the closed rendezvous, or its host going away, exits 0 saying so), or was still
+    # waiting when the Job controller stopped it as the job succeeded (SIGTERM: its agent
+    # says so and exits 143; CI once saw it so, its pod Failed until the controller removes it)
     def settled() -> Optional[List[str]]:
         phases = [p["status"].get("phase") for p in cluster.pods(job)]
         return _pod_outcomes(cluster, job) if not {"Pending", "Running"} & set(phases) else None
@@ -942,7 +944,7 @@ def test_an_elastic_job_ends_when_its_training_ends(
     outcomes = _wait("no pod of the job left pending or running", settled, 90)
     print("elastic end:", f"SUCCEEDED {ended_s:.1f} s after the training;", outcomes)
     for outcome in outcomes:
-        assert " Failed " not in outcome, outcomes
+        assert " Failed " not in outcome or " Failed rc=143 " in outcome, outcomes
 
 
 def _idle_millicpu(cluster: Cluster) -> int:
