@@ -623,12 +623,7 @@ def test_a_spare_pod_takes_the_place_of_a_deleted_one(
     )  # fmt: skip
     job = _app_id(handle).partition(":")[2]
 
-    def spare_pod() -> Optional[str]:
-        return next(
-            (n for n in _job_pod_names(cluster, job) if _log_has(cluster, n, STANDING_BY)), None
-        )
-
-    spare = _wait_in(cluster, job, "a pod to stand by", spare_pod)
+    spare = _wait_in(cluster, job, "a pod to stand by", lambda: _spare_pod(cluster, job))
     _status_once(cluster, handle, "nodes: 2 training, 1 standby", timeout_s=120)
     lost = next(
         n for n in _job_pod_names(cluster, job) if n != spare and not n.startswith(f"{job}-0-")
@@ -712,12 +707,7 @@ def test_a_spare_pod_takes_the_place_of_the_deleted_rendezvous_pod(
     )  # fmt: skip
     job = _app_id(handle).partition(":")[2]
 
-    def spare_pod() -> Optional[str]:
-        return next(
-            (n for n in _job_pod_names(cluster, job) if _log_has(cluster, n, STANDING_BY)), None
-        )
-
-    spare = _wait_in(cluster, job, "a pod to stand by", spare_pod)
+    spare = _wait_in(cluster, job, "a pod to stand by", lambda: _spare_pod(cluster, job))
     lost = _pod_of(cluster, job, 0)
     assert lost != spare, "pod 0, the rendezvous host, stands by: nothing to delete here"
     _wait_in(cluster, job, "pod 0 to train", lambda: _log_has(cluster, lost, "of world size 2,"))
@@ -763,6 +753,12 @@ def test_a_spare_pod_takes_the_place_of_the_deleted_rendezvous_pod(
         f"\n[kubernetes] pod 0 (the rendezvous host) deleted: the spare trained at world 2"
         f" {trained_at_s - deleted_s:.1f}s after the delete"
     )  # (a figure, not a verdict)
+
+
+def _spare_pod(cluster: Cluster, job: str) -> Optional[str]:
+    """The pod of the job whose agent stands by (None: none yet)."""
+    standing_by = (n for n in _job_pod_names(cluster, job) if _log_has(cluster, n, STANDING_BY))
+    return next(standing_by, None)
 
 
 def _end_the_job(cluster: Cluster, job: str) -> None:
